@@ -1,0 +1,32 @@
+"""Run Python snippets in fresh interpreters, as vLLM's own processes would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# vLLM's start-up chatter is irrelevant to these checks; errors still show.
+QUIET_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 300) -> str:
+    """Run ``code`` in a new interpreter; return stdout, fail with its stderr."""
+    full_env = {**os.environ, **QUIET_ENV, **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO_ROOT,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-6000:]}"
+        )
+    return proc.stdout

@@ -1,0 +1,64 @@
+"""The V2 runner's config checks accept n-gram speculation with the plugin."""
+
+from tests.integration.helpers import run_python
+
+
+def test_v2_validation_accepts_ngram_but_keeps_other_restrictions():
+    out = run_python(
+        """
+        from types import SimpleNamespace
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        from vllm.config import VllmConfig
+
+        def fake(method, dbo=False):
+            return SimpleNamespace(
+                model_config=None,
+                parallel_config=SimpleNamespace(prefill_context_parallel_size=1, enable_dbo=dbo),
+                speculative_config=SimpleNamespace(method=method),
+                cache_config=SimpleNamespace(kv_sharing_fast_prefill=False),
+                ec_transfer_config=None,
+            )
+
+        for method in ("ngram", "ngram_gpu", "eagle"):
+            cfg = fake(method)
+            VllmConfig._validate_v2_model_runner(cfg)
+            assert cfg.speculative_config.method == method
+        for cfg, expected in ((fake("ngram", dbo=True), "dual batch overlap"),
+                              (fake("medusa"), "speculative method 'medusa'")):
+            try:
+                VllmConfig._validate_v2_model_runner(cfg)
+            except ValueError as e:
+                assert expected in str(e), e
+            else:
+                raise AssertionError("expected a ValueError")
+        print("ok")
+        """,
+        env={"VLLM_USE_V2_MODEL_RUNNER": "1"},
+    )
+    assert out.strip() == "ok"
+
+
+def test_without_v2_runner_the_checks_are_unchanged():
+    out = run_python(
+        """
+        from types import SimpleNamespace
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        from vllm.config import VllmConfig
+        cfg = SimpleNamespace(
+            model_config=None,
+            parallel_config=SimpleNamespace(prefill_context_parallel_size=1, enable_dbo=False),
+            speculative_config=SimpleNamespace(method="ngram"),
+            cache_config=SimpleNamespace(kv_sharing_fast_prefill=False),
+            ec_transfer_config=None,
+        )
+        try:
+            VllmConfig._validate_v2_model_runner(cfg)
+        except ValueError as e:
+            print("refused:", e)
+        """,
+        env={"VLLM_USE_V2_MODEL_RUNNER": "0"},
+    )
+    # Without the V2 runner the plugin does not widen vLLM's checks.
+    assert "speculative method 'ngram'" in out

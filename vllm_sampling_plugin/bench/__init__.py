@@ -1,0 +1,1 @@
+"""GPU benchmarks: `vllm-sampling-plugin bench AREA` (each module has main(argv))."""

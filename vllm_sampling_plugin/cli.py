@@ -1,0 +1,130 @@
+"""``vllm-sampling-plugin``: inspect the installation, run benchmarks, try the ops.
+
+    vllm-sampling-plugin info                 versions, registration, settings
+    vllm-sampling-plugin bench AREA [ARGS]    AREA: sampler, topk_topp, rejection, ngram
+    vllm-sampling-plugin demo                 sample a few tokens with the functional API
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from importlib.metadata import PackageNotFoundError, entry_points, version
+
+from vllm_sampling_plugin import __version__, config
+
+BENCH_AREAS = ("sampler", "topk_topp", "rejection", "ngram")
+ENTRY_POINT_NAME = "vllm_sampling_plugin"
+
+
+def _version_of(dist: str) -> str:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _entry_point_registered() -> bool:
+    group = entry_points(group="vllm.general_plugins")
+    return any(ep.name == ENTRY_POINT_NAME for ep in group)
+
+
+def _plugin_status() -> str:
+    from vllm_sampling_plugin.integration.version import (
+        SUPPORTED_RANGE,
+        vllm_version_supported,
+    )
+
+    if not _entry_point_registered():
+        return "not registered (reinstall the package: the entry point is missing)"
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and ENTRY_POINT_NAME not in allowed.split(","):
+        return f"registered but filtered out by VLLM_PLUGINS={allowed!r}"
+    if not vllm_version_supported():
+        return (
+            f"registered but inactive: vLLM {_version_of('vllm')} is outside "
+            f"{SUPPORTED_RANGE}"
+        )
+    return "registered and active (vLLM loads it in every process)"
+
+
+def info() -> int:
+    from vllm_sampling_plugin.ops.flashinfer import probe_flashinfer
+    from vllm_sampling_plugin.selection import decide_flashinfer
+
+    rows = [
+        ("vllm-sampling-plugin", __version__),
+        ("vllm", _version_of("vllm")),
+        ("torch", _version_of("torch")),
+        ("triton", _version_of("triton")),
+        ("flashinfer-python", _version_of("flashinfer-python")),
+        ("plugin", _plugin_status()),
+        (
+            "use_fp64_gumbel",
+            "off by default: FP32 Gumbel noise "
+            "(--use-fp64-gumbel / LLM(use_fp64_gumbel=True) selects FP64)",
+        ),
+    ]
+    status = 0
+    try:
+        setting = config.parse_flashinfer_env()
+    except ValueError as e:
+        rows.append((config.FLASHINFER_ENV, f"INVALID: {e}"))
+        status = 1
+    else:
+        shown = {None: "unset (on where supported)", True: "1", False: "0"}[setting]
+        rows.append((config.FLASHINFER_ENV, shown))
+        decision = decide_flashinfer(setting, probe_flashinfer)
+        rows.append(("FlashInfer sampler", "used" if decision.use else "not used"))
+        rows.append(("  because", decision.message))
+        if not decision.use and decision.level >= 40:
+            status = 1
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return status
+
+
+def demo() -> int:
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        # Kernels must be defined after this is set to run in the interpreter.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from vllm_sampling_plugin import ops
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 64, generator=gen).to(device)
+    temperature = torch.tensor([0.0, 0.7, 1.0, 1.0], device=device)
+    seeds = torch.tensor([1, 2, 3, 3], device=device)
+    positions = torch.tensor([10, 10, 10, 11], device=device)
+    top_k = torch.tensor([0, 0, 8, 8], device=device)
+    tokens = ops.sample(logits, temperature, seeds, positions, top_k=top_k)
+    print(f"device {device}; greedy, T=0.7, top-k 8 at two positions:")
+    print(tokens.tolist())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vllm-sampling-plugin", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="versions, registration and resolved settings")
+    bench = sub.add_parser("bench", help="run a GPU benchmark")
+    bench.add_argument("area", choices=BENCH_AREAS)
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("demo", help="sample a few tokens with the functional API")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        return info()
+    if args.command == "demo":
+        return demo()
+    module = importlib.import_module(f"vllm_sampling_plugin.bench.{args.area}")
+    return module.main(args.args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

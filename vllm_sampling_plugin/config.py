@@ -1,0 +1,77 @@
+"""The plugin's settings: where each comes from and how it is resolved.
+
+Two settings steer the plugin:
+
+``use_fp64_gumbel`` (``--use-fp64-gumbel`` / ``LLM(use_fp64_gumbel=True)``)
+    Draw Gumbel noise and rejection-sampling uniforms in FP64. Off by default:
+    FP32 is about twice as fast and, with the plugin's tail-resolved noise,
+    samples the same distribution. FP64 reproduces stock vLLM 0.20 token for
+    token.
+
+``VLLM_USE_FLASHINFER_SAMPLER`` (environment)
+    Tri-state: ``1`` forces FlashInfer's top-k/top-p sampler on (start-up fails
+    if the GPU cannot run it), ``0`` turns it off, unset means "on where
+    supported". Any other value is an error.
+
+Both are resolved once, in the front-end process, by the ``create_model_config``
+wrapper, and stored on the ``ModelConfig`` instance under the attribute names
+below. ``ModelConfig`` travels to every engine-core and worker process (fork,
+spawn or Ray), so every worker decides the same way and none reads the
+environment again. Workers read them with :func:`settings_from_model_config`,
+which falls back to the defaults for ModelConfigs built elsewhere (draft
+models, tests).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+FLASHINFER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"
+
+# Attribute names on vLLM's ModelConfig (class defaults plus instance values).
+FP64_ATTR = "use_fp64_gumbel"
+FLASHINFER_ATTR = "flashinfer_sampler"
+
+FP64_HELP = (
+    "Draw the Gumbel noise of sampling and the uniforms of rejection sampling "
+    "in FP64 instead of FP32 (vllm-sampling-plugin). FP64 reproduces stock "
+    "vLLM 0.20's sampled tokens exactly but costs about 2x in the sampling "
+    "kernel; FP32 is the default and samples the same distribution."
+)
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """Resolved settings, as every worker sees them."""
+
+    use_fp64_gumbel: bool = False
+    # None: unset (FlashInfer where supported); True/False: set explicitly.
+    flashinfer_sampler: bool | None = None
+
+
+def parse_flashinfer_env(environ: dict[str, str] | None = None) -> bool | None:
+    """Read ``VLLM_USE_FLASHINFER_SAMPLER``: ``"1"`` -> True, ``"0"`` -> False,
+    unset or empty -> None. Anything else raises ValueError naming the variable.
+    """
+    raw = (os.environ if environ is None else environ).get(FLASHINFER_ENV)
+    if raw is None or raw.strip() == "":
+        return None
+    value = raw.strip()
+    if value == "1":
+        return True
+    if value == "0":
+        return False
+    raise ValueError(
+        f"{FLASHINFER_ENV}={raw!r} is not valid: use 1 (force FlashInfer's "
+        f"top-k/top-p sampler on), 0 (off), or leave it unset (on where the "
+        f"GPU supports it)."
+    )
+
+
+def settings_from_model_config(model_config: object | None) -> PluginSettings:
+    """The settings stored on a vLLM ModelConfig, defaults where absent."""
+    return PluginSettings(
+        use_fp64_gumbel=bool(getattr(model_config, FP64_ATTR, False)),
+        flashinfer_sampler=getattr(model_config, FLASHINFER_ATTR, None),
+    )

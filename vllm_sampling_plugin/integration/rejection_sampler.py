@@ -1,0 +1,79 @@
+"""The V2 runner's RejectionSampler, with one fused kernel for every method.
+
+vLLM 0.20's ``rejection_sample_method`` keeps its meaning:
+
+* ``strict`` and ``probabilistic`` run the standard mode (probabilistic
+  verification; without draft logits, as with n-gram drafts, the draft
+  distribution is one-hot, so no assertion fires);
+* ``synthetic`` runs the synthetic mode of the same kernel, which accepts at
+  the configured rates but does the same work, so its timing is honest.
+
+The target distribution is the Sampler's processed logits (penalties, bad
+words, temperature, min-p, top-k/top-p). Logprobs and ``num_sampled`` are
+produced as vLLM 0.20 produces them.
+"""
+
+from __future__ import annotations
+
+import torch
+from vllm.config import SpeculativeConfig
+from vllm.v1.worker.gpu.input_batch import InputBatch
+from vllm.v1.worker.gpu.metrics.logits import get_num_nans
+from vllm.v1.worker.gpu.sample.output import SamplerOutput
+from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
+
+from vllm_sampling_plugin.ops.rejection import rejection_sample_packed
+
+
+class PluginRejectionSampler(RejectionSampler):
+    def __init__(self, sampler, spec_config: SpeculativeConfig, device: torch.device):
+        super().__init__(sampler, spec_config, device)
+        self.synthetic_mode = self.rejection_sample_method == "synthetic"
+
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        input_batch: InputBatch,
+        draft_logits: torch.Tensor | None = None,
+    ) -> SamplerOutput:
+        # Token at logit i of a request: the last sampled token for i = 0,
+        # draft i - 1 afterwards.
+        draft_sampled = input_batch.input_ids[input_batch.logits_indices]
+        num_nans = get_num_nans(logits) if self.sampler.compute_nans else None
+        pos = input_batch.positions[input_batch.logits_indices]
+        processed_logits = self.sampler.apply_sampling_params(
+            logits,
+            input_batch.expanded_idx_mapping,
+            input_batch.idx_mapping_np,
+            pos,
+            draft_sampled,
+            input_batch.expanded_local_pos,
+        )
+        states = self.sampler.sampling_states
+        sampled, num_sampled = rejection_sample_packed(
+            processed_logits,
+            draft_sampled,
+            input_batch.cu_num_logits,
+            pos,
+            input_batch.idx_mapping,
+            states.temperature.gpu,
+            states.seeds.gpu,
+            self.num_speculative_steps,
+            draft_logits=None if self.synthetic_mode else draft_logits,
+            synthetic_conditional_rates=self.synthetic_conditional_rates,
+            use_fp64=self.sampler.use_fp64_gumbel,
+        )
+        logprobs_tensors = self._get_logprobs_tensors(
+            input_batch,
+            sampled,
+            num_sampled,
+            processed_logits
+            if self.sampler.logprobs_mode == "processed_logprobs"
+            else logits,
+        )
+        return SamplerOutput(
+            sampled_token_ids=sampled,
+            logprobs_tensors=logprobs_tensors,
+            num_nans=num_nans,
+            num_sampled=num_sampled,
+        )

@@ -1,0 +1,225 @@
+"""Rejection sampling for speculative decoding: the public functional API.
+
+The kernel and the runner-facing launcher on vLLM's packed layout live in
+``rejection_kernel.py``; this module validates plain batched tensors, brings
+them to that layout and converts synthetic acceptance rates.
+"""
+
+from collections.abc import Sequence
+
+import torch
+
+from .rejection_kernel import MAX_VOCAB_SIZE, rejection_sample_packed
+
+__all__ = ["rejection_sample", "rejection_sample_packed", "unconditional_to_conditional_rates"]
+
+
+def unconditional_to_conditional_rates(rates: Sequence[float]) -> list[float]:
+    """Per-position unconditional acceptance rates to conditional ones.
+
+    ``rates[i]`` is the probability that drafts ``0..i`` are all accepted. The
+    kernel stops at the first rejection, so position ``i`` must be accepted
+    with ``rates[i] / rates[i - 1]`` (``rates[-1] = 1``), and never once a
+    previous rate is 0. Same result as vLLM 0.20's helper of the same name.
+
+    Example:
+        >>> unconditional_to_conditional_rates([0.8, 0.6, 0.3])
+        [0.8, 0.75, 0.5]
+    """
+    conditional = []
+    previous = 1.0
+    for rate in rates:
+        conditional.append(rate / previous if previous > 0.0 else 0.0)
+        previous = rate
+    return conditional
+
+
+def _check_synthetic_rates(synthetic_rates, num_drafts: int) -> list[float]:
+    if isinstance(synthetic_rates, torch.Tensor):
+        if synthetic_rates.dim() != 1:
+            raise ValueError(f"synthetic_rates must be 1-D, got shape {tuple(synthetic_rates.shape)}")
+        rates = [float(r) for r in synthetic_rates.tolist()]
+    else:
+        rates = [float(r) for r in synthetic_rates]
+    if len(rates) != num_drafts:
+        raise ValueError(f"synthetic_rates must have K = {num_drafts} entries, got {len(rates)}")
+    if not all(0.0 <= r <= 1.0 for r in rates):
+        raise ValueError(f"synthetic_rates entries must be in [0, 1], got {rates}")
+    if any(later > earlier for earlier, later in zip(rates, rates[1:])):
+        raise ValueError(f"synthetic_rates must be non-increasing, got {rates}")
+    return rates
+
+
+def _check_1d(name: str, tensor, batch_size: int, dtype: torch.dtype | None, device) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{name} must be a tensor, got {type(tensor).__name__}")
+    if tensor.shape != (batch_size,):
+        raise ValueError(f"{name} must have shape ({batch_size},), got {tuple(tensor.shape)}")
+    if dtype is not None and tensor.dtype != dtype:
+        raise ValueError(f"{name} must be {dtype}, got {tensor.dtype}")
+    if tensor.device != device:
+        raise ValueError(f"{name} is on {tensor.device}, target_logits on {device}")
+
+
+def rejection_sample(
+    target_logits: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    temperature: torch.Tensor,
+    seeds: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    synthetic_rates: Sequence[float] | torch.Tensor | None = None,
+    use_fp64: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Verify ``K`` draft tokens per request against the target model.
+
+    Row ``b`` holds ``K`` drafts and ``K + 1`` target logit vectors: logit
+    ``j`` predicts the token after draft ``j - 1``, at position
+    ``positions[b] + j``; logit ``K`` is the bonus position. With
+    :math:`p_j = \mathrm{softmax}(\text{target\_logits}[b, j] / T_b)` and
+    :math:`q_j` the draft distribution, the drafts are walked in order:
+
+    * ``temperature[b] == 0`` (greedy): draft ``j`` is accepted while it equals
+      :math:`\arg\max p_j`; the first mismatch emits that argmax instead.
+    * ``temperature[b] > 0``: draft :math:`x_j` is accepted with probability
+      :math:`\min(1, p_j(x_j) / q_j(x_j))`, tested as
+      :math:`\log p_j(x_j) > \log u + \log q_j(x_j)`. The first rejection emits
+      a sample of the residual :math:`\max(0, p_j - q_j)` normalised. Without
+      ``draft_probs`` the draft is a point mass (n-gram drafts):
+      :math:`\log q_j(x_j) = 0`, and the residual is :math:`p_j` without
+      :math:`x_j`.
+    * When every draft is accepted, a bonus token is sampled from :math:`p_K`.
+
+    Whatever :math:`q` is, each emitted token is distributed as the target
+    :math:`p` given the tokens before it (greedy: exactly the target argmax).
+
+    Synthetic mode (``synthetic_rates`` given) accepts draft ``j`` with the
+    conditional rate derived from the unconditional ``synthetic_rates``
+    (``rates[j]`` = probability that drafts ``0..j`` are all accepted), at any
+    temperature and whatever the tokens; accepted drafts are emitted as they
+    are and a rejection emits the same corrected token as standard mode
+    (greedy: the argmax; otherwise a residual sample, or a sample of
+    :math:`p_j` should the residual have no mass). It reads and reduces the
+    same rows as standard mode, so it costs what a real run with that
+    acceptance costs.
+
+    Randomness depends only on ``(seeds[b], position)``: a row's result is
+    the same in any batch. Logits that are NaN never win (a row without any
+    finite logit emits token 0) and ``+inf`` counts as the largest finite
+    float, so every emitted id is in ``[0, V)``.
+
+    Args:
+        target_logits: float ``[B, K + 1, V]``, raw: the temperature is applied here.
+        draft_token_ids: int64 ``[B, K]``, ``K >= 1``. Ids outside ``[0, V)``
+            are never accepted.
+        draft_probs: None, or float ``[B, K, V]``: the distribution each draft
+            was drawn from (normalised here; zeros allowed).
+        temperature: float ``[B]``, ``>= 0``.
+        seeds: int64 ``[B]``.
+        positions: int64 ``[B]``: position of logit 0 of each row.
+        synthetic_rates: None (standard mode), or ``K`` non-increasing
+            unconditional acceptance rates in ``[0, 1]`` (synthetic mode).
+        use_fp64: draw the acceptance uniforms and the resampling noise in
+            FP64 instead of FP32.
+
+    Returns:
+        ``(output_token_ids, num_emitted)``: int64 ``[B, K + 1]`` whose row
+        ``b`` starts with the ``num_emitted[b]`` tokens to append (accepted
+        drafts, then one corrected or bonus token) and is padded with ``-1``;
+        int32 ``[B]`` with ``1 <= num_emitted[b] <= K + 1``.
+
+    Raises:
+        ValueError: naming the argument, before any kernel launch, for wrong
+            shapes, dtypes or devices, ``K = 0``, a negative or NaN
+            temperature, or synthetic rates outside ``[0, 1]`` or increasing.
+
+    Example:
+        >>> import torch
+        >>> from vllm_sampling_plugin.ops import rejection_sample
+        >>> B, K, V = 2, 3, 32
+        >>> target_logits = torch.randn(B, K + 1, V, device="cuda")
+        >>> draft_probs = torch.softmax(torch.randn(B, K, V, device="cuda"), dim=-1)
+        >>> draft_token_ids = torch.multinomial(draft_probs.view(-1, V), 1).view(B, K)
+        >>> tokens, num_emitted = rejection_sample(
+        ...     target_logits,
+        ...     draft_token_ids,
+        ...     draft_probs,
+        ...     temperature=torch.tensor([0.0, 0.8], device="cuda"),
+        ...     seeds=torch.tensor([1, 2], device="cuda"),
+        ...     positions=torch.tensor([17, 230], device="cuda"),
+        ... )
+        >>> tokens.shape, num_emitted.dtype
+        (torch.Size([2, 4]), torch.int32)
+        >>> new_tokens_of_row_0 = tokens[0, : num_emitted[0]]
+    """
+    if not isinstance(target_logits, torch.Tensor):
+        raise ValueError(f"target_logits must be a tensor, got {type(target_logits).__name__}")
+    if target_logits.dim() != 3 or not target_logits.is_floating_point():
+        raise ValueError(
+            f"target_logits must be a float [B, K + 1, V] tensor, got {tuple(target_logits.shape)} {target_logits.dtype}"
+        )
+    batch_size, num_logits_per_row, vocab_size = target_logits.shape
+    device = target_logits.device
+    if vocab_size == 0 or vocab_size > MAX_VOCAB_SIZE:
+        raise ValueError(f"target_logits: vocabulary size must be in [1, {MAX_VOCAB_SIZE}], got {vocab_size}")
+    if not isinstance(draft_token_ids, torch.Tensor) or draft_token_ids.dim() != 2:
+        raise ValueError("draft_token_ids must be a 2-D [B, K] tensor")
+    num_drafts = draft_token_ids.shape[1]
+    if num_drafts == 0:
+        raise ValueError("draft_token_ids: K must be at least 1, got K = 0")
+    if draft_token_ids.shape[0] != batch_size or num_logits_per_row != num_drafts + 1:
+        raise ValueError(
+            f"draft_token_ids has shape {tuple(draft_token_ids.shape)}; target_logits "
+            f"{tuple(target_logits.shape)} needs [B, K] = [{batch_size}, {num_logits_per_row - 1}]"
+        )
+    if draft_token_ids.dtype != torch.int64:
+        raise ValueError(f"draft_token_ids must be torch.int64, got {draft_token_ids.dtype}")
+    if draft_token_ids.device != device:
+        raise ValueError(f"draft_token_ids is on {draft_token_ids.device}, target_logits on {device}")
+    if draft_probs is not None:
+        if not isinstance(draft_probs, torch.Tensor) or not draft_probs.is_floating_point():
+            raise ValueError("draft_probs must be None or a float tensor")
+        if draft_probs.shape != (batch_size, num_drafts, vocab_size):
+            raise ValueError(
+                f"draft_probs must have shape ({batch_size}, {num_drafts}, {vocab_size}), got {tuple(draft_probs.shape)}"
+            )
+        if draft_probs.device != device:
+            raise ValueError(f"draft_probs is on {draft_probs.device}, target_logits on {device}")
+    _check_1d("temperature", temperature, batch_size, None, device)
+    if not temperature.is_floating_point():
+        raise ValueError(f"temperature must be a float tensor, got {temperature.dtype}")
+    _check_1d("seeds", seeds, batch_size, torch.int64, device)
+    _check_1d("positions", positions, batch_size, torch.int64, device)
+    if not isinstance(use_fp64, bool):
+        raise ValueError(f"use_fp64 must be a bool, got {type(use_fp64).__name__}")
+    rates = None if synthetic_rates is None else _check_synthetic_rates(synthetic_rates, num_drafts)
+    if bool(((temperature < 0) | temperature.isnan()).any()):
+        raise ValueError("temperature must be >= 0 (0 = greedy) and not NaN")
+
+    conditional_rates = None
+    if rates is not None:
+        conditional_rates = torch.tensor(unconditional_to_conditional_rates(rates), dtype=torch.float32, device=device)
+    # To the runner's packed layout: logit j of row b is packed row b * (K + 1) + j,
+    # and draft j of row b sits one past its verifying logit.
+    packed_drafts = torch.zeros(batch_size, num_drafts + 1, dtype=torch.int64, device=device)
+    packed_drafts[:, 1:] = draft_token_ids
+    offsets = torch.arange(num_drafts + 1, dtype=torch.int64, device=device)
+    packed_pos = (positions[:, None] + offsets).reshape(-1)
+    cu_num_logits = torch.arange(batch_size + 1, dtype=torch.int32, device=device) * (num_drafts + 1)
+    # log(0) = -inf is a valid draft logit: the token has no draft mass.
+    draft_logits = None if draft_probs is None else torch.log(draft_probs.float())
+    return rejection_sample_packed(
+        target_logits.reshape(batch_size * (num_drafts + 1), vocab_size),
+        packed_drafts.reshape(-1),
+        cu_num_logits,
+        torch.arange(batch_size, dtype=torch.int32, device=device),
+        packed_pos,
+        temperature.float(),
+        seeds,
+        num_drafts,
+        draft_logits,
+        conditional_rates,
+        use_fp64=use_fp64,
+        apply_temperature=True,
+    )

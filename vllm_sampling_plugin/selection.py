@@ -1,0 +1,85 @@
+"""Whether the sampler uses FlashInfer's top-k/top-p kernel: decided once per
+worker from the resolved ``VLLM_USE_FLASHINFER_SAMPLER`` and the hardware.
+
+| setting            | FlashInfer usable | result                              |
+|--------------------|-------------------|-------------------------------------|
+| 0                  | (not probed)      | plugin path, one INFO line          |
+| unset or 1         | import fails      | plugin path, one INFO line          |
+| 1                  | GPU unsupported   | RuntimeError naming the variable    |
+| unset              | GPU unsupported   | plugin path, one WARNING line       |
+| unset or 1         | yes               | FlashInfer, one INFO line           |
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vllm_sampling_plugin.config import FLASHINFER_ENV
+from vllm_sampling_plugin.ops.flashinfer import FlashInferSupport, probe_flashinfer
+
+logger = logging.getLogger("vllm.vllm_sampling_plugin")
+
+
+@dataclass(frozen=True)
+class FlashInferDecision:
+    use: bool
+    # logging.INFO / logging.WARNING, or logging.ERROR when start-up must fail.
+    level: int
+    message: str
+
+
+def decide_flashinfer(
+    setting: bool | None, probe: Callable[[], FlashInferSupport] = probe_flashinfer
+) -> FlashInferDecision:
+    """The decision and the one line that explains it (no logging, no raising)."""
+    if setting is False:
+        return FlashInferDecision(
+            False,
+            logging.INFO,
+            f"FlashInfer top-k/top-p sampling is off ({FLASHINFER_ENV}=0); "
+            f"using the plugin's Triton sampler.",
+        )
+    support = probe()
+    how = f"{FLASHINFER_ENV}=1" if setting else f"{FLASHINFER_ENV} unset"
+    if not support.importable:
+        return FlashInferDecision(
+            False,
+            logging.INFO,
+            f"FlashInfer top-k/top-p sampling is not used ({how}): "
+            f"{support.reason}; using the plugin's Triton sampler.",
+        )
+    if not support.hardware_ok:
+        if setting:
+            return FlashInferDecision(
+                False,
+                logging.ERROR,
+                f"{FLASHINFER_ENV}=1 forces FlashInfer's top-k/top-p sampler, but "
+                f"{support.reason}. Unset {FLASHINFER_ENV} (or set it to 0) to "
+                f"use the plugin's Triton sampler.",
+            )
+        return FlashInferDecision(
+            False,
+            logging.WARNING,
+            f"FlashInfer top-k/top-p sampling is not used: {support.reason}; "
+            f"falling back to the plugin's Triton sampler. Set "
+            f"{FLASHINFER_ENV}=0 to silence this warning.",
+        )
+    return FlashInferDecision(
+        True,
+        logging.INFO,
+        f"Using FlashInfer top-k/top-p sampling ({how}) for batches it can "
+        f"honour (no greedy rows, no explicit seeds, no processed logprobs).",
+    )
+
+
+def use_flashinfer_sampler(
+    setting: bool | None, probe: Callable[[], FlashInferSupport] = probe_flashinfer
+) -> bool:
+    """Decide, log the decision once, and raise if a forced setting cannot hold."""
+    decision = decide_flashinfer(setting, probe)
+    if decision.level == logging.ERROR:
+        raise RuntimeError(decision.message)
+    logger.log(decision.level, decision.message)
+    return decision.use
