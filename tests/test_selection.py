@@ -15,51 +15,71 @@ OLD_GPU = FlashInferSupport(
 )
 
 
-def _decide(setting, support, caplog):
+class _Keep(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.fixture
+def plugin_log():
+    """The plugin logger's records (vLLM's "vllm" logger does not propagate
+    to the root logger that plugin_log watches)."""
+    logger = logging.getLogger("vllm.vllm_sampling_plugin")
+    keep, level = _Keep(), logger.level
+    logger.addHandler(keep)
+    logger.setLevel(logging.DEBUG)
+    yield keep.records
+    logger.removeHandler(keep)
+    logger.setLevel(level)
+
+
+def _decide(setting, support, records):
     probed = []
 
     def probe():
         probed.append(True)
         return support
 
-    with caplog.at_level(logging.INFO, logger="vllm.vllm_sampling_plugin"):
-        used = use_flashinfer_sampler(setting, probe)
-    records = [r for r in caplog.records if r.name == "vllm.vllm_sampling_plugin"]
+    used = use_flashinfer_sampler(setting, probe)
     return used, records, probed
 
 
 @pytest.mark.parametrize("setting", [None, True])
-def test_supported_uses_flashinfer_with_one_info_line(setting, caplog):
-    used, records, _ = _decide(setting, SUPPORTED, caplog)
+def test_supported_uses_flashinfer_with_one_info_line(setting, plugin_log):
+    used, records, _ = _decide(setting, SUPPORTED, plugin_log)
     assert used is True
     assert [r.levelno for r in records] == [logging.INFO]
     assert "Using FlashInfer" in records[0].getMessage()
 
 
-def test_forced_on_unsupported_gpu_raises_naming_variable_and_capability(caplog):
+def test_forced_on_unsupported_gpu_raises_naming_variable_and_capability(plugin_log):
     with pytest.raises(RuntimeError) as err:
-        _decide(True, OLD_GPU, caplog)
+        _decide(True, OLD_GPU, plugin_log)
     assert "VLLM_USE_FLASHINFER_SAMPLER=1" in str(err.value)
     assert "compute capability 7.0" in str(err.value)
 
 
-def test_default_on_unsupported_gpu_warns_once_with_how_to_silence(caplog):
-    used, records, _ = _decide(None, OLD_GPU, caplog)
+def test_default_on_unsupported_gpu_warns_once_with_how_to_silence(plugin_log):
+    used, records, _ = _decide(None, OLD_GPU, plugin_log)
     assert used is False
     assert [r.levelno for r in records] == [logging.WARNING]
     assert "VLLM_USE_FLASHINFER_SAMPLER=0" in records[0].getMessage()
 
 
 @pytest.mark.parametrize("setting", [None, True])
-def test_import_failure_falls_back_with_one_info_line(setting, caplog):
-    used, records, _ = _decide(setting, NO_IMPORT, caplog)
+def test_import_failure_falls_back_with_one_info_line(setting, plugin_log):
+    used, records, _ = _decide(setting, NO_IMPORT, plugin_log)
     assert used is False
     assert [r.levelno for r in records] == [logging.INFO]
     assert "cannot be imported" in records[0].getMessage()
 
 
-def test_off_does_not_probe_and_logs_one_info_line(caplog):
-    used, records, probed = _decide(False, SUPPORTED, caplog)
+def test_off_does_not_probe_and_logs_one_info_line(plugin_log):
+    used, records, probed = _decide(False, SUPPORTED, plugin_log)
     assert used is False and probed == []
     assert [r.levelno for r in records] == [logging.INFO]
     assert "VLLM_USE_FLASHINFER_SAMPLER=0" in records[0].getMessage()

@@ -21,7 +21,11 @@ from typing import Any
 
 import torch
 
-from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
+from vllm_sampling_plugin.ops.ngram import (
+    NGRAM_MAX_N,
+    ngram_propose_into,
+    ngram_scratch,
+)
 
 
 def ngram_settings(speculative_config: Any) -> tuple[int, int, int]:
@@ -30,14 +34,20 @@ def ngram_settings(speculative_config: Any) -> tuple[int, int, int]:
     max_n = speculative_config.prompt_lookup_max
     k = speculative_config.num_speculative_tokens
     if not isinstance(min_n, int) or min_n < 1:
-        raise ValueError(f"speculative_config.prompt_lookup_min must be an integer >= 1, got {min_n!r}")
-    if not isinstance(max_n, int) or max_n < min_n:
         raise ValueError(
-            f"speculative_config.prompt_lookup_max must be an integer >= "
-            f"prompt_lookup_min ({min_n}), got {max_n!r}"
+            "speculative_config.prompt_lookup_min must be an integer >= 1, "
+            f"got {min_n!r}"
+        )
+    if not isinstance(max_n, int) or not min_n <= max_n <= NGRAM_MAX_N:
+        raise ValueError(
+            f"speculative_config.prompt_lookup_max must be an integer in "
+            f"[prompt_lookup_min ({min_n}), {NGRAM_MAX_N}], got {max_n!r}"
         )
     if not isinstance(k, int) or k < 1:
-        raise ValueError(f"speculative_config.num_speculative_tokens must be an integer >= 1, got {k!r}")
+        raise ValueError(
+            "speculative_config.num_speculative_tokens must be an integer >= 1, "
+            f"got {k!r}"
+        )
     return min_n, max_n, k
 
 
@@ -56,7 +66,9 @@ class NgramProposerGPU:
     def __init__(self, vllm_config: Any, device: torch.device):
         speculative_config = vllm_config.speculative_config
         if speculative_config is None:
-            raise ValueError("speculative_config must be set to use the n-gram speculator")
+            raise ValueError(
+                "speculative_config must be set to use the n-gram speculator"
+            )
         self.min_n, self.max_n, self.k = ngram_settings(speculative_config)
         self.device = device
         self.max_num_reqs = vllm_config.scheduler_config.max_num_seqs
@@ -66,8 +78,12 @@ class NgramProposerGPU:
 
         # Rows are batch positions. Zero-filled so that a dummy run returns
         # valid token ids without launching anything.
-        self.drafts = torch.zeros(self.max_num_reqs, self.k, dtype=torch.int64, device=device)
-        self.num_drafts = torch.zeros(self.max_num_reqs, dtype=torch.int32, device=device)
+        self.drafts = torch.zeros(
+            self.max_num_reqs, self.k, dtype=torch.int64, device=device
+        )
+        self.num_drafts = torch.zeros(
+            self.max_num_reqs, dtype=torch.int32, device=device
+        )
         self.scratch = ngram_scratch(self.max_num_reqs, device)
 
     def bind(self, req_states: Any) -> None:
@@ -127,8 +143,12 @@ class NgramProposerGPU:
             return self.drafts[:num_reqs]
         req_states = self.req_states
         if req_states is None:
-            raise RuntimeError("NgramProposerGPU.bind(req_states) must be called before propose")
-        fill_tokens = last_sampled if last_sampled is not None else req_states.last_sampled_tokens
+            raise RuntimeError(
+                "NgramProposerGPU.bind(req_states) must be called before propose"
+            )
+        fill_tokens = (
+            last_sampled if last_sampled is not None else req_states.last_sampled_tokens
+        )
         return ngram_propose_into(
             req_states.all_token_ids.gpu,
             req_states.total_len.gpu,

@@ -16,10 +16,11 @@ Two kernels, no host synchronisation, fixed-shape outputs:
     longest ``n <= max_n`` that matches there: a match of length ``n`` at ``e``
     implies every shorter one at the same ``e``. The rule "longest ``n``,
     then earliest occurrence" becomes "largest ``n``, then smallest ``e``"
-    (for a fixed ``n`` the occurrence starts at ``e - n``), so each candidate
-    is packed into one int64 key ``(n << 32) | (2**31 - 1 - e)``, and a single
-    max-reduction finds the winner. Split ``g`` of a request handles blocks
-    ``g, g + num_splits, ...`` of its history and writes its best key.
+    (for a fixed ``n`` the occurrence starts at ``e - n``), so a candidate is
+    packed into one integer key, ``n * BLOCK + (BLOCK - 1 - lane)`` (int32)
+    inside a block and ``(n << 32) | (2**31 - 1 - e)`` (int64) across blocks,
+    and max-reductions find the winner. Split ``g`` of a request handles
+    blocks ``g, g + num_splits, ...`` of its history and writes its best key.
 ``_ngram_finalize_kernel``, one program per request
     Reduces the ``num_splits`` keys, decodes ``(n, e)`` and gathers the draft
     tokens; slots without a proposed token get a fill token.
@@ -38,6 +39,8 @@ _SCAN_BLOCK = 1024
 # Upper bound on the programs one request's scan is split over; the scratch
 # buffer of the runner-facing launcher has this many columns.
 NGRAM_MAX_SPLITS = 64
+# Longest n-gram the kernel accepts: its match loop over n is unrolled.
+NGRAM_MAX_N = 256
 # Aim for this many scan programs per streaming multiprocessor.
 _PROGRAMS_PER_SM = 8
 # Positions and lengths are int32 in the kernels.
@@ -80,8 +83,9 @@ def _ngram_scan_kernel(
         # Draft starts e lie in [MIN_N, seq_len - 1]: the occurrence must end
         # before the last token, so at least one token follows it.
         num_blocks = tl.cdiv(seq_len, BLOCK)
+        lane = tl.arange(0, BLOCK)
         for block in range(split, num_blocks, num_splits):
-            e = block * BLOCK + tl.arange(0, BLOCK)
+            e = block * BLOCK + lane
             alive = (e >= MIN_N) & (e < seq_len)
             match_len = tl.zeros((BLOCK,), dtype=tl.int32)
             for t in tl.static_range(MAX_N):
@@ -94,10 +98,18 @@ def _ngram_scan_kernel(
                 tok = tl.load(tokens_ptr + e - 1 - t, mask=alive, other=0)
                 alive = alive & (tok == suffix_tok)
                 match_len += alive.to(tl.int32)
+            # Inside a block an int32 key (n, BLOCK - 1 - lane) suffices: one
+            # max gives the longest n, then the smallest e. Only the block's
+            # winner is widened to the int64 key.
+            block_key = tl.where(
+                match_len >= MIN_N, match_len * BLOCK + (BLOCK - 1 - lane), 0
+            )
+            block_best = tl.max(block_key, axis=0)
+            best_n = (block_best // BLOCK).to(tl.int64)
+            best_e = block * BLOCK + (BLOCK - 1 - block_best % BLOCK)
             # e ^ _POS_MAX == _POS_MAX - e: the max then prefers the smallest e.
-            key = (match_len.to(tl.int64) << 32) | (e ^ _POS_MAX).to(tl.int64)
-            key = tl.where(match_len >= MIN_N, key, 0)
-            best = tl.maximum(best, tl.max(key, axis=0))
+            key = (best_n << 32) | (best_e ^ _POS_MAX).to(tl.int64)
+            best = tl.maximum(best, tl.where(block_best > 0, key, 0))
         tl.store(scores_ptr + batch_idx * scores_stride + split, best)
 
 
@@ -172,12 +184,14 @@ def _num_sms(device: torch.device) -> int:
 
 
 def _scan_shape(num_reqs: int, max_len: int, device: torch.device) -> tuple[int, int]:
-    """(block, splits): scan programs per request, enough to fill the GPU and
-    no more than there are blocks."""
+    """(block, splits): enough scan programs per request to fill the GPU, with
+    the blocks of a full-length row spread evenly over them."""
     block = min(_SCAN_BLOCK, triton.next_power_of_2(max(max_len, 16)))
+    num_blocks = triton.cdiv(max(max_len, 1), block)
     target = _num_sms(device) * _PROGRAMS_PER_SM
-    splits = triton.cdiv(target, max(num_reqs, 1))
-    return block, max(1, min(splits, triton.cdiv(max(max_len, 1), block), NGRAM_MAX_SPLITS))
+    splits = min(triton.cdiv(target, max(num_reqs, 1)), num_blocks, NGRAM_MAX_SPLITS)
+    blocks_per_split = triton.cdiv(num_blocks, splits)
+    return block, triton.cdiv(num_blocks, blocks_per_split)
 
 
 def _launch(
@@ -249,8 +263,17 @@ _INT_DTYPES = (torch.int32, torch.int64)
 def _check_ngram_sizes(min_n: int, max_n: int) -> None:
     if not isinstance(min_n, int) or min_n < 1:
         raise ValueError(f"min_n must be an integer >= 1, got {min_n!r}")
-    if not isinstance(max_n, int) or max_n < min_n:
-        raise ValueError(f"max_n must be an integer >= min_n ({min_n}), got {max_n!r}")
+    if not isinstance(max_n, int) or not min_n <= max_n <= NGRAM_MAX_N:
+        raise ValueError(
+            f"max_n must be an integer in [min_n ({min_n}), {NGRAM_MAX_N}], "
+            f"got {max_n!r}"
+        )
+
+
+def _device_of(name: str, x: torch.Tensor) -> torch.device:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x.device
 
 
 def _check_tensor(name: str, x: torch.Tensor, ndim: int, dtypes, device) -> None:
@@ -263,7 +286,7 @@ def _check_tensor(name: str, x: torch.Tensor, ndim: int, dtypes, device) -> None
         raise ValueError(f"{name} must have dtype in ({names}), got {x.dtype}")
     if x.device != device:
         raise ValueError(f"{name} must be on {device}, got {x.device}")
-    if x.stride(-1) != 1:
+    if x.shape[-1] > 1 and x.stride(-1) != 1:
         raise ValueError(f"{name} must be contiguous in its last dimension")
 
 
@@ -296,7 +319,7 @@ def ngram_propose(
     seq_lens: torch.Tensor
         ``[R]`` int32 or int64 history lengths, each in ``[0, L]``.
     min_n, max_n: int
-        Range of n-gram lengths to try, ``1 <= min_n <= max_n``.
+        Range of n-gram lengths to try, ``1 <= min_n <= max_n <= 256``.
     k: int
         Number of draft slots, ``k >= 1``.
     max_model_len: int, optional
@@ -327,20 +350,25 @@ def ngram_propose(
     _check_ngram_sizes(min_n, max_n)
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if max_model_len is not None and (not isinstance(max_model_len, int) or max_model_len < 1):
-        raise ValueError(f"max_model_len must be None or an integer >= 1, got {max_model_len!r}")
-    if not isinstance(token_ids, torch.Tensor):
-        raise ValueError(f"token_ids must be a torch.Tensor, got {type(token_ids).__name__}")
-    device = token_ids.device
+    if max_model_len is not None and (
+        not isinstance(max_model_len, int) or max_model_len < 1
+    ):
+        raise ValueError(
+            f"max_model_len must be None or an integer >= 1, got {max_model_len!r}"
+        )
+    device = _device_of("token_ids", token_ids)
     _check_tensor("token_ids", token_ids, 2, _INT_DTYPES, device)
     _check_tensor("seq_lens", seq_lens, 1, _INT_DTYPES, device)
     num_rows, max_len = token_ids.shape
     if seq_lens.shape[0] != num_rows:
         raise ValueError(
-            f"seq_lens must have {num_rows} entries (rows of token_ids), got {seq_lens.shape[0]}"
+            f"seq_lens must have {num_rows} entries (rows of token_ids), "
+            f"got {seq_lens.shape[0]}"
         )
     if max_len >= _LEN_LIMIT:
-        raise ValueError(f"token_ids rows must be shorter than {_LEN_LIMIT}, got {max_len}")
+        raise ValueError(
+            f"token_ids rows must be shorter than {_LEN_LIMIT}, got {max_len}"
+        )
     if num_rows > 0:
         lo, hi = torch.aminmax(seq_lens)
         if int(lo) < 0 or int(hi) > max_len:
@@ -370,7 +398,7 @@ def ngram_propose(
 
 
 def ngram_scratch(max_num_reqs: int, device: torch.device | str) -> torch.Tensor:
-    """Scratch for :func:`ngram_propose_into`: ``[max_num_reqs, NGRAM_MAX_SPLITS]`` int64."""
+    """``[max_num_reqs, NGRAM_MAX_SPLITS]`` int64 scratch for ngram_propose_into."""
     return torch.empty(max_num_reqs, NGRAM_MAX_SPLITS, dtype=torch.int64, device=device)
 
 
@@ -411,7 +439,7 @@ def ngram_propose_into(
     scratch: torch.Tensor
         ``[>= num_reqs, NGRAM_MAX_SPLITS]`` int64 from :func:`ngram_scratch`.
     min_n, max_n: int
-        Range of n-gram lengths, ``1 <= min_n <= max_n``.
+        Range of n-gram lengths, ``1 <= min_n <= max_n <= 256``.
     max_model_len: int
         Proposals never extend a request past this length.
     num_sampled: torch.Tensor, optional
@@ -429,7 +457,7 @@ def ngram_propose_into(
         ``drafts_out[:num_reqs]``: ``[num_reqs, k]`` int64 valid token ids.
     """
     _check_ngram_sizes(min_n, max_n)
-    device = history.device
+    device = _device_of("history", history)
     _check_tensor("history", history, 2, _INT_DTYPES, device)
     _check_tensor("total_len", total_len, 1, _INT_DTYPES, device)
     _check_tensor("idx_mapping", idx_mapping, 1, (torch.int32,), device)
@@ -438,17 +466,22 @@ def ngram_propose_into(
     _check_tensor("scratch", scratch, 2, (torch.int64,), device)
     num_reqs = idx_mapping.shape[0]
     if drafts_out.shape[0] < num_reqs or drafts_out.shape[1] < 1:
-        raise ValueError(f"drafts_out must be [>= {num_reqs}, k >= 1], got {tuple(drafts_out.shape)}")
+        raise ValueError(
+            f"drafts_out must be [>= {num_reqs}, k >= 1], got {tuple(drafts_out.shape)}"
+        )
     if num_drafts_out.shape[0] < num_reqs:
         raise ValueError(f"num_drafts_out must have >= {num_reqs} entries")
     if scratch.shape[0] < num_reqs or scratch.shape[1] < NGRAM_MAX_SPLITS:
         raise ValueError(
-            f"scratch must be [>= {num_reqs}, >= {NGRAM_MAX_SPLITS}], got {tuple(scratch.shape)}"
+            f"scratch must be [>= {num_reqs}, >= {NGRAM_MAX_SPLITS}], "
+            f"got {tuple(scratch.shape)}"
         )
     if total_len.shape[0] != history.shape[0]:
         raise ValueError("total_len must have one entry per history row")
     if not isinstance(max_model_len, int) or max_model_len < 1:
-        raise ValueError(f"max_model_len must be an integer >= 1, got {max_model_len!r}")
+        raise ValueError(
+            f"max_model_len must be an integer >= 1, got {max_model_len!r}"
+        )
     if num_sampled is not None:
         _check_tensor("num_sampled", num_sampled, 1, _INT_DTYPES, device)
         if num_sampled.shape[0] < num_reqs:

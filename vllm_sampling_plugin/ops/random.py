@@ -27,7 +27,8 @@ FP32 (default)
     ``-log(-log1p(-u))``: large noise comes from *small* ``u``, where the draw
     is finely resolved, so the tail reaches about 22.9 instead of capping near
     16.6 (with ``-log(-log(u))`` and ``u`` on a ``2**-24`` grid), and tokens
-    far below the top are sampled at their true rate.
+    far below the top are sampled at their true rate. On the GPU its logs use
+    the hardware ``lg2.approx`` (see ``_log_fp32``).
 
 Both precisions clamp ``u`` into the open interval (0, 1), so the noise is
 always finite and a row can never produce NaN from the noise itself.
@@ -59,8 +60,9 @@ def _log_fp32(x):
 
     On the GPU ``tl.log`` is libdevice's accurate ``logf`` (about 20
     instructions); the hardware ``lg2.approx`` (one MUFU op and a multiply,
-    relative error about 2**-22) keeps the FP32 sampler memory-bound. The
-    interpreter has no libdevice, so it uses ``tl.log``.
+    relative error about 2**-22, far below what sampling can resolve) roughly
+    halves the instructions of the FP32 noise. The interpreter has no
+    libdevice, so it uses ``tl.log``.
     """
     if _INTERPRETED:
         return tl.log(x)

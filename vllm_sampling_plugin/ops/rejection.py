@@ -5,6 +5,7 @@ The kernel and the runner-facing launcher on vLLM's packed layout live in
 them to that layout and converts synthetic acceptance rates.
 """
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -37,7 +38,9 @@ def unconditional_to_conditional_rates(rates: Sequence[float]) -> list[float]:
 def _check_synthetic_rates(synthetic_rates, num_drafts: int) -> list[float]:
     if isinstance(synthetic_rates, torch.Tensor):
         if synthetic_rates.dim() != 1:
-            raise ValueError(f"synthetic_rates must be 1-D, got shape {tuple(synthetic_rates.shape)}")
+            raise ValueError(
+                f"synthetic_rates must be 1-D, got shape {tuple(synthetic_rates.shape)}"
+            )
         rates = [float(r) for r in synthetic_rates.tolist()]
     else:
         rates = [float(r) for r in synthetic_rates]
@@ -45,7 +48,7 @@ def _check_synthetic_rates(synthetic_rates, num_drafts: int) -> list[float]:
         raise ValueError(f"synthetic_rates must have K = {num_drafts} entries, got {len(rates)}")
     if not all(0.0 <= r <= 1.0 for r in rates):
         raise ValueError(f"synthetic_rates entries must be in [0, 1], got {rates}")
-    if any(later > earlier for earlier, later in zip(rates, rates[1:])):
+    if any(later > earlier for earlier, later in itertools.pairwise(rates)):
         raise ValueError(f"synthetic_rates must be non-increasing, got {rates}")
     return rates
 
@@ -157,12 +160,15 @@ def rejection_sample(
         raise ValueError(f"target_logits must be a tensor, got {type(target_logits).__name__}")
     if target_logits.dim() != 3 or not target_logits.is_floating_point():
         raise ValueError(
-            f"target_logits must be a float [B, K + 1, V] tensor, got {tuple(target_logits.shape)} {target_logits.dtype}"
+            "target_logits must be a float [B, K + 1, V] tensor, got "
+            f"{tuple(target_logits.shape)} {target_logits.dtype}"
         )
     batch_size, num_logits_per_row, vocab_size = target_logits.shape
     device = target_logits.device
     if vocab_size == 0 or vocab_size > MAX_VOCAB_SIZE:
-        raise ValueError(f"target_logits: vocabulary size must be in [1, {MAX_VOCAB_SIZE}], got {vocab_size}")
+        raise ValueError(
+            f"target_logits: vocabulary size must be in [1, {MAX_VOCAB_SIZE}], got {vocab_size}"
+        )
     if not isinstance(draft_token_ids, torch.Tensor) or draft_token_ids.dim() != 2:
         raise ValueError("draft_token_ids must be a 2-D [B, K] tensor")
     num_drafts = draft_token_ids.shape[1]
@@ -176,13 +182,16 @@ def rejection_sample(
     if draft_token_ids.dtype != torch.int64:
         raise ValueError(f"draft_token_ids must be torch.int64, got {draft_token_ids.dtype}")
     if draft_token_ids.device != device:
-        raise ValueError(f"draft_token_ids is on {draft_token_ids.device}, target_logits on {device}")
+        raise ValueError(
+            f"draft_token_ids is on {draft_token_ids.device}, target_logits on {device}"
+        )
     if draft_probs is not None:
         if not isinstance(draft_probs, torch.Tensor) or not draft_probs.is_floating_point():
             raise ValueError("draft_probs must be None or a float tensor")
         if draft_probs.shape != (batch_size, num_drafts, vocab_size):
             raise ValueError(
-                f"draft_probs must have shape ({batch_size}, {num_drafts}, {vocab_size}), got {tuple(draft_probs.shape)}"
+                f"draft_probs must have shape ({batch_size}, {num_drafts}, {vocab_size}), "
+                f"got {tuple(draft_probs.shape)}"
             )
         if draft_probs.device != device:
             raise ValueError(f"draft_probs is on {draft_probs.device}, target_logits on {device}")
@@ -199,14 +208,18 @@ def rejection_sample(
 
     conditional_rates = None
     if rates is not None:
-        conditional_rates = torch.tensor(unconditional_to_conditional_rates(rates), dtype=torch.float32, device=device)
+        conditional_rates = torch.tensor(
+            unconditional_to_conditional_rates(rates), dtype=torch.float32, device=device
+        )
     # To the runner's packed layout: logit j of row b is packed row b * (K + 1) + j,
     # and draft j of row b sits one past its verifying logit.
     packed_drafts = torch.zeros(batch_size, num_drafts + 1, dtype=torch.int64, device=device)
     packed_drafts[:, 1:] = draft_token_ids
     offsets = torch.arange(num_drafts + 1, dtype=torch.int64, device=device)
     packed_pos = (positions[:, None] + offsets).reshape(-1)
-    cu_num_logits = torch.arange(batch_size + 1, dtype=torch.int32, device=device) * (num_drafts + 1)
+    cu_num_logits = torch.arange(batch_size + 1, dtype=torch.int32, device=device) * (
+        num_drafts + 1
+    )
     # log(0) = -inf is a valid draft logit: the token has no draft mass.
     draft_logits = None if draft_probs is None else torch.log(draft_probs.float())
     return rejection_sample_packed(

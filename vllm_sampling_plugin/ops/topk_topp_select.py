@@ -1,17 +1,22 @@
 """Selection helpers of the fused top-k/top-p sampler (``ops/topk_topp.py``).
 
-Thresholds are searched on *order keys*: a float32 logit ``x`` maps to a
+Thresholds are compared on *order keys*: a float32 logit ``x`` maps to a
 uint32 whose unsigned order is the order of the floats, so "the k-th largest
-logit" and "the smallest logit still inside the top-p set" become integer
-searches that are exact, whatever the spacing of the values. Logits are first
-made canonical (NaN -> -inf, -0.0 -> +0.0) so that values that compare equal
-as floats have equal keys: ties at a threshold are decided once, for all of
-them.
+logit" becomes an exact radix select on integers, whatever the spacing of
+the values. NaN is read as -inf and -0.0 gets the key of +0.0, so values
+that compare equal as floats have equal keys: ties at a threshold are
+decided once, for all of them.
+
+Which tokens a chunk lists is decided more cheaply: one small histogram of
+the distance below the chunk's max (``distance_bucket``). Any choice is
+exact as long as the *floor*, the largest value left out, is computed
+exactly: every token above it is then listed.
 
 Key 0 is below every real key (the key of -inf is ``NEG_INF_KEY``), so a
 threshold of 0 keeps everything.
 """
 
+import triton
 import triton.language as tl
 
 from vllm_sampling_plugin.ops.random import (
@@ -22,27 +27,20 @@ from vllm_sampling_plugin.ops.random import (
 
 # order_key(-inf): 0xFF800000 with every bit flipped.
 NEG_INF_KEY = 0x007FFFFF
-# Radix select works on 8-bit digits: 256 histogram bins keep tl.histogram
-# cheap on the GPU, and four rounds resolve a 32-bit key. The kernels spell
-# the bin count as the literal 256.
+# The exact path's radix select works on 8-bit digits: four passes resolve a
+# 32-bit key. The kernels spell the bin count as the literal 256.
 RADIX_BINS = 256
 
 
 @triton.jit
-def canonical_logits(x):
-    """NaN -> -inf and -0.0 -> +0.0: equal floats get equal keys."""
-    x = tl.where(x != x, float("-inf"), x)
-    return tl.where(x == 0.0, 0.0, x)
-
-
-@triton.jit
 def order_key(x):
-    """uint32 key of canonical float32 ``x``: unsigned key order = float order.
+    """uint32 key of float32 ``x`` (no NaN): unsigned key order = float order.
 
-    Non-negative floats get their sign bit set; negative floats get all bits
+    -0.0 is first made +0.0 so that the two zeros share a key. Then
+    non-negative floats get their sign bit set; negative floats get all bits
     flipped, which reverses their order and puts them below the positives.
     """
-    bits = x.to(tl.int32, bitcast=True)
+    bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
     flip = (bits >> 31) | -2147483648
     return (bits ^ flip).to(tl.uint32, bitcast=True)
 
@@ -68,46 +66,31 @@ def pick_digit(hist, need):
     Returns ``d`` and the weight strictly above it, which the next round
     no longer has to find.
     """
-    digits = tl.arange(0, 256)
-    at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-    digit = tl.max(tl.where(at_or_above >= need, digits, -1), axis=0)
-    above = tl.sum(tl.where(digits > digit, hist, 0), axis=0)
+    at_or_above = tl.cumsum(hist, axis=0, reverse=True)
+    digit = tl.max(tl.where(at_or_above >= need, tl.arange(0, 256), -1), axis=0)
+    # at_or_above falls with the digit: its largest value below ``need``
+    # is the weight of the digits above ``digit``.
+    above = tl.max(tl.where(at_or_above < need, at_or_above, 0), axis=0)
     return digit, above
 
 
 @triton.jit
-def kth_largest_key(keys, rank):
-    """The ``rank``-th largest of ``keys`` (a block in registers), by radix select.
+def distance_bucket(x, top, scale, NUM_BUCKETS: tl.constexpr):
+    """Bucket ``floor((top - x) * scale)`` of each value, capped at ``NUM_BUCKETS - 1``.
 
-    ``rank`` must be at most the number of keys.
+    ``top`` is the largest of the values: it and its ties land in bucket 0,
+    -inf and anything the scale cannot place (inf * 0, NaN) in the last.
     """
-    prefix = tl.full((), 0, tl.uint32)
-    active = keys == keys
-    need = rank
-    for r in tl.static_range(4):
-        digit, active = radix_digit(keys, active, prefix, 24 - 8 * r)
-        hist = tl.histogram(digit, 256, mask=active)
-        best, above = pick_digit(hist, need)
-        need -= above
-        prefix = prefix | (best.to(tl.uint32) << (24 - 8 * r))
-    return prefix
+    scaled = (top - x) * scale
+    last: tl.constexpr = NUM_BUCKETS - 1
+    bucket = tl.where(scaled < last, scaled, last).to(tl.int32)
+    return tl.where(x == top, 0, bucket)
 
 
 @triton.jit
-def largest_key_reaching(keys, weights, target):
-    """Largest key ``t`` with ``sum(weights[keys >= t]) >= target``; 0 if none.
-
-    A bit-by-bit search over the 32 key bits on a block in registers. The
-    sums have a fixed order, so the answer is deterministic.
-    """
-    threshold = tl.full((), 0, tl.uint32)
-    step = tl.full((), 2147483648, tl.uint32)
-    for _ in range(32):
-        trial = threshold | step
-        reached = tl.sum(tl.where(keys >= trial, weights, 0), axis=0) >= target
-        threshold = tl.where(reached, trial, threshold)
-        step = step >> 1
-    return threshold
+def buckets_within(hist, capacity):
+    """How many leading buckets hold at most ``capacity`` values together."""
+    return tl.sum((tl.cumsum(hist, axis=0) <= capacity).to(tl.int32), axis=0)
 
 
 @triton.jit
@@ -125,3 +108,29 @@ def gumbel_at(key, token_ids, USE_FP64: tl.constexpr):
         bits = tl.where(word == 0, w0, tl.where(word == 1, w1, tl.where(word == 2, w2, w3)))
         return gumbel_fp32_from_uniform(_bits_to_uniform_fp32(bits))
 
+
+
+@triton.jit
+def load_logits_block(
+    logits_row_ptr,  # [vocab]: one row of logits
+    col_stride,
+    start,
+    temperature,
+    vocab_size,
+    BLOCK: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """Tokens ``start .. start + BLOCK - 1`` as float32 logits, NaN made -inf.
+
+    Divided by the temperature (fp32 ``/``, as the Gumbel kernel does) when
+    ``APPLY_TEMPERATURE`` and the temperature is not 0; tokens past the
+    vocabulary read as -inf and are flagged in ``in_vocab``.
+    """
+    token_ids = start + tl.arange(0, BLOCK)
+    in_vocab = token_ids < vocab_size
+    x = tl.load(
+        logits_row_ptr + token_ids * col_stride, mask=in_vocab, other=float("-inf")
+    ).to(tl.float32)
+    if APPLY_TEMPERATURE:
+        x = x / tl.where(temperature == 0.0, 1.0, temperature)
+    return token_ids, in_vocab, tl.where(x != x, float("-inf"), x)

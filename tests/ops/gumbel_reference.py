@@ -1,0 +1,99 @@
+"""An independent NumPy model of the Gumbel-max sampler, for exact comparisons.
+
+It re-derives, from the documented formulas of ``ops/random.py`` and
+``ops/gumbel.py``, the token each row must get: Philox-4x32-10 on uint64
+arrays, the request key ``philox(seed, pos)[0]``, the FP64 uniform from two
+words, the FP32 uniform from one word of ``philox(key, t // 4)``, the noise
+transforms, and a first-index argmax in which NaN never wins.
+"""
+
+import numpy as np
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+_ROUND_A = np.uint64(0xD2511F53)
+_ROUND_B = np.uint64(0xCD9E8D57)
+_KEY_A = np.uint64(0x9E3779B9)
+_KEY_B = np.uint64(0xBB67AE85)
+
+
+def philox4x32(counter: list[np.ndarray], key: tuple[int, int]) -> list[np.ndarray]:
+    """Philox-4x32 with 10 rounds; every array holds 32-bit values in uint64."""
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & _MASK32 for c in counter)
+    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
+    for _ in range(10):
+        prod0 = _ROUND_A * c0
+        prod2 = _ROUND_B * c2
+        c0, c1, c2, c3 = (
+            (prod2 >> np.uint64(32)) ^ c1 ^ k0,
+            prod2 & _MASK32,
+            (prod0 >> np.uint64(32)) ^ c3 ^ k1,
+            prod0 & _MASK32,
+        )
+        k0 = (k0 + _KEY_A) & _MASK32
+        k1 = (k1 + _KEY_B) & _MASK32
+    return [c0, c1, c2, c3]
+
+
+def request_key(seed: int, pos: int) -> int:
+    """``tl.randint(seed, pos)`` for an int64 seed and an int64 position."""
+    seed_bits = seed & 0xFFFFFFFFFFFFFFFF
+    pos_bits = pos & 0xFFFFFFFFFFFFFFFF
+    counter = [np.uint64(pos_bits & 0xFFFFFFFF), np.uint64(pos_bits >> 32), 0, 0]
+    return int(philox4x32(counter, (seed_bits & 0xFFFFFFFF, seed_bits >> 32))[0])
+
+
+def gumbel_fp64(key: int, vocab_size: int) -> np.ndarray:
+    tokens = np.arange(vocab_size, dtype=np.uint64)
+    lo, hi, _, _ = philox4x32([tokens, 0, 0, 0], (key, 0))
+    u = ((hi << np.uint64(32)) | lo).astype(np.float64) * 2.0**-64
+    u = np.clip(u, np.finfo(np.float64).tiny, np.nextafter(1.0, 0.0))
+    return -np.log(-np.log(u))
+
+
+def gumbel_fp32(key: int, vocab_size: int) -> np.ndarray:
+    tokens = np.arange(vocab_size, dtype=np.uint64)
+    words = philox4x32([tokens // np.uint64(4), 0, 0, 0], (key, 0))
+    bits = np.choose((tokens % np.uint64(4)).astype(np.int64), words)
+    u = bits.astype(np.float32) * np.float32(2.0**-32) + np.float32(2.0**-33)
+    u = np.minimum(u, np.nextafter(np.float32(1.0), np.float32(0.0)))
+    series = u * (1 + u * (np.float32(0.5) + u * (np.float32(1 / 3) + u * (np.float32(0.25) + u * np.float32(0.2)))))
+    with np.errstate(divide="ignore"):
+        neg_log1p_neg = np.where(u < np.float32(2.0**-6), series, -np.log(np.float32(1.0) - u))
+    return (-np.log(neg_log1p_neg)).astype(np.float32)
+
+
+def first_argmax(scores: np.ndarray) -> int:
+    """Lowest index of the maximum, NaN ranked below everything; 0 if no number."""
+    scores = np.where(np.isnan(scores), -np.inf, scores)
+    return int(np.argmax(scores))
+
+
+def reference_tokens(
+    logits,
+    idx_mapping,
+    temperature,
+    seeds,
+    pos,
+    *,
+    apply_temperature: bool,
+    use_fp64: bool,
+) -> list[int]:
+    """What ``ops.gumbel.gumbel_sample`` must return (CPU tensors or arrays)."""
+    logits = np.asarray(logits.float().cpu()) if hasattr(logits, "cpu") else logits
+    tokens = []
+    for row in range(logits.shape[0]):
+        req = int(idx_mapping[row])
+        temp = np.float32(temperature[req])
+        scaled = logits[row].astype(np.float32)
+        if temp == 0:
+            tokens.append(first_argmax(scaled))
+            continue
+        if apply_temperature:
+            scaled = scaled / temp
+        key = request_key(int(seeds[req]), int(pos[row]))
+        if use_fp64:
+            scores = scaled.astype(np.float64) + gumbel_fp64(key, scaled.shape[0])
+        else:
+            scores = scaled + gumbel_fp32(key, scaled.shape[0])
+        tokens.append(first_argmax(scores))
+    return tokens

@@ -1,0 +1,265 @@
+"""The Gumbel-max kernel (``ops/gumbel.py``) at its runner-facing signature."""
+
+import math
+
+import pytest
+import torch
+
+from tests.ops.gumbel_reference import reference_tokens
+from vllm_sampling_plugin.ops import gumbel
+from vllm_sampling_plugin.ops.gumbel import GumbelTuning, gumbel_sample
+
+# Tiny tiles and chunks: a CPU-sized vocabulary then spans several tiles per
+# program and several chunks per row, so the loop and stage 2 both run.
+SMALL_CHUNKS = GumbelTuning(
+    tile=64, max_tiles_per_chunk=2, num_warps=2, num_stages=1, programs_per_sm=1
+)
+
+
+@pytest.fixture(params=["default_tuning", "small_chunks"])
+def tuning(request, monkeypatch):
+    if request.param == "small_chunks":
+        monkeypatch.setitem(gumbel.TUNING, False, SMALL_CHUNKS)
+        monkeypatch.setitem(gumbel.TUNING, True, SMALL_CHUNKS)
+    return request.param
+
+
+def runner_batch(device, num_tokens=10, max_num_reqs=16, vocab_size=301, seed=0):
+    """Rows mapped into larger per-request state tensors, as the runner has them."""
+    gen = torch.Generator().manual_seed(seed)
+    temperature = torch.rand(max_num_reqs, generator=gen) * 1.5 + 0.05
+    temperature[::5] = 0.0
+    temperature[1::5] = 1.0
+    batch = dict(
+        logits=torch.randn(num_tokens, vocab_size, generator=gen) * 3,
+        idx_mapping=torch.randperm(max_num_reqs, generator=gen)[:num_tokens].to(torch.int32),
+        temperature=temperature,
+        seeds=torch.randint(-(2**63), 2**63 - 1, (max_num_reqs,), generator=gen),
+        pos=torch.randint(0, 2**40, (num_tokens,), generator=gen),
+    )
+    return {name: t.to(device) for name, t in batch.items()}
+
+
+def call(batch, **kwargs):
+    return gumbel_sample(
+        batch["logits"],
+        batch["idx_mapping"],
+        batch["temperature"],
+        batch["seeds"],
+        batch["pos"],
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("apply_temperature", [False, True])
+def test_matches_independent_reference(device, tuning, use_fp64, apply_temperature):
+    """Every token equals the NumPy model of the documented noise and argmax.
+
+    On the GPU the FP32 log is the hardware approximation (a few ulp from
+    NumPy's); a flip would need two scores within ~1e-6 of each other, which
+    these fixed inputs do not have.
+    """
+    batch = runner_batch(device)
+    expected = reference_tokens(
+        **{k: v.cpu() for k, v in batch.items()},
+        apply_temperature=apply_temperature,
+        use_fp64=use_fp64,
+    )
+    got = call(batch, apply_temperature=apply_temperature, use_fp64=use_fp64)
+    assert got.dtype == torch.int64
+    assert got.tolist() == expected
+
+
+@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+def test_row_token_independent_of_batch_and_split(device, use_fp64, monkeypatch):
+    """A row's token is the same alone, reordered, or with other chunk sizes."""
+    batch = runner_batch(device, num_tokens=6)
+    in_batch = call(batch, apply_temperature=True, use_fp64=use_fp64)
+
+    reverse = torch.arange(5, -1, -1, device=device)
+    reordered = {k: batch[k] for k in ("temperature", "seeds")}
+    reordered.update({k: batch[k][reverse] for k in ("logits", "idx_mapping", "pos")})
+    assert call(reordered, apply_temperature=True, use_fp64=use_fp64).tolist() == in_batch[reverse].tolist()
+
+    monkeypatch.setitem(gumbel.TUNING, use_fp64, SMALL_CHUNKS)
+    for row in (0, 3, 5):
+        alone = {k: batch[k] for k in ("temperature", "seeds")}
+        alone.update({k: batch[k][row : row + 1] for k in ("logits", "idx_mapping", "pos")})
+        assert call(alone, apply_temperature=True, use_fp64=use_fp64).item() == in_batch[row].item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+def test_greedy_is_argmax_with_lowest_id_on_ties(device, tuning, dtype, use_fp64):
+    gen = torch.Generator().manual_seed(1)
+    # Few distinct values: every row has ties at its maximum.
+    values = torch.randint(-4, 4, (12, 300), generator=gen).to(dtype)
+    # Exactly two maxima, placed in the same lane of one tile, of two tiles of
+    # one chunk, and of two chunks (SMALL_CHUNKS: 64-token tiles, 2 per chunk).
+    for row, (first, second) in enumerate([(3, 67), (3, 131), (10, 266), (0, 299), (64, 128), (5, 6)]):
+        values[row].clamp_(max=2)
+        values[row, [first, second]] = 3
+    # Padded rows: the row stride is larger than the vocabulary.
+    padded = torch.full((12, 320), 100.0, dtype=dtype)
+    padded[:, :300] = values
+    logits = padded[:, :300].to(device)
+    rows = torch.arange(12, dtype=torch.int32, device=device)
+    got = gumbel_sample(
+        logits,
+        rows,
+        torch.zeros(12, device=device),
+        torch.arange(12, device=device),
+        torch.zeros(12, dtype=torch.int64, device=device),
+        apply_temperature=True,
+        use_fp64=use_fp64,
+    )
+    first_max = [int((row == row.max()).nonzero()[0]) for row in values.float()]
+    assert first_max[:6] == [3, 3, 10, 0, 64, 5]
+    assert got.tolist() == first_max
+    assert got.tolist() == values.float().argmax(dim=-1).tolist()
+
+
+@pytest.mark.parametrize("apply_temperature", [False, True])
+def test_processed_logits_written_at_request_slot(device, apply_temperature):
+    batch = runner_batch(device, num_tokens=5, max_num_reqs=8, vocab_size=70)
+    batch["logits"][2, 7] = float("nan")
+    out = torch.full((8, 70), 123.0, device=device)
+    call(batch, apply_temperature=apply_temperature, processed_logits_out=out)
+
+    mapping = batch["idx_mapping"].long()
+    temp = batch["temperature"][mapping].unsqueeze(-1)
+    expected = batch["logits"]
+    if apply_temperature:
+        expected = torch.where(temp == 0, expected, expected / temp)
+    # Triton's fp32 division on the GPU is within 2 ulp of torch's.
+    torch.testing.assert_close(out[mapping], expected, rtol=1e-6, atol=0, equal_nan=True)
+    untouched = torch.ones(8, dtype=torch.bool, device=device)
+    untouched[mapping] = False
+    assert (out[untouched] == 123.0).all()
+
+
+@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+def test_nan_never_wins_and_inf_wins(device, use_fp64):
+    nan, inf = float("nan"), float("inf")
+    logits = torch.zeros(4, 40)
+    logits[0, :] = nan
+    logits[1, :] = -inf
+    logits[2, 5] = nan
+    logits[2, 6] = 50.0  # wins whatever the noise (noise < 25)
+    logits[3, 9] = inf
+    logits[3, 30] = inf
+    got = gumbel_sample(
+        logits.to(device),
+        torch.arange(4, dtype=torch.int32, device=device),
+        torch.ones(4, device=device),
+        torch.arange(4, device=device),
+        torch.zeros(4, dtype=torch.int64, device=device),
+        apply_temperature=True,
+        use_fp64=use_fp64,
+    )
+    assert got.tolist() == [0, 0, 6, 9]
+
+
+def test_empty_batch(device):
+    got = gumbel_sample(
+        torch.empty(0, 10, device=device),
+        torch.empty(0, dtype=torch.int32, device=device),
+        torch.ones(4, device=device),
+        torch.zeros(4, dtype=torch.int64, device=device),
+        torch.empty(0, dtype=torch.int64, device=device),
+        apply_temperature=True,
+    )
+    assert got.shape == (0,) and got.dtype == torch.int64
+
+
+@pytest.mark.parametrize(
+    "change, argument",
+    [
+        (dict(logits=torch.zeros(10)), "logits"),
+        (dict(logits=torch.zeros(3, 10, dtype=torch.int32)), "logits"),
+        (dict(idx_mapping=torch.zeros(2, dtype=torch.int32)), "idx_mapping"),
+        (dict(idx_mapping=torch.zeros(3)), "idx_mapping"),
+        (dict(pos=torch.zeros(3, dtype=torch.int32)), "pos"),
+        (dict(seeds=torch.zeros(4, dtype=torch.int32)), "seeds"),
+        (dict(temperature=torch.ones(4, dtype=torch.float64)), "temperature"),
+        (dict(seeds=torch.zeros(4, dtype=torch.int64, device="meta")), "seeds"),
+        (dict(processed_logits_out=torch.zeros(4, 9)), "processed_logits_out"),
+    ],
+)
+def test_bad_input_raises_value_error(change, argument):
+    args = dict(
+        logits=torch.zeros(3, 10),
+        idx_mapping=torch.zeros(3, dtype=torch.int32),
+        temperature=torch.ones(4),
+        seeds=torch.zeros(4, dtype=torch.int64),
+        pos=torch.zeros(3, dtype=torch.int64),
+        processed_logits_out=None,
+    )
+    args.update(change)
+    out = args.pop("processed_logits_out")
+    with pytest.raises(ValueError, match=argument):
+        gumbel_sample(**args, apply_temperature=True, processed_logits_out=out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_tokens, max_num_reqs", [(1, 4), (96, 128), (1024, 1024)])
+@pytest.mark.parametrize("vocab_size", [32000, 151936])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("apply_temperature", [False, True])
+def test_fp64_equals_stock_vllm(num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature):
+    """use_fp64=True gives vLLM 0.20's own tokens and processed logits."""
+    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
+
+    gen = torch.Generator(device="cuda").manual_seed(vocab_size + num_tokens)
+    logits = (torch.randn(num_tokens, vocab_size, generator=gen, device="cuda") * 4).to(dtype)
+    idx_mapping = torch.randperm(max_num_reqs, generator=gen, device="cuda")[:num_tokens]
+    idx_mapping = idx_mapping.to(torch.int32)
+    temperature = torch.rand(max_num_reqs, generator=gen, device="cuda") * 1.5 + 0.01
+    temperature[::7] = 0.0
+    temperature[1::7] = 1.0
+    seeds = torch.randint(
+        -(2**63), 2**63 - 1, (max_num_reqs,), generator=gen, device="cuda", dtype=torch.int64
+    )
+    pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen, device="cuda", dtype=torch.int64)
+    stock_processed = torch.full((max_num_reqs, vocab_size), 7.0, device="cuda")
+    our_processed = stock_processed.clone()
+
+    expected = stock_gumbel_sample(
+        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
+        processed_logits_out=stock_processed,
+    )
+    got = gumbel_sample(
+        logits, idx_mapping, temperature, seeds, pos,
+        apply_temperature=apply_temperature, use_fp64=True,
+        processed_logits_out=our_processed,
+    )
+    assert torch.equal(got, expected)
+    assert torch.equal(our_processed, stock_processed)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+@pytest.mark.parametrize("gap", [12.0, 14.0, 16.0])
+def test_noise_tail_samples_rare_token_at_true_rate(gap, use_fp64):
+    """V=2, logits [0, -gap], 2**30 draws: the rare token's count is within
+    5 sigma of N / (1 + e**gap). Noise capped near 16.6 (naive fp32
+    ``-log(-log(u))``) undercounts it by far more at gap 14 and 16."""
+    rows, launches = 1 << 22, 1 << 8
+    logits = torch.tensor([0.0, -gap], device="cuda").expand(rows, 2)
+    idx_mapping = torch.arange(rows, dtype=torch.int32, device="cuda")
+    temperature = torch.ones(rows, device="cuda")
+    seeds = torch.arange(rows, dtype=torch.int64, device="cuda")
+    rare = torch.zeros((), dtype=torch.int64, device="cuda")
+    for launch in range(launches):
+        pos = torch.full((rows,), launch, dtype=torch.int64, device="cuda")
+        tokens = gumbel_sample(
+            logits, idx_mapping, temperature, seeds, pos,
+            apply_temperature=False, use_fp64=use_fp64,
+        )
+        rare += tokens.sum()
+    draws = rows * launches
+    p = 1.0 / (1.0 + math.exp(gap))
+    mean, sigma = draws * p, math.sqrt(draws * p * (1 - p))
+    assert abs(rare.item() - mean) <= 5 * sigma, (rare.item(), mean, sigma)

@@ -1,0 +1,611 @@
+"""Rejection sampling (``vllm_sampling_plugin.ops.rejection``).
+
+Statistical tests use fixed seeds, so each is deterministic; a test fails when
+a chi-square p-value drops below ``P_MIN`` or a binomial count leaves
+``Z_MAX`` standard deviations around its expectation. Many rows with distinct
+seeds in one launch give many samples per launch (the Triton interpreter
+costs tens of milliseconds per program on CPU).
+"""
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+
+from vllm_sampling_plugin.ops import (
+    rejection_sample,
+    rejection_sample_packed,
+    unconditional_to_conditional_rates,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+# A correct sampler fails a single chi-square test with probability P_MIN.
+P_MIN = 1e-3
+# Two-sided binomial bound; 4 sigma keeps false alarms below 1e-4 per check.
+Z_MAX = 4.0
+
+
+def _chi_square_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
+    """Goodness of fit of integer samples to ``probs``, bins with expectation < 5 merged."""
+    counts = torch.bincount(samples.cpu(), minlength=probs.numel()).double()
+    probs = probs.double().cpu()
+    expected = probs / probs.sum() * samples.numel()
+    assert counts[expected == 0].sum() == 0, "sampled a token of probability 0"
+    order = torch.argsort(expected, descending=True)
+    observed_bins, expected_bins = [], []
+    for idx in order.tolist():
+        if expected[idx] == 0:
+            continue
+        if expected_bins and expected_bins[-1] < 5:
+            observed_bins[-1] += counts[idx].item()
+            expected_bins[-1] += expected[idx].item()
+        else:
+            observed_bins.append(counts[idx].item())
+            expected_bins.append(expected[idx].item())
+    if len(expected_bins) > 1 and expected_bins[-1] < 5:
+        last_observed, last_expected = observed_bins.pop(), expected_bins.pop()
+        observed_bins[-1] += last_observed
+        expected_bins[-1] += last_expected
+    return stats.chisquare(observed_bins, expected_bins).pvalue
+
+
+def _assert_binomial(count: int, trials: int, prob: float, what: str) -> None:
+    if prob in (0.0, 1.0):
+        assert count == prob * trials, f"{what}: {count}/{trials}, expected exactly {prob}"
+        return
+    sigma = math.sqrt(trials * prob * (1 - prob))
+    assert abs(count - trials * prob) <= Z_MAX * sigma, (
+        f"{what}: {count}/{trials}, expected {prob:.3f}"
+    )
+
+
+def _call(target_logits, drafts, draft_probs, temperature, seeds=None, positions=None, **kwargs):
+    batch_size = target_logits.shape[0]
+    device = target_logits.device
+    if seeds is None:
+        seeds = torch.arange(1000, 1000 + batch_size, dtype=torch.int64, device=device)
+    if positions is None:
+        positions = torch.arange(batch_size, dtype=torch.int64, device=device) * 7 + 3
+    if not isinstance(temperature, torch.Tensor):
+        temperature = torch.full((batch_size,), float(temperature), device=device)
+    return rejection_sample(
+        target_logits, drafts, draft_probs, temperature, seeds, positions, **kwargs
+    )
+
+
+def _greedy_reference(target_logits: torch.Tensor, drafts: torch.Tensor) -> list[list[int]]:
+    argmax = target_logits.argmax(dim=-1)
+    rows = []
+    for b in range(drafts.shape[0]):
+        n = 0
+        while n < drafts.shape[1] and drafts[b, n] == argmax[b, n]:
+            n += 1
+        rows.append(drafts[b, :n].tolist() + [argmax[b, n].item()])
+    return rows
+
+
+def _emitted(out: torch.Tensor, num: torch.Tensor) -> list[list[int]]:
+    return [out[b, : num[b]].tolist() for b in range(out.shape[0])]
+
+
+def _check_padding(out: torch.Tensor, num: torch.Tensor, vocab_size: int) -> None:
+    cols = torch.arange(out.shape[1], device=out.device)
+    emitted = cols[None, :] < num[:, None].long()
+    assert ((out >= 0) & (out < vocab_size))[emitted].all()
+    assert (out[~emitted] == -1).all()
+    assert ((num >= 1) & (num <= out.shape[1])).all()
+
+
+# p0, p1: the target distributions of logits 0 and 1 (temperature applied).
+_P0 = torch.tensor([0.45, 0.30, 0.15, 0.10, 0.0])
+_P1 = torch.tensor([0.05, 0.15, 0.20, 0.25, 0.35])
+_TEMPERATURE = 0.8
+
+
+def _target_logits(batch_size: int, num_logits: int) -> torch.Tensor:
+    """Rows whose softmax(logits / T) is _P0, _P1, then uniform; token 4 of p0 is masked."""
+    probs = torch.stack([_P0, _P1] + [torch.full((5,), 0.2)] * (num_logits - 2))
+    return (probs.log() * _TEMPERATURE)[None].expand(batch_size, -1, -1).contiguous()
+
+
+@pytest.mark.parametrize(
+    "draft_kind, use_fp64", [("probs", False), ("probs", True), ("point", False)]
+)
+def test_first_and_second_tokens_follow_target(device, draft_kind, use_fp64):
+    """Whatever q, token 0 ~ p0, and token 1 ~ p1 given an accepted draft 0.
+
+    Rows come in groups by draft 0: one whose q0 sits where p0 is small (most
+    drafts rejected, the residual decides), one with q0 disjoint from p0
+    (always rejected, the residual is p0) and one with q0 == p0 (probs; always
+    accepted) or the likeliest token (point drafts). Draft 1 is adversarial
+    for every row.
+    """
+    if draft_kind == "probs":
+        q0_groups = [
+            torch.tensor([0.05, 0.10, 0.25, 0.30, 0.30]),
+            torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]),
+            _P0,
+        ]
+        sizes = [120, 60, 100] if not use_fp64 else [60, 30, 60]
+        q1 = torch.tensor([0.60, 0.25, 0.10, 0.05, 0.0])
+        q0 = torch.cat([q.expand(n, -1) for q, n in zip(q0_groups, sizes)])
+        num_rows = q0.shape[0]
+        draft_probs = torch.stack([q0, q1.expand(num_rows, -1)], dim=1)
+        generator = torch.Generator().manual_seed(7)
+        drafts = torch.multinomial(draft_probs.reshape(-1, 5), 1, generator=generator).reshape(
+            num_rows, 2
+        )
+        accept_probs = [torch.minimum(_P0, q).sum().item() for q in q0_groups]
+        draft_probs = draft_probs.to(device)
+    else:
+        # n-gram drafts: fixed tokens, accepted with probability p(token).
+        first_drafts = [3, 4, 0]
+        sizes = [80, 60, 180]
+        num_rows = sum(sizes)
+        drafts = torch.tensor(sum(([[x, 0]] * n for x, n in zip(first_drafts, sizes)), []))
+        accept_probs = [_P0[x].item() for x in first_drafts]
+        draft_probs = None
+    out, num = _call(
+        _target_logits(num_rows, 3).to(device),
+        drafts.to(device),
+        draft_probs,
+        _TEMPERATURE,
+        use_fp64=use_fp64,
+    )
+    out, num = out.cpu(), num.cpu()
+    _check_padding(out, num, 5)
+
+    accepted = num >= 2
+    assert (out[accepted, 0] == drafts[accepted, 0]).all()
+    bounds = torch.tensor([0] + sizes).cumsum(0).tolist()
+    for lo, hi, accept_prob in zip(bounds, bounds[1:], accept_probs):
+        assert _chi_square_pvalue(out[lo:hi, 0], _P0) > P_MIN
+        # The acceptance test itself: draft 0 kept with probability sum(min(p0, q0)).
+        _assert_binomial(int(accepted[lo:hi].sum()), hi - lo, accept_prob, "draft 0 accepted")
+    assert _chi_square_pvalue(out[:, 0], _P0) > P_MIN
+    second = out[accepted, 1]
+    assert second.numel() >= 60
+    assert _chi_square_pvalue(second, _P1) > P_MIN
+
+
+@pytest.mark.parametrize("num_drafts", [1, 3, 8])
+@pytest.mark.parametrize("with_probs", [False, True])
+def test_greedy_is_longest_matching_prefix_then_argmax(device, num_drafts, with_probs):
+    num_rows, vocab = 8, 32  # 32 tokens: two vocabulary blocks
+    generator = torch.Generator().manual_seed(num_drafts)
+    target_logits = torch.randn(num_rows, num_drafts + 1, vocab, generator=generator)
+    argmax = target_logits.argmax(-1)
+    # Row b copies the argmax for its first b % (K + 1) drafts, then deviates.
+    drafts = argmax[:, :num_drafts].clone()
+    for b in range(num_rows):
+        prefix = b % (num_drafts + 1)
+        if prefix < num_drafts:
+            drafts[b, prefix] = (argmax[b, prefix] + 1 + b) % vocab
+    draft_probs = (
+        torch.softmax(torch.randn(num_rows, num_drafts, vocab, generator=generator), -1)
+        if with_probs
+        else None
+    )
+    out, num = _call(
+        target_logits.to(device),
+        drafts.to(device),
+        None if draft_probs is None else draft_probs.to(device),
+        0.0,
+    )
+    _check_padding(out.cpu(), num.cpu(), vocab)
+    assert _emitted(out.cpu(), num.cpu()) == _greedy_reference(target_logits, drafts)
+
+
+def test_greedy_ties_and_vocabulary_edges(device):
+    vocab = 64  # four vocabulary blocks
+    target_logits = torch.zeros(4, 3, vocab)
+    target_logits[0, 0, vocab - 1] = 5.0  # argmax at the last id
+    target_logits[0, 1, 0] = 5.0  # argmax at id 0
+    target_logits[0, 2, vocab - 1] = 5.0
+    target_logits[1, :, [17, 40]] = 3.0  # tie across blocks: the lower id wins
+    target_logits[2] = target_logits[0]
+    target_logits[3] = target_logits[0]
+    drafts = torch.tensor([[vocab - 1, 0], [17, 40], [vocab, 0], [-1, 0]])
+    out, num = _call(target_logits.to(device), drafts.to(device), None, 0.0)
+    # Ids outside [0, V) are never accepted.
+    assert _emitted(out.cpu(), num.cpu()) == [
+        [vocab - 1, 0, vocab - 1],
+        [17, 17],
+        [vocab - 1],
+        [vocab - 1],
+    ]
+
+
+@pytest.mark.parametrize("with_probs", [False, True])
+def test_random_rows_at_vocabulary_edges(device, with_probs):
+    """Drafts 0 and V - 1 holding almost all of p are accepted; ids outside [0, V) never are."""
+    vocab = 64
+    target_logits = torch.zeros(3, 3, vocab)
+    target_logits[:, 0, vocab - 1] = 40.0
+    target_logits[:, 1, 0] = 40.0
+    target_logits[:, 2, vocab - 1] = 40.0
+    drafts = torch.tensor([[vocab - 1, 0], [vocab, 0], [-1, 0]])
+    draft_probs = None
+    if with_probs:
+        draft_probs = torch.zeros(3, 2, vocab)
+        draft_probs[:, 0, vocab - 1] = 1.0
+        draft_probs[:, 1, 0] = 1.0
+        draft_probs = draft_probs.to(device)
+    out, num = _call(target_logits.to(device), drafts.to(device), draft_probs, 1.0)
+    assert _emitted(out.cpu(), num.cpu()) == [[vocab - 1, 0, vocab - 1], [vocab - 1], [vocab - 1]]
+
+
+def _length_to_rates(length: float, num_drafts: int) -> list[float]:
+    """vLLM 0.20's minimum-variance schedule for a mean acceptance length."""
+    accepted = length - 1
+    full = int(accepted)
+    return ([1.0] * full + [accepted - full] + [0.0] * (num_drafts - full - 1))[:num_drafts]
+
+
+@pytest.mark.parametrize(
+    "rates, with_probs",
+    [([0.9, 0.5, 0.2], True), (_length_to_rates(2.5, 3), False)],
+    ids=["rates", "length-2.5"],
+)
+def test_synthetic_acceptance_matches_configured_rates(device, rates, with_probs):
+    num_rows, num_drafts, vocab = (320 if len(set(rates) - {0.0, 1.0}) > 1 else 160), 3, 8
+    generator = torch.Generator().manual_seed(11)
+    target_logits = torch.randn(num_rows, num_drafts + 1, vocab, generator=generator)
+    drafts = torch.randint(0, vocab, (num_rows, num_drafts), generator=generator)
+    draft_probs = (
+        torch.softmax(torch.randn(num_rows, num_drafts, vocab, generator=generator), -1)
+        if with_probs
+        else None
+    )
+    temperature = torch.tensor([0.0, 0.7]).repeat(num_rows // 2)
+    out, num = _call(
+        target_logits.to(device),
+        drafts.to(device),
+        None if draft_probs is None else draft_probs.to(device),
+        temperature.to(device),
+        synthetic_rates=rates,
+    )
+    out, num = out.cpu(), num.cpu()
+    _check_padding(out, num, vocab)
+    num_accepted = num - 1
+    for i, rate in enumerate(rates):
+        _assert_binomial(int((num_accepted > i).sum()), num_rows, rate, f"position {i}")
+    for greedy in (True, False):
+        rows = (temperature == 0) == greedy
+        for i, rate in enumerate(rates):
+            _assert_binomial(
+                int((num_accepted[rows] > i).sum()),
+                int(rows.sum()),
+                rate,
+                f"position {i}, greedy={greedy}",
+            )
+    # Accepted positions emit the draft, whatever the tokens; greedy rejections the argmax.
+    for b in range(num_rows):
+        n = num_accepted[b].item()
+        assert out[b, :n].tolist() == drafts[b, :n].tolist()
+        if temperature[b] == 0:
+            assert out[b, n].item() == target_logits[b, n].argmax().item()
+
+
+def test_synthetic_rates_are_made_conditional():
+    assert unconditional_to_conditional_rates([0.8, 0.6, 0.3]) == pytest.approx([0.8, 0.75, 0.5])
+    assert unconditional_to_conditional_rates([1.0, 0.5, 0.0]) == [1.0, 0.5, 0.0]
+    assert unconditional_to_conditional_rates([0.5, 0.0, 0.0]) == [0.5, 0.0, 0.0]
+
+
+def test_non_finite_rows_stay_in_vocabulary_and_leave_other_rows_alone(device):
+    num_drafts, vocab = 2, 32
+    generator = torch.Generator().manual_seed(13)
+    clean = torch.randn(8, num_drafts + 1, vocab, generator=generator)
+    dirty = clean.clone()
+    dirty[1] = float("nan")  # all NaN
+    dirty[2, :, ::7] = float("nan")  # a few NaNs
+    dirty[3, :, clean[3].argmax(-1)] = float("nan")  # NaN at the top logit
+    dirty[4, :, 5] = float("inf")  # +inf entries
+    dirty[4, :, 20] = float("inf")
+    dirty[5, :, 9:30] = float("-inf")  # -inf entries
+    dirty[6] = float("-inf")  # all -inf
+    drafts = clean.argmax(-1)[:, :num_drafts].contiguous()
+    draft_probs = torch.softmax(torch.randn(8, num_drafts, vocab, generator=generator), -1)
+    for temperature in (0.0, 1.0):
+        for probs in (None, draft_probs):
+            args = (drafts.to(device), None if probs is None else probs.to(device), temperature)
+            clean_out, _ = _call(clean.to(device), *args)
+            out, num = _call(dirty.to(device), *args)
+            _check_padding(out.cpu(), num.cpu(), vocab)
+            for b in (0, 7):
+                assert out[b].tolist() == clean_out[b].tolist()
+            assert out[1, 0].item() == 0 and out[6, 0].item() == 0  # nothing finite: token 0
+            assert out[4, num[4] - 1].item() in (5, 20)
+            assert out[5, num[5] - 1].item() not in range(9, 30)
+
+
+def test_deterministic_and_batch_invariant(device):
+    num_drafts, vocab = 3, 32
+    generator = torch.Generator().manual_seed(17)
+    target_logits = torch.randn(6, num_drafts + 1, vocab, generator=generator)
+    drafts = torch.randint(0, vocab, (6, num_drafts), generator=generator)
+    drafts[:, 0] = target_logits[:, 0].argmax(-1)
+    draft_probs = torch.softmax(torch.randn(6, num_drafts, vocab, generator=generator), -1)
+    temperature = torch.tensor([0.0, 1.0, 0.6, 1.3, 0.0, 0.9])
+    seeds = torch.tensor([5, 6, 7, 8, 9, 10])
+    positions = torch.tensor([0, 100, 7, 31, 2, 64])
+
+    def run(rows, use_fp64):
+        out, num = rejection_sample(
+            target_logits[rows].to(device),
+            drafts[rows].to(device),
+            draft_probs[rows].to(device),
+            temperature[rows].to(device),
+            seeds[rows].to(device),
+            positions[rows].to(device),
+            use_fp64=use_fp64,
+        )
+        return out.cpu(), num.cpu()
+
+    for use_fp64 in (False, True):
+        out, num = run([0, 1, 2, 3, 4, 5], use_fp64)
+        again, again_num = run([0, 1, 2, 3, 4, 5], use_fp64)
+        assert torch.equal(out, again) and torch.equal(num, again_num)
+        permuted, permuted_num = run([5, 3, 1, 4, 2, 0], use_fp64)
+        assert torch.equal(permuted, out[[5, 3, 1, 4, 2, 0]]) and torch.equal(
+            permuted_num, num[[5, 3, 1, 4, 2, 0]]
+        )
+        single, single_num = run([3], use_fp64)
+        assert torch.equal(single[0], out[3]) and single_num[0] == num[3]
+
+
+def test_seed_and_position_change_the_draw(device):
+    num_rows, vocab = 64, 16
+    target_logits = torch.zeros(num_rows, 2, vocab)
+    drafts = torch.full((num_rows, 1), -1)  # never accepted: token 0 is a draw from p
+    seeds = torch.full((num_rows,), 42)
+    out, _ = _call(target_logits.to(device), drafts.to(device), None, 1.0, seeds=seeds.to(device))
+    # The same seed at 64 positions draws from the uniform p: not all equal.
+    assert out[:, 0].unique().numel() > 8
+
+
+def test_packed_layout_matches_public_api(device):
+    """Uneven drafts per request, a permuted slot mapping and Eagle's [slots, K, V] draft logits."""
+    num_spec, vocab = 3, 40
+    num_drafts = [3, 0, 1, 2, 3]
+    slots = [4, 1, 6, 2, 0]
+    generator = torch.Generator().manual_seed(19)
+    num_slots = 8
+    temperature = torch.tensor([0.9, 0.0, 1.0, 0.7, 1.2, 0.0, 0.5, 0.8])
+    seeds = torch.arange(50, 50 + num_slots)
+    draft_logits = torch.randn(num_slots, num_spec, vocab, generator=generator)
+    rows, draft_column, pos, cu = [], [], [], [0]
+    per_request = []
+    for r, (n, slot) in enumerate(zip(num_drafts, slots)):
+        logits = torch.randn(n + 1, vocab, generator=generator)
+        drafts = torch.randint(0, vocab, (n,), generator=generator)
+        start = 10 * r + 5
+        rows.append(logits / (temperature[slot] if temperature[slot] > 0 else 1.0))
+        draft_column += [7] + drafts.tolist()  # entry 0 is the previous token, unused
+        pos += list(range(start, start + n + 1))
+        cu.append(cu[-1] + n + 1)
+        per_request.append((logits, drafts, start))
+    sampled, num_sampled = rejection_sample_packed(
+        torch.cat(rows).to(device),
+        torch.tensor(draft_column, dtype=torch.int32, device=device),
+        torch.tensor(cu, dtype=torch.int32, device=device),
+        torch.tensor(slots, dtype=torch.int32, device=device),
+        torch.tensor(pos, dtype=torch.int64, device=device),
+        temperature.to(device),
+        seeds.to(device),
+        num_spec,
+        draft_logits.to(device),
+    )
+    assert sampled.shape == (5, num_spec + 1) and sampled.dtype == torch.int64
+    assert num_sampled.dtype == torch.int32
+    _check_padding(sampled.cpu(), num_sampled.cpu(), vocab)
+    for r, ((logits, drafts, start), slot) in enumerate(zip(per_request, slots)):
+        n = drafts.numel()
+        if n == 0:
+            # No drafts: the bonus position alone; greedy here, so its argmax.
+            assert num_sampled[r].item() == 1 and sampled[r, 0].item() == logits[0].argmax().item()
+            continue
+        expected, expected_num = rejection_sample(
+            logits[None].to(device),
+            drafts[None].to(device),
+            torch.softmax(draft_logits[slot, :n], -1)[None].to(device),
+            temperature[slot : slot + 1].to(device),
+            seeds[slot : slot + 1].to(device),
+            torch.tensor([start], device=device),
+        )
+        # Same streams and verdicts (q from softmax-then-log differs from the
+        # kernel's normalised logits by rounding only).
+        assert sampled[r, : num_sampled[r]].tolist() == expected[0, : expected_num[0]].tolist()
+
+
+def test_bad_inputs_raise_value_error_naming_the_argument(device):
+    logits = torch.zeros(2, 3, 8, device=device)
+    drafts = torch.zeros(2, 2, dtype=torch.int64, device=device)
+    temperature = torch.ones(2, device=device)
+    seeds = torch.zeros(2, dtype=torch.int64, device=device)
+    positions = torch.zeros(2, dtype=torch.int64, device=device)
+
+    def call(**overrides):
+        kwargs = dict(
+            target_logits=logits,
+            draft_token_ids=drafts,
+            draft_probs=None,
+            temperature=temperature,
+            seeds=seeds,
+            positions=positions,
+        )
+        kwargs.update(overrides)
+        return rejection_sample(**kwargs)
+
+    cases = [
+        ("target_logits", dict(target_logits=torch.zeros(2, 8, device=device))),
+        (
+            "target_logits",
+            dict(target_logits=torch.zeros(2, 3, 8, dtype=torch.int64, device=device)),
+        ),
+        ("draft_token_ids", dict(draft_token_ids=drafts.int())),
+        (
+            "draft_token_ids",
+            dict(draft_token_ids=torch.zeros(2, 3, dtype=torch.int64, device=device)),
+        ),
+        (
+            "draft_token_ids",
+            dict(target_logits=torch.zeros(2, 1, 8, device=device), draft_token_ids=drafts[:, :0]),
+        ),
+        ("draft_probs", dict(draft_probs=torch.ones(2, 2, 7, device=device))),
+        ("temperature", dict(temperature=torch.ones(3, device=device))),
+        ("temperature", dict(temperature=torch.tensor([1.0, -0.5], device=device))),
+        ("seeds", dict(seeds=seeds.int())),
+        ("positions", dict(positions=positions[:1])),
+        ("synthetic_rates", dict(synthetic_rates=[0.5])),
+        ("synthetic_rates", dict(synthetic_rates=[0.5, 1.5])),
+        ("synthetic_rates", dict(synthetic_rates=[0.2, 0.5])),
+    ]
+    for name, overrides in cases:
+        with pytest.raises(ValueError, match=name):
+            call(**overrides)
+
+
+_LARGE_VOCAB = 151936  # 19 blocks of 8192 (the last one partial), chunks of 2048 and 512
+
+
+def _packed_case(num_reqs: int, num_spec: int, logits_row: torch.Tensor, drafts: torch.Tensor):
+    """Packed runner inputs whose every target row is ``logits_row`` (a stride-0 view)."""
+    vocab = logits_row.numel()
+    num_logits = num_reqs * (num_spec + 1)
+    draft_sampled = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32, device="cuda")
+    draft_sampled[:, 1:] = drafts
+    return dict(
+        target_logits=logits_row[None].expand(num_logits, vocab),
+        draft_tokens=draft_sampled.view(-1),
+        cu_num_logits=torch.arange(num_reqs + 1, dtype=torch.int32, device="cuda") * (num_spec + 1),
+        idx_mapping=torch.arange(num_reqs, dtype=torch.int32, device="cuda"),
+        pos=torch.arange(num_logits, dtype=torch.int64, device="cuda"),
+        temperature=torch.ones(num_reqs, device="cuda"),
+        seeds=torch.arange(num_reqs, dtype=torch.int64, device="cuda") * 7919,
+        num_speculative_steps=num_spec,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("use_fp64", [False, True])
+@pytest.mark.parametrize("with_draft_logits", [False, True])
+def test_large_vocabulary_first_token_follows_target_gpu(use_fp64, with_draft_logits):
+    """200k requests over a real vocabulary: support at chunk and block edges and at V - 1."""
+    num_reqs = 200_000
+    tokens = torch.tensor(
+        [0, 511, 512, 2047, 2048, 8191, 8192, 80000, _LARGE_VOCAB - 1], device="cuda"
+    )
+    p = torch.tensor([0.2, 0.05, 0.1, 0.05, 0.1, 0.1, 0.15, 0.15, 0.1], device="cuda")
+    q = torch.tensor([0.01, 0.2, 0.02, 0.2, 0.02, 0.05, 0.1, 0.1, 0.3], device="cuda")
+    target_row = torch.full((_LARGE_VOCAB,), float("-inf"), device="cuda")
+    target_row[tokens] = p.log()
+    generator = torch.Generator(device="cuda").manual_seed(23)
+    if with_draft_logits:
+        draft_row = torch.full((_LARGE_VOCAB,), float("-inf"), device="cuda")
+        draft_row[tokens] = q.log() + 3.0  # unnormalised on purpose
+        draft_logits = draft_row[None, None].expand(num_reqs, 1, _LARGE_VOCAB)
+        drafts = tokens[torch.multinomial(q, num_reqs, replacement=True, generator=generator)]
+        accept_prob = torch.minimum(p, q).sum().item()
+    else:
+        draft_logits = None
+        drafts = torch.full((num_reqs,), _LARGE_VOCAB - 1, device="cuda")
+        accept_prob = p[-1].item()
+    sampled, num = rejection_sample_packed(
+        **_packed_case(num_reqs, 1, target_row, drafts[:, None]),
+        draft_logits=draft_logits,
+        use_fp64=use_fp64,
+    )
+    first = sampled[:, 0]
+    index = (first[:, None] == tokens[None]).int().argmax(-1)
+    assert torch.isin(first, tokens).all()
+    assert _chi_square_pvalue(index, p) > P_MIN
+    _assert_binomial(int((num == 2).sum()), num_reqs, accept_prob, "draft accepted")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_drafts", [1, 5])
+def test_large_vocabulary_greedy_gpu(num_drafts):
+    num_rows = 64
+    generator = torch.Generator(device="cuda").manual_seed(29)
+    target_logits = torch.randn(
+        num_rows, num_drafts + 1, _LARGE_VOCAB, generator=generator, device="cuda"
+    )
+    argmax = target_logits.argmax(-1)
+    drafts = argmax[:, :num_drafts].clone()
+    for b in range(num_rows):
+        prefix = b % (num_drafts + 1)
+        if prefix < num_drafts:
+            drafts[b, prefix] = (argmax[b, prefix] + 1 + 977 * b) % _LARGE_VOCAB
+    out, num = _call(target_logits, drafts, None, 0.0)
+    assert _emitted(out.cpu(), num.cpu()) == _greedy_reference(target_logits.cpu(), drafts.cpu())
+
+
+@pytest.mark.gpu
+def test_fp64_bonus_token_is_stock_vllm_sample_gpu():
+    """q == p accepts every draft; the bonus is then what vLLM 0.20's sampler draws there."""
+    stock = pytest.importorskip("vllm.v1.worker.gpu.sample.gumbel")
+    num_reqs, num_spec = 256, 2
+    generator = torch.Generator(device="cuda").manual_seed(31)
+    num_logits = num_reqs * (num_spec + 1)
+    target_logits = torch.randn(num_logits, _LARGE_VOCAB, generator=generator, device="cuda") * 3
+    rows = target_logits.view(num_reqs, num_spec + 1, _LARGE_VOCAB)
+    draft_logits = rows[:, :num_spec].contiguous()
+    drafts = torch.randint(
+        0, _LARGE_VOCAB, (num_reqs, num_spec), generator=generator, device="cuda"
+    )
+    case = _packed_case(num_reqs, num_spec, target_logits[0], drafts)
+    case["target_logits"] = target_logits
+    case["seeds"] = torch.randint(
+        -(2**63), 2**63 - 1, (num_reqs,), generator=generator, device="cuda"
+    )
+    sampled, num = rejection_sample_packed(**case, draft_logits=draft_logits, use_fp64=True)
+    assert (num == num_spec + 1).all()
+    bonus_rows = torch.arange(num_reqs, device="cuda") * (num_spec + 1) + num_spec
+    expected = stock.gumbel_sample(
+        target_logits[bonus_rows],
+        case["idx_mapping"],
+        case["temperature"],
+        case["seeds"],
+        case["pos"][bonus_rows],
+        apply_temperature=False,
+    )
+    assert torch.equal(sampled[:, num_spec], expected)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_matches_eager_gpu():
+    num_reqs, num_spec, vocab = 16, 3, 4096
+    generator = torch.Generator(device="cuda").manual_seed(37)
+
+    def fill(case, draft_logits):
+        case["target_logits"].copy_(
+            torch.randn(case["target_logits"].shape, generator=generator, device="cuda")
+        )
+        draft_logits.copy_(torch.randn(draft_logits.shape, generator=generator, device="cuda"))
+        case["draft_tokens"].copy_(
+            torch.randint(0, vocab, case["draft_tokens"].shape, generator=generator, device="cuda")
+        )
+
+    case = _packed_case(
+        num_reqs,
+        num_spec,
+        torch.zeros(vocab, device="cuda"),
+        torch.zeros(num_reqs, num_spec, device="cuda"),
+    )
+    case["target_logits"] = torch.empty(num_reqs * (num_spec + 1), vocab, device="cuda")
+    case["temperature"] = torch.tensor([0.0, 1.0, 0.7, 1.3] * (num_reqs // 4), device="cuda")
+    draft_logits = torch.empty(num_reqs, num_spec, vocab, device="cuda")
+    fill(case, draft_logits)
+    rejection_sample_packed(**case, draft_logits=draft_logits)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured, captured_num = rejection_sample_packed(**case, draft_logits=draft_logits)
+    for _ in range(3):
+        fill(case, draft_logits)
+        graph.replay()
+        eager, eager_num = rejection_sample_packed(**case, draft_logits=draft_logits)
+        assert torch.equal(captured, eager) and torch.equal(captured_num, eager_num)

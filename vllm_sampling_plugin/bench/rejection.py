@@ -1,0 +1,352 @@
+"""Latency of one rejection-sampling step: the plugin's fused kernel against stock vLLM 0.20.
+
+    python3 -m vllm_sampling_plugin.bench.rejection --out bench-results/rejection
+
+For B requests with K drafts each and V float32 logits, on the V2 runner's
+packed layout (``B * (K + 1)`` target rows, Eagle-style ``[B, K, V]`` draft
+logits equal to the target logits plus ``--draft-noise`` Gaussian noise, drafts
+drawn from the draft distribution, temperature ``--temperature``), it times
+(``triton.testing.do_bench`` median, L2 flushed before every call):
+
+* ``plugin_fp32`` / ``plugin_fp64``: ``ops.rejection_sample_packed`` in
+  standard mode, as the plugin's RejectionSampler calls it;
+* ``plugin_synthetic``: the same call in synthetic mode, with the per-position
+  acceptance that ``plugin_fp32`` measured on this case as its rates, so both
+  accept equally often and the columns compare like with like;
+* ``plugin_fp32_point``: standard mode without draft logits (n-gram drafts);
+* ``stock_probabilistic``: vLLM 0.20's ``probabilistic_rejection_sample`` on
+  the same tensors;
+* ``stock_synthetic``: what vLLM 0.20's synthetic method runs after the
+  sampling parameters are applied: the Sampler's ``gumbel_sample`` over every
+  logit, then ``synthetic_rejection_sample`` with the same rates.
+
+Every path first needs ``Sampler.apply_sampling_params`` (an FP32 copy of the
+logits plus penalties etc.), stock and plugin alike, so it is not timed.
+``<name>_pct_copy_bw`` is the bytes of the target and draft logits (read once)
+per second, as a share of a device-to-device copy measured in the same run;
+the plugin reads no row past a request's first rejection, so it can exceed
+what one full read would allow. ``speedup`` = stock_probabilistic /
+plugin_fp32, ``synthetic_over_standard`` = plugin_synthetic / plugin_fp32.
+Writes ``rejection.json``, and ``rejection.png`` when matplotlib is importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+
+import torch
+import triton
+
+from vllm_sampling_plugin.ops.rejection import (
+    rejection_sample_packed,
+    unconditional_to_conditional_rates,
+)
+
+
+@dataclasses.dataclass
+class Case:
+    """One benchmark point: the tensors vLLM 0.20's RejectionSampler holds."""
+
+    num_spec: int
+    target_logits: torch.Tensor  # [B * (K + 1), V] fp32, processed
+    draft_logits: torch.Tensor  # [B, K, V] fp32
+    draft_sampled: torch.Tensor  # [B * (K + 1)] int32: input_ids[logits_indices]
+    cu_num_logits: torch.Tensor  # [B + 1] int32
+    idx_mapping: torch.Tensor  # [B] int32
+    expanded_idx_mapping: torch.Tensor  # [B * (K + 1)] int32
+    expanded_local_pos: torch.Tensor  # [B * (K + 1)] int32
+    pos: torch.Tensor  # [B * (K + 1)] int64
+    temperature: torch.Tensor  # [B] fp32
+    seeds: torch.Tensor  # [B] int64
+    # [K] fp32, filled in from plugin_fp32's measured acceptance
+    conditional_rates: torch.Tensor | None = None
+
+
+def make_case(num_reqs: int, num_spec: int, vocab_size: int, args) -> Case:
+    gen = torch.Generator(device="cuda").manual_seed(num_reqs * 131 + num_spec)
+    num_logits = num_reqs * (num_spec + 1)
+    target_logits = (
+        torch.randn(num_logits, vocab_size, generator=gen, device="cuda") * args.logit_scale
+    )
+    rows = target_logits.view(num_reqs, num_spec + 1, vocab_size)[:, :num_spec]
+    draft_logits = rows + args.draft_noise * torch.randn(rows.shape, generator=gen, device="cuda")
+    # Drafts drawn from the draft distribution (Gumbel-max), as Eagle draws them.
+    uniform = torch.rand(draft_logits.shape, generator=gen, device="cuda").clamp_(min=1e-20)
+    drafts = (draft_logits / args.temperature - (-uniform.log()).log()).argmax(-1)
+    del uniform
+    draft_sampled = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32, device="cuda")
+    draft_sampled[:, 1:] = drafts
+    idx_mapping = torch.arange(num_reqs, dtype=torch.int32, device="cuda")
+    start_pos = torch.randint(0, 1 << 14, (num_reqs, 1), generator=gen, device="cuda")
+    return Case(
+        num_spec=num_spec,
+        target_logits=target_logits,
+        draft_logits=draft_logits.contiguous(),
+        draft_sampled=draft_sampled.view(-1),
+        cu_num_logits=torch.arange(num_reqs + 1, dtype=torch.int32, device="cuda") * (num_spec + 1),
+        idx_mapping=idx_mapping,
+        expanded_idx_mapping=idx_mapping.repeat_interleave(num_spec + 1),
+        expanded_local_pos=torch.arange(num_spec + 1, dtype=torch.int32, device="cuda").repeat(
+            num_reqs
+        ),
+        pos=(start_pos + torch.arange(num_spec + 1, device="cuda")).view(-1),
+        temperature=torch.full((num_reqs,), args.temperature, device="cuda"),
+        seeds=torch.randint(-(2**63), 2**63 - 1, (num_reqs,), generator=gen, device="cuda"),
+    )
+
+
+Candidate = Callable[[Case], Callable[[], object]]
+
+
+def plugin(use_fp64: bool = False, synthetic: bool = False, draft_logits: bool = True) -> Candidate:
+    def make(case: Case):
+        return lambda: rejection_sample_packed(
+            case.target_logits,
+            case.draft_sampled,
+            case.cu_num_logits,
+            idx_mapping=case.idx_mapping,
+            pos=case.pos,
+            temperature=case.temperature,
+            seeds=case.seeds,
+            num_speculative_steps=case.num_spec,
+            draft_logits=case.draft_logits if draft_logits else None,
+            synthetic_conditional_rates=case.conditional_rates if synthetic else None,
+            use_fp64=use_fp64,
+        )
+
+    return make
+
+
+def stock_probabilistic(case: Case):
+    from vllm.v1.worker.gpu.spec_decode.probabilistic_rejection_sampler_utils import (
+        probabilistic_rejection_sample,
+    )
+
+    return lambda: probabilistic_rejection_sample(
+        case.target_logits,
+        case.draft_logits,
+        case.draft_sampled,
+        case.cu_num_logits,
+        case.pos,
+        case.idx_mapping,
+        case.expanded_idx_mapping,
+        case.expanded_local_pos,
+        case.temperature,
+        case.seeds,
+        case.num_spec,
+    )
+
+
+def stock_synthetic(case: Case):
+    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample
+    from vllm.v1.worker.gpu.spec_decode.synthetic_rejection_sampler_utils import (
+        synthetic_rejection_sample,
+    )
+
+    def run():
+        target_sampled = gumbel_sample(
+            case.target_logits,
+            case.expanded_idx_mapping,
+            case.temperature,
+            case.seeds,
+            case.pos,
+            apply_temperature=False,
+        )
+        return synthetic_rejection_sample(
+            target_sampled,
+            case.draft_sampled,
+            case.cu_num_logits,
+            case.pos,
+            case.idx_mapping,
+            case.seeds,
+            case.conditional_rates,
+            case.num_spec,
+        )
+
+    return run
+
+
+CANDIDATES: dict[str, Candidate] = {
+    "plugin_fp32": plugin(),
+    "plugin_fp64": plugin(use_fp64=True),
+    "plugin_synthetic": plugin(synthetic=True),
+    "plugin_fp32_point": plugin(draft_logits=False),
+    "stock_probabilistic": stock_probabilistic,
+    "stock_synthetic": stock_synthetic,
+}
+
+
+def copy_bandwidth_gbps() -> float:
+    """Device-to-device copy bandwidth (read + write bytes per second)."""
+    src = torch.empty(256 * 2**20, dtype=torch.int32, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
+    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+
+
+def unconditional_acceptance(num_sampled: torch.Tensor, num_spec: int) -> list[float]:
+    """Share of requests whose first i + 1 drafts were all accepted, per i."""
+    accepted = (num_sampled - 1).float()
+    return [float((accepted > i).float().mean()) for i in range(num_spec)]
+
+
+def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> dict:
+    row: dict = {
+        "B": case.idx_mapping.numel(),
+        "K": case.num_spec,
+        "V": case.target_logits.shape[1],
+    }
+    # The acceptance that synthetic mode is asked to reproduce.
+    _, num_sampled = plugin()(case)()
+    rates = unconditional_acceptance(num_sampled, case.num_spec)
+    row["acceptance"] = rates
+    row["mean_emitted"] = float(num_sampled.float().mean())
+    case.conditional_rates = torch.tensor(
+        unconditional_to_conditional_rates(rates), dtype=torch.float32, device="cuda"
+    )
+    _, synthetic_num_sampled = plugin(synthetic=True)(case)()
+    row["synthetic_mean_emitted"] = float(synthetic_num_sampled.float().mean())
+
+    input_bytes = (case.target_logits.numel() + case.draft_logits.numel()) * 4
+    for name in names:
+        if name in notes:
+            continue
+        try:
+            call = CANDIDATES[name](case)
+        except Exception as exc:  # vLLM missing: one note per column
+            notes[name] = f"unavailable: {type(exc).__name__}: {exc}"[:300]
+            continue
+        try:
+            us = triton.testing.do_bench(call, return_mode="median") * 1e3
+        except Exception as exc:  # an OOM or a kernel failure must not end the run
+            row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            continue
+        row[f"{name}_us"] = us
+        row[f"{name}_pct_copy_bw"] = 100 * input_bytes / (us * 1e-6) / 1e9 / bandwidth
+    if "plugin_fp32_us" in row and "stock_probabilistic_us" in row:
+        row["speedup"] = row["stock_probabilistic_us"] / row["plugin_fp32_us"]
+    if "plugin_fp32_us" in row and "plugin_synthetic_us" in row:
+        row["synthetic_over_standard"] = row["plugin_synthetic_us"] / row["plugin_fp32_us"]
+    return row
+
+
+def print_table(results: list[dict], names: list[str]) -> None:
+    shown = [n for n in names if any(f"{n}_us" in r for r in results)]
+    print(
+        f"{'B':>4} {'K':>2} {'emitted':>7} "
+        + " ".join(f"{n:>21}" for n in shown)
+        + "  speedup  synth/std"
+    )
+    for r in results:
+        cells = [
+            f"{r[f'{n}_us']:>11.1f}us ({r[f'{n}_pct_copy_bw']:>4.0f}%)"
+            if f"{n}_us" in r
+            else f"{'-':>21}"
+            for n in shown
+        ]
+        speedup = f"{r['speedup']:>8.2f}x" if "speedup" in r else f"{'-':>9}"
+        ratio = (
+            f"{r['synthetic_over_standard']:>9.2f}"
+            if "synthetic_over_standard" in r
+            else f"{'-':>10}"
+        )
+        print(
+            f"{r['B']:>4} {r['K']:>2} {r['mean_emitted']:>7.2f} "
+            + " ".join(cells)
+            + f" {speedup} {ratio}"
+        )
+
+
+def plot(results: list[dict], names: list[str], gpu: str, path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    spec_counts = sorted({r["K"] for r in results})
+    fig, axes = plt.subplots(1, len(spec_counts), figsize=(5 * len(spec_counts), 4), squeeze=False)
+    for ax, num_spec in zip(axes[0], spec_counts):
+        case = sorted((r for r in results if r["K"] == num_spec), key=lambda r: r["B"])
+        for name in names:
+            points = [(r["B"], r[f"{name}_us"]) for r in case if f"{name}_us" in r]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=name)
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="requests B",
+            ylabel="us",
+            title=f"K={num_spec}, V={case[0]['V']}",
+        )
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"Rejection sampling step, median ({gpu})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="bench-results/rejection", help="output directory")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256])
+    parser.add_argument(
+        "--num-spec", type=int, nargs="+", default=[1, 3, 5], help="drafts per request (K)"
+    )
+    parser.add_argument("--vocab-size", type=int, default=151936)
+    parser.add_argument("--columns", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument(
+        "--logit-scale", type=float, default=3.0, help="target logits ~ N(0, scale^2)"
+    )
+    parser.add_argument(
+        "--draft-noise",
+        type=float,
+        default=0.5,
+        help="draft logits = target logits + N(0, noise^2); sets the acceptance rate",
+    )
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("the rejection benchmark needs a CUDA GPU")
+    os.makedirs(args.out, exist_ok=True)
+    gpu = torch.cuda.get_device_name()
+    bandwidth = copy_bandwidth_gbps()
+    print(f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write)")
+
+    notes: dict = {}
+    results = []
+    for num_spec in args.num_spec:
+        for num_reqs in args.batch_sizes:
+            case = make_case(num_reqs, num_spec, args.vocab_size, args)
+            results.append(bench_case(case, args.columns, bandwidth, notes))
+            del case
+            torch.cuda.empty_cache()
+    print_table(results, args.columns)
+    for name, note in notes.items():
+        print(f"{name}: {note}")
+    report = {
+        "gpu": gpu,
+        "copy_bandwidth_gbps": bandwidth,
+        "temperature": args.temperature,
+        "logit_scale": args.logit_scale,
+        "draft_noise": args.draft_noise,
+        "notes": notes,
+        "results": results,
+    }
+    with open(os.path.join(args.out, "rejection.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    if plot(results, args.columns, gpu, os.path.join(args.out, "rejection.png")):
+        print(f"wrote {args.out}/rejection.json and rejection.png")
+    else:
+        print(f"wrote {args.out}/rejection.json (no matplotlib: no plot)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

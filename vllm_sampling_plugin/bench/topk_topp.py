@@ -1,0 +1,285 @@
+"""Latency of top-k/top-p sampling: the plugin's fused kernel against FlashInfer and vLLM.
+
+    python3 -m vllm_sampling_plugin.bench.topk_topp --out bench-results/topk_topp
+    vllm-sampling-plugin bench topk_topp --top-k 0 --top-p 0.95
+
+For B rows of V float32 logits (temperature already applied, as the V2
+runner's sampler has them) with top_k=50, top_p=0.9 per row it times
+(``triton.testing.do_bench`` median):
+
+* ``fused_fp32`` / ``fused_fp64``: ``ops.topk_topp.top_k_top_p_sample``, one
+  seed per request (every row its own seed: per-request seeds cost nothing);
+* ``masked_plugin_gumbel``: the plugin's other route, ``ops.masking`` then
+  ``ops.gumbel.gumbel_sample`` (FP32): the tokens ``fused_fp32`` must equal;
+* ``flashinfer``: ``flashinfer.sampling.top_k_top_p_sampling_from_logits``
+  (``deterministic=True``, as vLLM calls it);
+* ``vllm_pytorch_gumbel``: vLLM 0.20's sort-based ``apply_top_k_top_p_pytorch``
+  followed by its stock ``gumbel_sample`` (FP64), on a copy of the logits
+  (the masking works in place); ``logits_copy`` is that copy alone;
+* every column also gets ``<name>_pct_copy_bw``: the logits' bytes read once
+  per call as a share of a device-to-device copy measured in the same run.
+
+``fused_matches_masked`` checks ``fused_fp32`` against ``masked_plugin_gumbel``
+token for token. ``bench/sampler.py`` adds ``fused_topk_topp`` (below) as a
+column of its own table. Writes ``topk_topp.json``, and ``topk_topp.png``
+when matplotlib is importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+
+import torch
+import triton
+
+from vllm_sampling_plugin.ops.topk_topp import DEFAULT_TUNING, top_k_top_p_sample
+
+
+@dataclasses.dataclass
+class Case:
+    """Runner-style state tensors for B rows (one request slot per row)."""
+
+    logits: torch.Tensor  # [B, V] fp32, temperature applied
+    idx_mapping: torch.Tensor  # [B] int32
+    temperature: torch.Tensor  # [B] fp32
+    seeds: torch.Tensor  # [B] int64
+    pos: torch.Tensor  # [B] int64
+    top_k: torch.Tensor  # [B] int32
+    top_p: torch.Tensor  # [B] fp32
+    apply_temperature: bool = False
+
+
+def make_case(num_rows: int, vocab_size: int, top_k: int, top_p: float, scale: float) -> Case:
+    gen = torch.Generator(device="cuda").manual_seed(num_rows * 7 + vocab_size)
+    return Case(
+        logits=torch.randn(num_rows, vocab_size, generator=gen, device="cuda") * scale,
+        idx_mapping=torch.arange(num_rows, dtype=torch.int32, device="cuda"),
+        temperature=torch.rand(num_rows, generator=gen, device="cuda") + 0.5,
+        seeds=torch.randint(-(2**63), 2**63 - 1, (num_rows,), generator=gen, device="cuda"),
+        pos=torch.randint(0, 1 << 16, (num_rows,), generator=gen, device="cuda"),
+        top_k=torch.full((num_rows,), top_k, dtype=torch.int32, device="cuda"),
+        top_p=torch.full((num_rows,), top_p, dtype=torch.float32, device="cuda"),
+    )
+
+
+def fused_topk_topp(use_fp64: bool = False) -> Callable:
+    """A benchmark candidate: turns a case with the attributes of ``Case``
+    (``bench/sampler.py``'s has them) into the zero-argument call to time."""
+
+    def make(case):
+        return lambda: top_k_top_p_sample(
+            case.logits,
+            case.idx_mapping,
+            case.temperature,
+            case.seeds,
+            case.pos,
+            case.top_k,
+            case.top_p,
+            apply_temperature=case.apply_temperature,
+            use_fp64=use_fp64,
+        )
+
+    return make
+
+
+def masked_plugin_gumbel(case: Case):
+    from vllm_sampling_plugin.ops.gumbel import gumbel_sample
+    from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
+
+    work = torch.empty_like(case.logits)
+
+    def call():
+        masked = mask_top_k_top_p_(work.copy_(case.logits), case.top_k, case.top_p)
+        return gumbel_sample(
+            masked,
+            case.idx_mapping,
+            case.temperature,
+            case.seeds,
+            case.pos,
+            apply_temperature=case.apply_temperature,
+        )
+
+    return call
+
+
+def flashinfer(case: Case):
+    from flashinfer.sampling import top_k_top_p_sampling_from_logits
+
+    return lambda: top_k_top_p_sampling_from_logits(
+        case.logits, case.top_k, case.top_p, deterministic=True
+    )
+
+
+def vllm_pytorch_gumbel(case: Case):
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
+
+    work = torch.empty_like(case.logits)
+
+    def call():
+        masked = apply_top_k_top_p_pytorch(work.copy_(case.logits), case.top_k, case.top_p)
+        return stock_gumbel_sample(
+            masked,
+            case.idx_mapping,
+            case.temperature,
+            case.seeds,
+            case.pos,
+            case.apply_temperature,
+        )
+
+    return call
+
+
+def logits_copy(case: Case):
+    work = torch.empty_like(case.logits)
+    return lambda: work.copy_(case.logits)
+
+
+CANDIDATES: dict[str, Callable] = {
+    "fused_fp32": fused_topk_topp(use_fp64=False),
+    "fused_fp64": fused_topk_topp(use_fp64=True),
+    "masked_plugin_gumbel": masked_plugin_gumbel,
+    "flashinfer": flashinfer,
+    "vllm_pytorch_gumbel": vllm_pytorch_gumbel,
+    "logits_copy": logits_copy,
+}
+
+
+def copy_bandwidth_gbps() -> float:
+    """Device-to-device copy bandwidth (read + write bytes per second)."""
+    src = torch.empty(256 * 2**20, dtype=torch.int32, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
+    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+
+
+def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> dict:
+    num_rows, vocab_size = case.logits.shape
+    logits_bytes = case.logits.numel() * case.logits.element_size()
+    row: dict = {"B": num_rows, "V": vocab_size}
+    calls = {}
+    for name in names:
+        if name in notes:
+            continue
+        try:
+            calls[name] = CANDIDATES[name](case)
+        except Exception as exc:  # an optional library missing: one note per column
+            notes[name] = f"unavailable: {type(exc).__name__}: {exc}"[:300]
+    for name, call in calls.items():
+        try:
+            us = triton.testing.do_bench(call, return_mode="median") * 1e3
+        except Exception as exc:  # an OOM or a kernel failure must not end the run
+            row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            continue
+        row[f"{name}_us"] = us
+        row[f"{name}_pct_copy_bw"] = 100 * logits_bytes / (us * 1e-6) / 1e9 / bandwidth
+    if "fused_fp32" in calls and "masked_plugin_gumbel" in calls:
+        row["fused_matches_masked"] = bool(
+            torch.equal(calls["fused_fp32"](), calls["masked_plugin_gumbel"]())
+        )
+    return row
+
+
+def print_table(results: list[dict], names: list[str]) -> None:
+    shown = [n for n in names if any(f"{n}_us" in r for r in results)]
+    print(f"{'B':>5} {'V':>7} " + " ".join(f"{n:>22}" for n in shown) + "  matches")
+    for r in results:
+        cells = [
+            f"{r[f'{n}_us']:>12.1f}us ({r[f'{n}_pct_copy_bw']:>4.0f}%)"
+            if f"{n}_us" in r
+            else f"{'-':>22}"
+            for n in shown
+        ]
+        match = {True: "yes", False: "NO", None: "-"}[r.get("fused_matches_masked")]
+        print(f"{r['B']:>5} {r['V']:>7} " + " ".join(cells) + f"  {match:>7}")
+
+
+def plot(results: list[dict], names: list[str], title: str, path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    vocab_sizes = sorted({r["V"] for r in results})
+    fig, axes = plt.subplots(1, len(vocab_sizes), figsize=(5 * len(vocab_sizes), 4), squeeze=False)
+    for ax, vocab_size in zip(axes[0], vocab_sizes):
+        case = sorted((r for r in results if r["V"] == vocab_size), key=lambda r: r["B"])
+        for name in names:
+            points = [(r["B"], r[f"{name}_us"]) for r in case if f"{name}_us" in r]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=name)
+        ax.set(xscale="log", yscale="log", xlabel="batch B", ylabel="us", title=f"V={vocab_size}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="bench-results/topk_topp", help="output directory")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256, 1024])
+    parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[151936])
+    parser.add_argument("--top-k", type=int, default=50, help="per row; 0 turns top-k off")
+    parser.add_argument("--top-p", type=float, default=0.9, help="per row; 1 turns top-p off")
+    parser.add_argument(
+        "--logit-scale",
+        type=float,
+        default=3.0,
+        help="logits are N(0, scale^2); a small scale flattens the distribution "
+        "(top-p alone then needs the exact whole-row path)",
+    )
+    parser.add_argument(
+        "--columns", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES)
+    )
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("the top-k/top-p benchmark needs a CUDA GPU")
+    os.makedirs(args.out, exist_ok=True)
+    gpu = torch.cuda.get_device_name()
+    bandwidth = copy_bandwidth_gbps()
+    print(
+        f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write); "
+        f"top_k={args.top_k}, top_p={args.top_p}, logits ~ N(0, {args.logit_scale}^2)"
+    )
+    notes: dict = {}
+    results = []
+    for vocab_size in args.vocab_sizes:
+        for num_rows in args.batch_sizes:
+            case = make_case(num_rows, vocab_size, args.top_k, args.top_p, args.logit_scale)
+            results.append(bench_case(case, args.columns, bandwidth, notes))
+            del case
+            torch.cuda.empty_cache()
+    print_table(results, args.columns)
+    for name, note in notes.items():
+        print(f"{name}: {note}")
+    report = {
+        "gpu": gpu,
+        "copy_bandwidth_gbps": bandwidth,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "logit_scale": args.logit_scale,
+        "tuning": dataclasses.asdict(DEFAULT_TUNING),
+        "notes": notes,
+        "results": results,
+    }
+    with open(os.path.join(args.out, "topk_topp.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    title = f"top-k {args.top_k} / top-p {args.top_p} sampling, median ({gpu})"
+    if plot(results, args.columns, title, os.path.join(args.out, "topk_topp.png")):
+        print(f"wrote {args.out}/topk_topp.json and topk_topp.png")
+    else:
+        print(f"wrote {args.out}/topk_topp.json (no matplotlib: no plot)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
