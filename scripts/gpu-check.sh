@@ -20,10 +20,10 @@ run() {
 for step in "$@"; do
   case $step in
     info) run info vllm-sampling-plugin info ;;
-    ops) run ops python3 -m pytest -q -m gpu -p no:cacheprovider tests/ops/test_gumbel.py tests/ops/test_sample.py tests/ops/test_masking.py ;;
-    ngram) run ngram python3 -m pytest -q -m gpu -p no:cacheprovider tests/ops/test_ngram.py tests/integration/test_ngram_speculator.py ;;
-    rejection) run rejection python3 -m pytest -q -m gpu -p no:cacheprovider tests/ops/test_rejection.py ;;
-    topk) run topk python3 -m pytest -q -m gpu -p no:cacheprovider tests/ops/test_topk_topp.py ;;
+    ops) run ops python3 -m pytest -q -p no:cacheprovider tests/ops/test_gumbel.py tests/ops/test_sample.py tests/ops/test_masking.py ;;
+    ngram) run ngram python3 -m pytest -q -p no:cacheprovider tests/ops/test_ngram.py tests/integration/test_ngram_speculator.py ;;
+    rejection) run rejection python3 -m pytest -q -p no:cacheprovider tests/ops/test_rejection.py ;;
+    topk) run topk python3 -m pytest -q -p no:cacheprovider tests/ops/test_topk_topp.py ;;
     e2e) run e2e python3 -m pytest -q -s -p no:cacheprovider tests/e2e ;;
     bench-sampler) run bench-sampler python3 -m vllm_sampling_plugin.bench.sampler --out "$out/sampler" ;;
     bench-topk) run bench-topk python3 -m vllm_sampling_plugin.bench.topk_topp --out "$out/topk_topp" ;;
