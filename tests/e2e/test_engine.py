@@ -49,7 +49,9 @@ def tiny_model(tmp_path_factory) -> str:
 
 def run_engine(model: str, kwargs: str, body: str, env: dict[str, str] | None = None) -> dict:
     code = ENGINE.format(probe=PROBE_RUNNER, model=model, kwargs=kwargs) + body
-    out = run_python(code, env={"VLLM_USE_V2_MODEL_RUNNER": "1", **(env or {})}, timeout=900)
+    # collective_rpc ships the probe function to the engine process by pickle.
+    env = {"VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **(env or {})}
+    out = run_python(code, env=env, timeout=900)
     result = json.loads(out.strip().splitlines()[-1])
     print(json.dumps(result, indent=1))
     return result

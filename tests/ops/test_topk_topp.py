@@ -22,7 +22,7 @@ from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import TopKTopPTuning, top_k_top_p_sample
 
-SMALL = TopKTopPTuning(chunk=64, capacity=8, short_list=16, chunk_warps=2, row_warps=2, row_block=64)
+SMALL = TopKTopPTuning(chunk=64, group=8, short_list=16, chunk_warps=2, row_warps=2, row_block=64)
 DEFAULT = TopKTopPTuning()
 TUNINGS = {"default": DEFAULT, "small": SMALL}
 

@@ -11,16 +11,17 @@ the algorithm and its cost.
 Two kernels, and no host synchronisation:
 
 1. ``_chunk_kernel``, one program per (row, chunk of ``CHUNK`` tokens), reads
-   the logits once. It writes the chunk's max and argmax, and lists the
-   chunk's ``CAPACITY`` largest logits with their ids together with the
-   chunk's *floor*: every token it did not list has a key at or below the
-   floor. Rows without top-k/top-p draw their chunk's Gumbel winner instead.
+   the logits once. It writes the chunk's max and argmax, lists the two
+   largest logits of every group of ``GROUP`` tokens with their ids, and the
+   chunk's *floor*: the largest logit it left out. Rows without top-k/top-p
+   draw their chunk's Gumbel winner instead.
 2. ``_row_kernel``, one program per row, merges the lists. Above the highest
-   floor the lists hold every token of the row, so when the thresholds
-   found on the lists lie above it (always, for top_k <= CAPACITY without
-   heavy ties) they are the row's thresholds, and the row is drawn from the
-   lists: Gumbel noise for a few hundred tokens only. Otherwise the program
-   finishes the row on the exact whole-row path (``topk_topp_exact.py``).
+   floor the lists hold every token of the row, so when the top-k (or, alone,
+   the top-p) cut found on the lists lies above it, it is the row's cut and
+   the row is drawn from the lists: Gumbel noise for at most ``SHORT``
+   tokens. That is the common case for top_k in the tens or low hundreds.
+   Otherwise the program finishes the row on the exact whole-row path
+   (``topk_topp_exact.py``).
 """
 
 from __future__ import annotations
@@ -52,15 +53,16 @@ class TopKTopPTuning:
 
     # Tokens per program of the first kernel (power of two).
     chunk: int = 4096
-    # Tokens each chunk lists (power of two). Rows with top_k <= capacity
-    # resolve from the lists unless ties at a chunk's floor push it up.
-    capacity: int = 64
-    # The row kernel keeps the row's `short_list` largest listed tokens and
-    # compares them pairwise (power of two). Rows with top_k <= short_list
-    # resolve unless ties push the floor up.
+    # A chunk lists the two largest logits of every `group` consecutive
+    # tokens (power of two): 128 per chunk by default, ~4700 per row of
+    # 151936. Rows are decided from the lists unless three of their top
+    # tokens share a group (rare for top_k in the tens or low hundreds).
+    group: int = 64
+    # Listed tokens the row kernel keeps and compares pairwise (power of
+    # two); a decided row has at most this many candidates.
     short_list: int = 128
     chunk_warps: int = 8
-    row_warps: int = 8
+    row_warps: int = 16
     # Tokens per loop step of the exact whole-row path (power of two).
     row_block: int = 2048
 
@@ -68,6 +70,8 @@ class TopKTopPTuning:
 DEFAULT_TUNING = TopKTopPTuning()
 # Buckets of the histogram that chooses what a chunk (or the short list) keeps.
 NUM_BUCKETS = tl.constexpr(32)
+# Tokens per step when a chunk of an unfiltered row draws its Gumbel winner.
+GUMBEL_TILE = 1024
 
 
 @triton.jit
@@ -76,9 +80,8 @@ def _chunk_kernel(
     chunk_best_id_ptr,  # [num_tokens, num_chunks] int32
     chunk_mass_ptr,  # [num_tokens, num_chunks] fp32
     chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    num_listed_ptr,  # [num_tokens, num_chunks] int32
-    listed_logits_ptr,  # [num_tokens, num_chunks, CAPACITY] fp32
-    listed_ids_ptr,  # [num_tokens, num_chunks, CAPACITY] int32
+    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
+    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
     logits_ptr,  # [num_tokens, vocab]
     logits_row_stride,
     logits_col_stride,
@@ -90,7 +93,9 @@ def _chunk_kernel(
     top_p_ptr,  # [max_num_reqs] fp32
     vocab_size,
     CHUNK: tl.constexpr,
-    CAPACITY: tl.constexpr,
+    GROUP: tl.constexpr,
+    LIST: tl.constexpr,
+    TILE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     USE_FP64: tl.constexpr,
 ):
@@ -103,58 +108,97 @@ def _chunk_kernel(
     filter_p = tl.load(top_p_ptr + req) < 1.0
 
     chunk_start = chunk * CHUNK
-    token_ids, in_vocab, x = load_logits_block(
-        logits_ptr + token.to(tl.int64) * logits_row_stride,
-        logits_col_stride,
-        chunk_start,
-        temperature,
-        vocab_size,
-        CHUNK,
-        APPLY_TEMPERATURE,
-    )
+    logits_row_ptr = logits_ptr + token.to(tl.int64) * logits_row_stride
     out = token.to(tl.int64) * tl.num_programs(1) + chunk
     score_dtype: tl.constexpr = tl.float64 if USE_FP64 else tl.float32
 
     if (temperature != 0.0) & ~(filter_k | filter_p):
-        # Nothing to filter: this chunk's Gumbel winner, as the Gumbel kernel.
+        # Nothing to filter: this chunk's Gumbel winner, as the Gumbel kernel
+        # finds it. Tile by tile, to keep the noise's registers low.
         key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token))
-        score = x.to(score_dtype) + gumbel_block(key, chunk_start, CHUNK, USE_FP64)
-        best = tl.max(score, axis=0)
-        tl.store(chunk_best_ptr + out, best)
+        best = tl.full([TILE], float("-inf"), score_dtype)
+        best_ids = chunk_start + tl.arange(0, TILE)
+        for tile in tl.static_range(CHUNK // TILE):
+            start = chunk_start + tile * TILE
+            tile_ids, _, tile_logits = load_logits_block(
+                logits_row_ptr, logits_col_stride, start, temperature, vocab_size,
+                1, TILE, APPLY_TEMPERATURE,
+            )
+            score = tile_logits.to(score_dtype) + gumbel_block(key, start, TILE, USE_FP64)
+            # Strictly greater: the earlier token keeps a tie.
+            wins = score > best
+            best = tl.where(wins, score, best)
+            best_ids = tl.where(wins, tile_ids, best_ids)
+        chunk_best = tl.max(best, axis=0)
+        tl.store(chunk_best_ptr + out, chunk_best)
         tl.store(
             chunk_best_id_ptr + out,
-            tl.min(tl.where(score == best, token_ids, vocab_size), axis=0),
+            tl.min(tl.where(best == chunk_best, best_ids, vocab_size), axis=0),
         )
     else:
-        # The max and its lowest id: greedy rows and rows with an infinite
-        # max need nothing else, the others need the max for their masses.
-        chunk_max = tl.max(x, axis=0)
-        tl.store(chunk_best_ptr + out, chunk_max.to(score_dtype))
-        tl.store(
-            chunk_best_id_ptr + out,
-            tl.min(tl.where(x == chunk_max, token_ids, vocab_size), axis=0),
+        # [groups, GROUP]: a group's tokens sit in neighbouring lanes, so the
+        # per-group reductions stay within a warp.
+        token_ids, in_vocab, x = load_logits_block(
+            logits_row_ptr, logits_col_stride, chunk_start, temperature, vocab_size,
+            CHUNK // GROUP, GROUP, APPLY_TEMPERATURE,
         )
-        if temperature != 0.0:
+        if temperature == 0.0:
+            # Greedy: the max and its lowest id.
+            chunk_max = tl.max(tl.max(x, axis=1), axis=0)
+            chunk_argmax = tl.min(
+                tl.min(tl.where(x == chunk_max, token_ids, vocab_size), axis=1), axis=0
+            )
+        else:
+            listed, listed_ids, floor = _two_largest_per_group(x, token_ids, vocab_size)
+            lanes = out * LIST + tl.arange(0, LIST)
+            tl.store(listed_logits_ptr + lanes, listed)
+            tl.store(listed_ids_ptr + lanes, listed_ids)
+            tl.store(chunk_floor_ptr + out, floor.to(tl.int32, bitcast=True))
+            # The chunk's max is its largest listed logit, with the lowest id.
+            chunk_max = tl.max(listed, axis=0)
+            chunk_argmax = tl.min(tl.where(listed == chunk_max, listed_ids, vocab_size), axis=0)
             if filter_p & ~filter_k:
                 # Top-p over the whole row needs the row's total mass.
                 mass = tl.where(x == chunk_max, 1.0, tl.exp(x - chunk_max))
-                tl.store(chunk_mass_ptr + out, tl.sum(tl.where(in_vocab, mass, 0.0), axis=0))
-            listed, floor = _list_largest(x, in_vocab, chunk_max, CAPACITY)
-            slot = out * CAPACITY + tl.cumsum(listed.to(tl.int32), axis=0) - 1
-            tl.store(listed_logits_ptr + slot, x, mask=listed)
-            tl.store(listed_ids_ptr + slot, token_ids, mask=listed)
-            tl.store(num_listed_ptr + out, tl.sum(listed.to(tl.int32), axis=0))
-            tl.store(chunk_floor_ptr + out, floor.to(tl.int32, bitcast=True))
+                mass = tl.where(in_vocab, mass, 0.0)
+                tl.store(chunk_mass_ptr + out, tl.sum(tl.sum(mass, axis=1), axis=0))
+        # Greedy rows and rows whose max is +-inf are decided by these.
+        tl.store(chunk_best_ptr + out, chunk_max.to(score_dtype))
+        tl.store(chunk_best_id_ptr + out, chunk_argmax)
+
+
+@triton.jit
+def _two_largest_per_group(x, token_ids, vocab_size):
+    """The two largest logits of every group (row of ``x``), lowest id first
+    among equals, with their ids; and the *floor*: the key of the largest
+    logit left out. Every token above the floor is listed.
+
+    Three segmented max reductions and no scan: the cheapest selection
+    that lists a chunk's top tokens unless three of them share a group.
+    Lanes listing no token hold -inf.
+    """
+    groups: tl.constexpr = x.shape[0]
+    first = tl.max(x, axis=1)
+    first_id = tl.min(tl.where(x == first[:, None], token_ids, vocab_size), axis=1)
+    x = tl.where(token_ids == first_id[:, None], float("-inf"), x)
+    second = tl.max(x, axis=1)
+    second_id = tl.min(tl.where(x == second[:, None], token_ids, vocab_size), axis=1)
+    x = tl.where(token_ids == second_id[:, None], float("-inf"), x)
+    floor = order_key(tl.max(tl.max(x, axis=1), axis=0))
+    listed = tl.reshape(tl.join(first, second), [2 * groups])
+    listed_ids = tl.reshape(tl.join(first_id, second_id), [2 * groups])
+    return listed, listed_ids, floor
 
 
 @triton.jit
 def _list_largest(x, valid, top, capacity):
-    """At most ``capacity`` of the largest valid ``x``, and the key of the
-    largest valid value left out (0 if none): every value above it is listed.
+    """At most ``capacity`` of the largest valid ``x`` (``top`` is their max),
+    and the *floor*: the key of the largest valid value left out, or of -inf
+    if none is. Every value above the floor is listed.
 
-    The cut is chosen on a 32-bucket histogram of ``top - x`` scaled to the
-    distance between ``top`` and the mean of the finite values: one cheap
-    pass that adapts to the temperature. Only the floor must be exact.
+    The cut is chosen on a 32-bucket histogram of ``top - x``, scaled to the
+    distance between ``top`` and the mean of the finite values so that it
+    adapts to the temperature: one cheap pass. Only the floor must be exact.
     """
     finite = valid & (x > float("-inf")) & (x < float("inf"))
     mean = tl.sum(tl.where(finite, x, 0.0), axis=0) / tl.sum(finite.to(tl.float32), axis=0)
@@ -162,15 +206,13 @@ def _list_largest(x, valid, top, capacity):
     hist = tl.histogram(bucket, NUM_BUCKETS, mask=valid)
     listed = valid & (bucket < buckets_within(hist, capacity))
     left_out = tl.max(tl.where(valid & ~listed, x, float("-inf")), axis=0)
-    floor = tl.where(tl.sum((valid & ~listed).to(tl.int32), axis=0) > 0, order_key(left_out), 0)
-    return listed, floor
+    return listed, order_key(left_out)
 
 
 @triton.jit
 def _short_list(
-    listed_logits_ptr,  # [num_tokens, num_chunks, CAPACITY] fp32
-    listed_ids_ptr,  # [num_tokens, num_chunks, CAPACITY] int32
-    num_listed_ptr,  # [num_tokens, num_chunks] int32
+    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
+    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
     chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
     short_logits_ptr,  # [SHORT] fp32 scratch of this row
     short_ids_ptr,  # [SHORT] int32 scratch of this row
@@ -178,22 +220,25 @@ def _short_list(
     row_max,
     num_chunks,
     CHUNKS_BLOCK: tl.constexpr,
-    CAPACITY: tl.constexpr,
+    LIST: tl.constexpr,
     SHORT: tl.constexpr,
 ):
     """The row's largest listed logits (at most ``SHORT``), their ids, and
-    the floor: the list holds every token of the row whose key is above it."""
+    the floor: the list holds every token of the row whose key is above it.
+    -inf tokens are never listed (they cannot win)."""
     chunks = tl.arange(0, CHUNKS_BLOCK)
     floors = tl.load(chunk_floor_ptr + row + chunks, mask=chunks < num_chunks, other=0)
     floor = tl.max(floors.to(tl.uint32, bitcast=True), axis=0)
-    lanes = tl.arange(0, CHUNKS_BLOCK * CAPACITY)
-    lane_chunk = lanes // CAPACITY
-    num_listed = tl.load(num_listed_ptr + row + lane_chunk, mask=lane_chunk < num_chunks, other=0)
-    listed = lanes % CAPACITY < num_listed
-    x = tl.load(listed_logits_ptr + row * CAPACITY + lanes, mask=listed, other=float("-inf"))
-    ids = tl.load(listed_ids_ptr + row * CAPACITY + lanes, mask=listed, other=0)
+    lanes = tl.arange(0, CHUNKS_BLOCK * LIST)
+    x = tl.load(
+        listed_logits_ptr + row * LIST + lanes,
+        mask=lanes < num_chunks * LIST,
+        other=float("-inf"),
+    )
+    listed = x > float("-inf")
+    ids = tl.load(listed_ids_ptr + row * LIST + lanes, mask=listed, other=0)
     keys = tl.where(listed, order_key(x), 0)
-    if CHUNKS_BLOCK * CAPACITY > SHORT:
+    if CHUNKS_BLOCK * LIST > SHORT:
         # Keep at most SHORT of the largest, raise the floor to the largest
         # left out, and compact the kept ones through the scratch.
         chosen = listed
@@ -213,15 +258,34 @@ def _short_list(
 
 
 @triton.jit
+def _count_and_mass_above(keys, mass):
+    """For every lane j: how many lanes have a larger key, and their mass.
+
+    Lanes that hold no token must have key 0 and mass 0: they are never
+    above anything. The comparison matrix is built in two halves of the
+    lanes above, which halves the registers it takes.
+    """
+    half: tl.constexpr = keys.shape[0] // 2
+    keys_a, keys_b = tl.split(tl.reshape(keys, [half, 2]))
+    mass_a, mass_b = tl.split(tl.reshape(mass, [half, 2]))
+    above = keys_a[None, :] > keys[:, None]
+    num_above = tl.sum(above.to(tl.int32), axis=1)
+    mass_above = tl.sum(tl.where(above, mass_a[None, :], 0.0), axis=1)
+    above = keys_b[None, :] > keys[:, None]
+    num_above += tl.sum(above.to(tl.int32), axis=1)
+    mass_above += tl.sum(tl.where(above, mass_b[None, :], 0.0), axis=1)
+    return num_above, mass_above
+
+
+@triton.jit
 def _row_kernel(
     sampled_ptr,  # [num_tokens] int64
     chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
     chunk_best_id_ptr,  # [num_tokens, num_chunks] int32
     chunk_mass_ptr,  # [num_tokens, num_chunks] fp32
     chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    num_listed_ptr,  # [num_tokens, num_chunks] int32
-    listed_logits_ptr,  # [num_tokens, num_chunks, CAPACITY] fp32
-    listed_ids_ptr,  # [num_tokens, num_chunks, CAPACITY] int32
+    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
+    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
     short_logits_ptr,  # [num_tokens, SHORT] fp32 scratch
     short_ids_ptr,  # [num_tokens, SHORT] int32 scratch
     mass_hist_ptr,  # [num_tokens, 256] int64 scratch of the exact path
@@ -237,7 +301,7 @@ def _row_kernel(
     vocab_size,
     num_chunks,
     CHUNKS_BLOCK: tl.constexpr,
-    CAPACITY: tl.constexpr,
+    LIST: tl.constexpr,
     SHORT: tl.constexpr,
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
@@ -274,7 +338,6 @@ def _row_kernel(
         x, ids, keys, listed, floor = _short_list(
             listed_logits_ptr,
             listed_ids_ptr,
-            num_listed_ptr,
             chunk_floor_ptr,
             short_logits_ptr + token.to(tl.int64) * SHORT,
             short_ids_ptr + token.to(tl.int64) * SHORT,
@@ -282,26 +345,25 @@ def _row_kernel(
             row_max,
             num_chunks,
             CHUNKS_BLOCK,
-            CAPACITY,
+            LIST,
             SHORT,
         )
-        # above[j, i]: listed token i has a strictly larger logit than j.
-        above = (keys[None, :] > keys[:, None]) & listed[None, :]
+        # For each listed token: how many listed tokens, and how much mass,
+        # lie strictly above it. Both tests below use "strictly", so tied
+        # tokens are kept or dropped together. Within the top-k set every
+        # token above is in the set too, so the unmasked mass is the set's.
+        mass = tl.where(listed, tl.exp(x - row_max), 0.0)
+        num_above, mass_above = _count_and_mass_above(keys, mass)
         keep = listed
         if filter_k:
-            # Kept iff fewer than k tokens are strictly larger: all ties stay.
-            keep = listed & (tl.sum(above.to(tl.int32), axis=1) < top_k)
-        mass = tl.where(keep, tl.exp(x - row_max), 0.0)
-        if filter_k:
-            total_mass = tl.sum(mass, axis=0)
+            keep = keep & (num_above < top_k)
+            total_mass = tl.sum(tl.where(keep, mass, 0.0), axis=0)
         else:
             chunk_mass = tl.load(chunk_mass_ptr + row + chunks, mask=chunk_ok, other=0.0)
             chunk_max = best.to(tl.float32)
             total_mass = tl.sum(chunk_mass * tl.exp(chunk_max - row_max), axis=0)
         top_p_mass = top_p * total_mass
         if filter_p:
-            # Kept iff the mass strictly above it is below p: all ties stay.
-            mass_above = tl.sum(tl.where(above, mass[None, :], 0.0), axis=1)
             keep = keep & (mass_above < top_p_mass)
         # The top token always stays, even for top_p <= 0.
         keep = keep | (listed & (keys == order_key(row_max)))
@@ -403,15 +465,33 @@ def _check_inputs(
 
 @functools.cache
 def _check_tuning(tuning: TopKTopPTuning) -> None:
-    for name in ("chunk", "capacity", "short_list", "row_block"):
+    for name in ("chunk", "group", "short_list", "row_block"):
         value = getattr(tuning, name)
-        if value < 4 or triton.next_power_of_2(value) != value:
-            raise ValueError(f"tuning.{name} must be a power of two >= 4, got {value}")
-    if tuning.capacity >= tuning.chunk:
+        if value < 2 or triton.next_power_of_2(value) != value:
+            raise ValueError(f"tuning.{name} must be a power of two >= 2, got {value}")
+    if not 4 <= tuning.group * 2 <= tuning.chunk:
         raise ValueError(
-            f"tuning.capacity ({tuning.capacity}) must be below tuning.chunk "
+            f"tuning.group ({tuning.group}) must be at most half of tuning.chunk "
             f"({tuning.chunk})"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _LaunchShape:
+    chunk: int
+    group: int
+    num_chunks: int
+
+
+def _launch_shape(vocab_size: int, tuning: TopKTopPTuning) -> _LaunchShape:
+    """From the vocabulary size only (never the batch): tokens are batch invariant."""
+    if vocab_size <= tuning.short_list:
+        # One chunk of pairs lists every token: the row is decided from the lists.
+        chunk = max(triton.next_power_of_2(vocab_size), 4)
+        return _LaunchShape(chunk=chunk, group=2, num_chunks=1)
+    chunk = min(tuning.chunk, triton.next_power_of_2(vocab_size))
+    group = min(tuning.group, chunk // 2)
+    return _LaunchShape(chunk=chunk, group=group, num_chunks=triton.cdiv(vocab_size, chunk))
 
 
 def top_k_top_p_sample(
@@ -499,22 +579,18 @@ def top_k_top_p_sample(
     device = logits.device
     if num_tokens == 0:
         return torch.empty(0, dtype=torch.int64, device=device)
-    chunk = min(tuning.chunk, max(triton.next_power_of_2(vocab_size), 2 * tuning.capacity))
-    num_chunks = triton.cdiv(vocab_size, chunk)
-    per_chunk = (num_tokens, num_chunks)
+    shape = _launch_shape(vocab_size, tuning)
+    per_chunk = (num_tokens, shape.num_chunks)
+    # Two listed tokens per group of every chunk.
+    list_len = 2 * shape.chunk // shape.group
     chunk_best = torch.empty(
         per_chunk, dtype=torch.float64 if use_fp64 else torch.float32, device=device
     )
     chunk_best_id = torch.empty(per_chunk, dtype=torch.int32, device=device)
     chunk_mass = torch.empty(per_chunk, dtype=torch.float32, device=device)
     chunk_floor = torch.empty(per_chunk, dtype=torch.int32, device=device)
-    num_listed = torch.empty(per_chunk, dtype=torch.int32, device=device)
-    listed_logits = torch.empty(
-        (num_tokens, num_chunks, tuning.capacity), dtype=torch.float32, device=device
-    )
-    listed_ids = torch.empty(
-        (num_tokens, num_chunks, tuning.capacity), dtype=torch.int32, device=device
-    )
+    listed_logits = torch.empty((*per_chunk, list_len), dtype=torch.float32, device=device)
+    listed_ids = torch.empty((*per_chunk, list_len), dtype=torch.int32, device=device)
     short_logits = torch.empty((num_tokens, tuning.short_list), dtype=torch.float32, device=device)
     short_ids = torch.empty((num_tokens, tuning.short_list), dtype=torch.int32, device=device)
     mass_hist = torch.empty((num_tokens, RADIX_BINS), dtype=torch.int64, device=device)
@@ -526,7 +602,6 @@ def top_k_top_p_sample(
         chunk_best_id,
         chunk_mass,
         chunk_floor,
-        num_listed,
         listed_logits,
         listed_ids,
         logits,
@@ -534,8 +609,10 @@ def top_k_top_p_sample(
         logits.stride(1),
         *state,
         vocab_size,
-        CHUNK=chunk,
-        CAPACITY=tuning.capacity,
+        CHUNK=shape.chunk,
+        GROUP=shape.group,
+        LIST=list_len,
+        TILE=min(shape.chunk, GUMBEL_TILE),
         APPLY_TEMPERATURE=apply_temperature,
         USE_FP64=use_fp64,
         num_warps=tuning.chunk_warps,
@@ -546,7 +623,6 @@ def top_k_top_p_sample(
         chunk_best_id,
         chunk_mass,
         chunk_floor,
-        num_listed,
         listed_logits,
         listed_ids,
         short_logits,
@@ -557,9 +633,9 @@ def top_k_top_p_sample(
         logits.stride(1),
         *state,
         vocab_size,
-        num_chunks,
-        CHUNKS_BLOCK=triton.next_power_of_2(num_chunks),
-        CAPACITY=tuning.capacity,
+        shape.num_chunks,
+        CHUNKS_BLOCK=triton.next_power_of_2(shape.num_chunks),
+        LIST=list_len,
         SHORT=tuning.short_list,
         ROW_BLOCK=tuning.row_block,
         APPLY_TEMPERATURE=apply_temperature,

@@ -29,7 +29,7 @@ from vllm_sampling_plugin.ops.topk_topp_select import (
     radix_digit,
 )
 
-MASS_SCALE = 1099511627776.0  # 2**40
+MASS_SCALE = tl.constexpr(1099511627776.0)  # 2**40
 MAX_VOCAB_SIZE = 1 << 22
 
 
@@ -51,7 +51,7 @@ def _kth_largest_key_of_row(
         for start in range(0, vocab_size, BLOCK):
             _, in_vocab, x = load_logits_block(
                 logits_row_ptr, col_stride, start, temperature, vocab_size,
-                BLOCK, APPLY_TEMPERATURE,
+                1, BLOCK, APPLY_TEMPERATURE,
             )
             digit, active = radix_digit(order_key(x), in_vocab, prefix, 24 - 8 * r)
             hist += tl.histogram(digit, 256, mask=active)
@@ -84,7 +84,7 @@ def _top_p_key_of_row(
         for start in range(0, vocab_size, BLOCK):
             _, in_vocab, x = load_logits_block(
                 logits_row_ptr, col_stride, start, temperature, vocab_size,
-                BLOCK, APPLY_TEMPERATURE,
+                1, BLOCK, APPLY_TEMPERATURE,
             )
             keys = order_key(x)
             digit, active = radix_digit(
@@ -131,7 +131,7 @@ def _gumbel_argmax_of_row(
     for start in range(0, vocab_size, BLOCK):
         token_ids, in_vocab, x = load_logits_block(
             logits_row_ptr, col_stride, start, temperature, vocab_size,
-            BLOCK, APPLY_TEMPERATURE,
+            1, BLOCK, APPLY_TEMPERATURE,
         )
         survive = in_vocab & (order_key(x) >= threshold)
         noise = gumbel_block(key, start, BLOCK, USE_FP64)

@@ -26,7 +26,7 @@ from vllm_sampling_plugin.ops.random import (
 )
 
 # order_key(-inf): 0xFF800000 with every bit flipped.
-NEG_INF_KEY = 0x007FFFFF
+NEG_INF_KEY = tl.constexpr(0x007FFFFF)
 # The exact path's radix select works on 8-bit digits: four passes resolve a
 # 32-bit key. The kernels spell the bin count as the literal 256.
 RADIX_BINS = 256
@@ -117,16 +117,21 @@ def load_logits_block(
     start,
     temperature,
     vocab_size,
-    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
-    """Tokens ``start .. start + BLOCK - 1`` as float32 logits, NaN made -inf.
+    """Tokens ``start .. start + ROWS * COLS - 1`` as float32 logits, NaN made
+    -inf, shaped ``[ROWS, COLS]`` (``[COLS]`` when ``ROWS`` is 1).
 
     Divided by the temperature (fp32 ``/``, as the Gumbel kernel does) when
     ``APPLY_TEMPERATURE`` and the temperature is not 0; tokens past the
     vocabulary read as -inf and are flagged in ``in_vocab``.
     """
-    token_ids = start + tl.arange(0, BLOCK)
+    if ROWS == 1:
+        token_ids = start + tl.arange(0, COLS)
+    else:
+        token_ids = start + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
     in_vocab = token_ids < vocab_size
     x = tl.load(
         logits_row_ptr + token_ids * col_stride, mask=in_vocab, other=float("-inf")
