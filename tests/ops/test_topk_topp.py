@@ -357,9 +357,9 @@ def test_bad_input_raises_before_launch(device):
     for name, change in bad:
         with pytest.raises(ValueError, match=name):
             call(**change)
-    with pytest.raises(ValueError, match="tuning.capacity"):
+    with pytest.raises(ValueError, match="tuning.group"):
         top_k_top_p_sample(logits, **good, apply_temperature=True,
-                           tuning=TopKTopPTuning(chunk=64, capacity=64))
+                           tuning=TopKTopPTuning(chunk=64, group=64))
     assert call().shape == (2,)
 
 
