@@ -114,7 +114,7 @@ def acceptance():
 """
 
 NGRAM_PROMPTS = """
-import random
+import random, time
 rng = random.Random(0)
 prompts = []
 for i in range(24):
@@ -124,15 +124,23 @@ params = SamplingParams(temperature=0.0, max_tokens=48, ignore_eos=True)
 """
 
 
+TIMED_GENERATE = """
+llm.generate(prompts[:2], params)  # warm-up
+start = time.perf_counter()
+outs = llm.generate(prompts, params)
+elapsed = time.perf_counter() - start
+info["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
+info["tokens_per_s"] = sum(len(t) for t in info["tokens"]) / elapsed
+"""
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_ngram_speculation_matches_greedy_without_speculation(tiny_model, async_scheduling):
     """CUDA graphs on (no enforce_eager)."""
     reference = run_engine(
         tiny_model,
-        "",
-        NGRAM_PROMPTS + """
-outs = llm.generate(prompts, params)
-info["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
+        f"async_scheduling={async_scheduling}",
+        NGRAM_PROMPTS + TIMED_GENERATE + """
 print(json.dumps(info))
 """,
     )
@@ -141,9 +149,7 @@ print(json.dumps(info))
         "speculative_config={'method': 'ngram', 'num_speculative_tokens': 3, "
         "'prompt_lookup_min': 2, 'prompt_lookup_max': 3}, "
         f"async_scheduling={async_scheduling}, disable_log_stats=False",
-        SPEC_METRICS + NGRAM_PROMPTS + """
-outs = llm.generate(prompts, params)
-info["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
+        SPEC_METRICS + NGRAM_PROMPTS + TIMED_GENERATE + """
 info["async"] = llm.llm_engine.vllm_config.scheduler_config.async_scheduling
 info["drafts"], info["accepted"], info["steps"] = acceptance()
 print(json.dumps(info))
@@ -160,6 +166,8 @@ print(json.dumps(info))
         if a != b
     ]
     print(
+        f"async={async_scheduling}: {reference['tokens_per_s']:.0f} tok/s without "
+        f"speculation, {spec['tokens_per_s']:.0f} tok/s with n-gram; "
         f"acceptance rate {spec['accepted'] / spec['drafts']:.3f} "
         f"({spec['accepted']}/{spec['drafts']} drafts); "
         f"{sum(same)}/{len(same)} prompts identical; first divergence "

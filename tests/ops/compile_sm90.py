@@ -1,0 +1,354 @@
+"""Compile every launched Triton kernel of ``vllm_sampling_plugin.ops`` for an
+H100 (sm_90) on a machine without a GPU.
+
+The CPU tests run the kernels through Triton's interpreter, which accepts
+code the GPU compiler rejects (a module global that is not a
+``tl.constexpr``, a constexpr branch that only the compiler type-checks, a
+register or shared-memory budget). This module is the body of a subprocess
+started by ``tests/ops/test_compile_sm90.py`` *without* ``TRITON_INTERPRET``:
+
+    python -m tests.ops.compile_sm90 RESULT.json [CASE ...]
+
+Each case calls a public launcher (``gumbel_sample``, ``top_k_top_p_sample``,
+``rejection_sample_packed``, ``ngram_propose[_into]``) on small CPU tensors.
+A stand-in driver names an sm_90 target, and ``kernel[grid](...)`` goes
+through Triton's own warm-up path: the launcher's real arguments pass through
+Triton's binder (signature, constexprs, the specialisation of integers equal
+to 1 and of 16-byte aligned pointers, ``num_warps``, ``num_stages``) and are
+compiled with Triton's bundled ptxas down to a cubin, but nothing is launched.
+So the constexpr values and signatures compiled here are the launchers' own
+and follow them when they change.
+
+RESULT.json holds ``{"skip": reason}`` when this Triton cannot compile for
+sm_90 here, else ``{"launched": [...], "cases": {case: {"error": str | None,
+"launched": [...], "compiled": [...], "seconds": float}}}``; the top-level
+``launched`` lists every kernel some launcher in ``ops/`` starts
+(``kernel[grid](...)`` in its source), a case's ``launched`` the kernels it
+started.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import json
+import os
+import pkgutil
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+
+import torch
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.runtime.driver import driver
+from triton.runtime.jit import JITFunction
+
+import vllm_sampling_plugin.ops as ops_package
+
+H100 = GPUTarget("cuda", 90, 32)
+# A production vocabulary (Qwen2/3): it selects the launch shapes a real run
+# compiles (full tiles, several chunks and blocks, the stage-2 reductions).
+VOCAB = 151936
+# Small enough for the one-chunk top-k/top-p shape, whose code differs.
+SMALL_VOCAB = 100
+NUM_SPEC_STEPS = 3
+
+# Read by _plain_global_kernel: a plain float, not a tl.constexpr. The
+# interpreter reads it; the compiler must refuse it (the self-check case).
+_PLAIN_GLOBAL = 0.5
+
+
+@triton.jit
+def _plain_global_kernel(out_ptr):
+    tl.store(out_ptr, _PLAIN_GLOBAL)
+
+
+class _Sm90Driver:
+    """Just enough of a driver for Triton to compile (not load) for sm_90."""
+
+    def get_current_target(self) -> GPUTarget:
+        return H100
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+
+class _CompileOnly:
+    """Makes ``kernel[grid](*args, **kwargs)`` compile instead of launch,
+    and records what it compiled."""
+
+    def __init__(self) -> None:
+        # Every kernel launched, including one whose compilation fails.
+        self.launched: list[str] = []
+        self.compiled: list[dict] = []
+
+    def __enter__(self) -> _CompileOnly:
+        self._getitem = JITFunction.__getitem__
+        recorder = self
+
+        def compile_only(kernel: JITFunction, grid):
+            def launch(*args, **kwargs):
+                recorder.launched.append(_kernel_name(kernel))
+                compiled = kernel.run(*args, grid=grid, warmup=True, **kwargs)
+                recorder.compiled.append(_describe(kernel, kwargs, compiled))
+                return compiled
+
+            return launch
+
+        JITFunction.__getitem__ = compile_only
+        return self
+
+    def __exit__(self, *exc) -> None:
+        JITFunction.__getitem__ = self._getitem
+
+
+def _kernel_name(kernel: JITFunction) -> str:
+    return f"{kernel.fn.__module__}.{kernel.fn.__name__}"
+
+
+def _describe(kernel: JITFunction, kwargs: dict, compiled) -> dict:
+    params = {p.name for p in kernel.params}
+    return {
+        "kernel": _kernel_name(kernel),
+        # The constexprs the launcher names; those Triton derives from
+        # positional arguments (None pointers, strides of 1) show in the
+        # signature as "constexpr".
+        "constexprs": {k: v for k, v in kwargs.items() if k in params},
+        "signature": dict(compiled.src.signature),
+        "num_warps": compiled.metadata.num_warps,
+        "num_stages": compiled.metadata.num_stages,
+        "shared": compiled.metadata.shared,
+        "target": f"{compiled.metadata.target.backend}:{compiled.metadata.target.arch}",
+        "cubin_bytes": len(compiled.asm.get("cubin", b"")),
+    }
+
+
+def launched_kernels() -> list[str]:
+    """Every ``@triton.jit`` kernel that a module of ``ops/`` launches."""
+    names = set()
+    for info in pkgutil.iter_modules(ops_package.__path__):
+        module = importlib.import_module(f"{ops_package.__name__}.{info.name}")
+        source = inspect.getsource(module)
+        for launched in re.findall(r"\b(\w+)\[[^\[\]]*\]\(", source):
+            kernel = getattr(module, launched, None)
+            if isinstance(kernel, JITFunction):
+                names.add(_kernel_name(kernel))
+    return sorted(names)
+
+
+# ---------------------------------------------------------------------------
+# Cases: one launcher call each, over every constexpr switch it exposes.
+# ---------------------------------------------------------------------------
+
+
+def _request_state(num_tokens: int, num_slots: int):
+    idx_mapping = torch.arange(num_tokens, dtype=torch.int32)
+    temperature = torch.full((num_slots,), 0.7)
+    seeds = torch.arange(num_slots, dtype=torch.int64)
+    pos = torch.arange(num_tokens, dtype=torch.int64)
+    return idx_mapping, temperature, seeds, pos
+
+
+def _gumbel(apply_temperature: bool, use_fp64: bool, processed_out: bool) -> None:
+    from vllm_sampling_plugin.ops.gumbel import gumbel_sample
+
+    logits = torch.randn(2, VOCAB)
+    gumbel_sample(
+        logits,
+        *_request_state(2, 4),
+        apply_temperature=apply_temperature,
+        use_fp64=use_fp64,
+        processed_logits_out=torch.empty(4, VOCAB) if processed_out else None,
+    )
+
+
+def _top_k_top_p(apply_temperature: bool, use_fp64: bool, vocab: int) -> None:
+    from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
+
+    idx_mapping, temperature, seeds, pos = _request_state(2, 4)
+    top_k = torch.full((4,), 50, dtype=torch.int32)
+    top_p = torch.full((4,), 0.9)
+    top_k_top_p_sample(
+        torch.randn(2, vocab),
+        idx_mapping,
+        temperature,
+        seeds,
+        pos,
+        top_k,
+        top_p,
+        apply_temperature=apply_temperature,
+        use_fp64=use_fp64,
+    )
+
+
+def _rejection(
+    synthetic: bool, draft_logits: bool, use_fp64: bool, apply_temperature: bool
+) -> None:
+    from vllm_sampling_plugin.ops.rejection_kernel import rejection_sample_packed
+
+    # Two requests with NUM_SPEC_STEPS drafts and a bonus position each, laid
+    # out as the V2 runner packs them.
+    num_reqs, max_num_reqs = 2, 4
+    num_logits = num_reqs * (NUM_SPEC_STEPS + 1)
+    idx_mapping, temperature, seeds, _ = _request_state(num_reqs, max_num_reqs)
+    rejection_sample_packed(
+        torch.randn(num_logits, VOCAB),
+        torch.randint(0, VOCAB, (num_logits,)),
+        torch.arange(0, num_logits + 1, NUM_SPEC_STEPS + 1, dtype=torch.int32),
+        idx_mapping,
+        torch.arange(num_logits, dtype=torch.int64),
+        temperature,
+        seeds,
+        NUM_SPEC_STEPS,
+        torch.randn(max_num_reqs, NUM_SPEC_STEPS, VOCAB) if draft_logits else None,
+        torch.full((NUM_SPEC_STEPS,), 0.8) if synthetic else None,
+        use_fp64=use_fp64,
+        apply_temperature=apply_temperature,
+    )
+
+
+def _ngram_propose(min_n: int, max_n: int) -> None:
+    from vllm_sampling_plugin.ops.ngram import ngram_propose
+
+    token_ids = torch.randint(0, 50, (2, 300))
+    ngram_propose(token_ids, torch.tensor([300, 120]), min_n=min_n, max_n=max_n, k=3)
+
+
+def _ngram_propose_into(num_sampled: bool, fill_tokens: bool) -> None:
+    from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
+
+    # The runner's persistent buffers: int32 history and lengths, and vLLM's
+    # default prompt_lookup_min = prompt_lookup_max = 5.
+    max_num_reqs, num_reqs, k = 4, 2, 3
+    ngram_propose_into(
+        torch.randint(0, 50, (max_num_reqs, 2048), dtype=torch.int32),
+        torch.full((max_num_reqs,), 1500, dtype=torch.int32),
+        torch.arange(num_reqs, dtype=torch.int32),
+        torch.empty(max_num_reqs, k, dtype=torch.int64),
+        torch.empty(max_num_reqs, dtype=torch.int32),
+        ngram_scratch(max_num_reqs, "cpu"),
+        min_n=5,
+        max_n=5,
+        max_model_len=4096,
+        num_sampled=torch.ones(num_reqs, dtype=torch.int32) if num_sampled else None,
+        fill_tokens=torch.zeros(max_num_reqs, 1, dtype=torch.int64) if fill_tokens else None,
+    )
+
+
+def _plain_global() -> None:
+    _plain_global_kernel[(1,)](torch.empty(1))
+
+
+def _flags(**switches: bool) -> str:
+    return ",".join(f"{name}={int(on)}" for name, on in switches.items())
+
+
+def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
+    on_off = (False, True)
+    for apply_temperature, use_fp64, processed_out in itertools.product(on_off, repeat=3):
+        yield (
+            "gumbel:"
+            + _flags(
+                apply_temperature=apply_temperature,
+                use_fp64=use_fp64,
+                processed_logits_out=processed_out,
+            ),
+            lambda a=apply_temperature, f=use_fp64, p=processed_out: _gumbel(a, f, p),
+        )
+    for apply_temperature, use_fp64 in itertools.product(on_off, repeat=2):
+        yield (
+            f"topk_topp:vocab={VOCAB}," + _flags(apply_temperature=apply_temperature, use_fp64=use_fp64),
+            lambda a=apply_temperature, f=use_fp64: _top_k_top_p(a, f, VOCAB),
+        )
+    yield (
+        f"topk_topp:vocab={SMALL_VOCAB},apply_temperature=0,use_fp64=0",
+        lambda: _top_k_top_p(False, False, SMALL_VOCAB),
+    )
+    for synthetic, draft_logits, use_fp64, apply_temperature in itertools.product(
+        on_off, repeat=4
+    ):
+        yield (
+            "rejection:"
+            + _flags(
+                synthetic=synthetic,
+                draft_logits=draft_logits,
+                use_fp64=use_fp64,
+                apply_temperature=apply_temperature,
+            ),
+            lambda s=synthetic, d=draft_logits, f=use_fp64, a=apply_temperature: _rejection(
+                s, d, f, a
+            ),
+        )
+    # vLLM's default n, and a range from 1. The match loop is unrolled MAX_N
+    # times; the launcher's limit, NGRAM_MAX_N = 256, takes minutes to compile
+    # here, with no code path that 16 lacks.
+    for min_n, max_n in ((5, 5), (1, 16)):
+        yield f"ngram_propose:min_n={min_n},max_n={max_n}", (
+            lambda lo=min_n, hi=max_n: _ngram_propose(lo, hi)
+        )
+    for num_sampled, fill_tokens in itertools.product(on_off, repeat=2):
+        yield (
+            "ngram_propose_into:" + _flags(num_sampled=num_sampled, fill_tokens=fill_tokens),
+            lambda s=num_sampled, f=fill_tokens: _ngram_propose_into(s, f),
+        )
+    # Must fail: proves this harness catches what the interpreter lets through.
+    yield "self_check:plain_global", _plain_global
+
+
+CASES: dict[str, Callable[[], None]] = dict(_cases())
+SELF_CHECK = "self_check:plain_global"
+
+
+def _skip_reason() -> str | None:
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return "TRITON_INTERPRET is set: kernels would be interpreted, not compiled"
+    if triton.knobs.compilation.allow_non_constexpr_globals:
+        return "TRITON_ALLOW_NON_CONSTEXPR_GLOBALS is set"
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        get_ptxas_version(H100.arch)
+    except Exception as error:  # noqa: BLE001 - any failure means "cannot compile here"
+        return f"Triton {triton.__version__} has no usable ptxas for sm_90: {error}"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    out_path, names = argv[0], argv[1:] or list(CASES)
+    reason = _skip_reason()
+    if reason is not None:
+        with open(out_path, "w") as f:
+            json.dump({"skip": reason}, f)
+        return 0
+    driver.set_active(_Sm90Driver())
+    torch.manual_seed(0)
+    results = {}
+    for name in names:
+        start = time.perf_counter()
+        with _CompileOnly() as recorder:
+            try:
+                CASES[name]()
+                error = None
+            except Exception as exc:  # noqa: BLE001 - reported per case by the test
+                error = "".join(traceback.format_exception(exc))
+        results[name] = {
+            "error": error,
+            "launched": recorder.launched,
+            "compiled": recorder.compiled,
+            "seconds": round(time.perf_counter() - start, 2),
+        }
+    with open(out_path, "w") as f:
+        json.dump({"launched": launched_kernels(), "cases": results}, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
