@@ -25,6 +25,14 @@ for step in "$@"; do
     rejection) run rejection python3 -m pytest -q -p no:cacheprovider tests/ops/test_rejection.py ;;
     topk) run topk python3 -m pytest -q -p no:cacheprovider tests/ops/test_topk_topp.py ;;
     e2e) run e2e python3 -m pytest -q -s -p no:cacheprovider tests/e2e ;;
+    e2e-parallel)
+      # The tiny engines take ~12% of the GPU each: run the groups side by side.
+      for group in "ngram_speculation and False" "ngram_speculation and True" \
+                   "rejection_methods" "sampler"; do
+        name="e2e-${group// /_}"
+        run "$name" python3 -m pytest -q -s -p no:cacheprovider tests/e2e -k "$group" &
+      done
+      wait ;;
     bench-sampler) run bench-sampler python3 -m vllm_sampling_plugin.bench.sampler --out "$out/sampler" ;;
     bench-topk) run bench-topk python3 -m vllm_sampling_plugin.bench.topk_topp --out "$out/topk_topp" ;;
     bench-rejection) run bench-rejection python3 -m vllm_sampling_plugin.bench.rejection --out "$out/rejection" ;;

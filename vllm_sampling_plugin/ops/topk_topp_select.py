@@ -94,6 +94,23 @@ def buckets_within(hist, capacity):
 
 
 @triton.jit
+def largest_key_reaching(keys, weights, target):
+    """Largest key ``t`` with ``sum(weights[keys >= t]) >= target``; 0 if none.
+
+    A bit-by-bit search over the 32 key bits on a block in registers: 32
+    reductions, in a fixed order, so the answer is deterministic.
+    """
+    threshold = tl.full((), 0, tl.uint32)
+    step = tl.full((), 0x80000000, tl.uint32)
+    for _ in range(32):
+        trial = threshold | step
+        reached = tl.sum(tl.where(keys >= trial, weights, 0), axis=0) >= target
+        threshold = tl.where(reached, trial, threshold)
+        step = step >> 1
+    return threshold
+
+
+@triton.jit
 def gumbel_at(key, token_ids, USE_FP64: tl.constexpr):
     """Gumbel noise of arbitrary ``token_ids``: the values ``gumbel_block`` gives them.
 
