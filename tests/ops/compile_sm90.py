@@ -2,9 +2,9 @@
 H100 (sm_90) on a machine without a GPU.
 
 The CPU tests run the kernels through Triton's interpreter, which accepts
-code the GPU compiler rejects (a module global that is not a
-``tl.constexpr``, a constexpr branch that only the compiler type-checks, a
-register or shared-memory budget). This module is the body of a subprocess
+code the GPU compiler rejects: a module global that is not a
+``tl.constexpr``, type errors it does not check, GPU-only branches (such as
+``libdevice`` calls) that it never takes. This module is the body of a subprocess
 started by ``tests/ops/test_compile_sm90.py`` *without* ``TRITON_INTERPRET``:
 
     python -m tests.ops.compile_sm90 RESULT.json [CASE ...]
@@ -29,6 +29,7 @@ started.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import itertools
@@ -40,6 +41,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from typing import Self
 
 import torch
 import triton
@@ -49,14 +51,17 @@ from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 
 import vllm_sampling_plugin.ops as ops_package
+from vllm_sampling_plugin.ops.topk_topp import DEFAULT_TUNING
 
 H100 = GPUTarget("cuda", 90, 32)
 # A production vocabulary (Qwen2/3): it selects the launch shapes a real run
 # compiles (full tiles, several chunks and blocks, the stage-2 reductions).
 VOCAB = 151936
-# Small enough for the one-chunk top-k/top-p shape, whose code differs.
-SMALL_VOCAB = 100
+# The largest vocabulary of the one-chunk top-k/top-p shape, whose code differs.
+SMALL_VOCAB = DEFAULT_TUNING.short_list
 NUM_SPEC_STEPS = 3
+# The case that must fail to compile (see _plain_global_kernel).
+SELF_CHECK = "self_check:plain_global"
 
 # Read by _plain_global_kernel: a plain float, not a tl.constexpr. The
 # interpreter reads it; the compiler must refuse it (the self-check case).
@@ -90,15 +95,14 @@ class _CompileOnly:
         self.launched: list[str] = []
         self.compiled: list[dict] = []
 
-    def __enter__(self) -> _CompileOnly:
+    def __enter__(self) -> Self:
         self._getitem = JITFunction.__getitem__
-        recorder = self
 
         def compile_only(kernel: JITFunction, grid):
             def launch(*args, **kwargs):
-                recorder.launched.append(_kernel_name(kernel))
+                self.launched.append(_kernel_name(kernel))
                 compiled = kernel.run(*args, grid=grid, warmup=True, **kwargs)
-                recorder.compiled.append(_describe(kernel, kwargs, compiled))
+                self.compiled.append(_describe(kernel, kwargs, compiled))
                 return compiled
 
             return launch
@@ -157,7 +161,7 @@ def _request_state(num_tokens: int, num_slots: int):
     return idx_mapping, temperature, seeds, pos
 
 
-def _gumbel(apply_temperature: bool, use_fp64: bool, processed_out: bool) -> None:
+def _gumbel(*, apply_temperature: bool, use_fp64: bool, processed_logits_out: bool) -> None:
     from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
     logits = torch.randn(2, VOCAB)
@@ -166,11 +170,11 @@ def _gumbel(apply_temperature: bool, use_fp64: bool, processed_out: bool) -> Non
         *_request_state(2, 4),
         apply_temperature=apply_temperature,
         use_fp64=use_fp64,
-        processed_logits_out=torch.empty(4, VOCAB) if processed_out else None,
+        processed_logits_out=torch.empty(4, VOCAB) if processed_logits_out else None,
     )
 
 
-def _top_k_top_p(apply_temperature: bool, use_fp64: bool, vocab: int) -> None:
+def _top_k_top_p(*, vocab: int, apply_temperature: bool, use_fp64: bool) -> None:
     from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
     idx_mapping, temperature, seeds, pos = _request_state(2, 4)
@@ -190,7 +194,7 @@ def _top_k_top_p(apply_temperature: bool, use_fp64: bool, vocab: int) -> None:
 
 
 def _rejection(
-    synthetic: bool, draft_logits: bool, use_fp64: bool, apply_temperature: bool
+    *, synthetic: bool, draft_logits: bool, use_fp64: bool, apply_temperature: bool
 ) -> None:
     from vllm_sampling_plugin.ops.rejection_kernel import rejection_sample_packed
 
@@ -215,14 +219,14 @@ def _rejection(
     )
 
 
-def _ngram_propose(min_n: int, max_n: int) -> None:
+def _ngram_propose(*, min_n: int, max_n: int) -> None:
     from vllm_sampling_plugin.ops.ngram import ngram_propose
 
     token_ids = torch.randint(0, 50, (2, 300))
     ngram_propose(token_ids, torch.tensor([300, 120]), min_n=min_n, max_n=max_n, k=3)
 
 
-def _ngram_propose_into(num_sampled: bool, fill_tokens: bool) -> None:
+def _ngram_propose_into(*, num_sampled: bool, fill_tokens: bool) -> None:
     from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
 
     # The runner's persistent buffers: int32 history and lengths, and vLLM's
@@ -247,64 +251,46 @@ def _plain_global() -> None:
     _plain_global_kernel[(1,)](torch.empty(1))
 
 
-def _flags(**switches: bool) -> str:
-    return ",".join(f"{name}={int(on)}" for name, on in switches.items())
+def _variants(family: str, launch: Callable[..., None], **axes: tuple) -> Iterator:
+    """(name, call) for every combination of the keyword values in ``axes``."""
+    for values in itertools.product(*axes.values()):
+        kwargs = dict(zip(axes, values))
+        flags = ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in kwargs.items())
+        yield f"{family}:{flags}", functools.partial(launch, **kwargs)
 
 
 def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
     on_off = (False, True)
-    for apply_temperature, use_fp64, processed_out in itertools.product(on_off, repeat=3):
-        yield (
-            "gumbel:"
-            + _flags(
-                apply_temperature=apply_temperature,
-                use_fp64=use_fp64,
-                processed_logits_out=processed_out,
-            ),
-            lambda a=apply_temperature, f=use_fp64, p=processed_out: _gumbel(a, f, p),
-        )
-    for apply_temperature, use_fp64 in itertools.product(on_off, repeat=2):
-        yield (
-            f"topk_topp:vocab={VOCAB}," + _flags(apply_temperature=apply_temperature, use_fp64=use_fp64),
-            lambda a=apply_temperature, f=use_fp64: _top_k_top_p(a, f, VOCAB),
-        )
-    yield (
-        f"topk_topp:vocab={SMALL_VOCAB},apply_temperature=0,use_fp64=0",
-        lambda: _top_k_top_p(False, False, SMALL_VOCAB),
+    yield from _variants(
+        "gumbel", _gumbel, apply_temperature=on_off, use_fp64=on_off, processed_logits_out=on_off
     )
-    for synthetic, draft_logits, use_fp64, apply_temperature in itertools.product(
-        on_off, repeat=4
-    ):
-        yield (
-            "rejection:"
-            + _flags(
-                synthetic=synthetic,
-                draft_logits=draft_logits,
-                use_fp64=use_fp64,
-                apply_temperature=apply_temperature,
-            ),
-            lambda s=synthetic, d=draft_logits, f=use_fp64, a=apply_temperature: _rejection(
-                s, d, f, a
-            ),
-        )
+    yield from _variants(
+        "topk_topp", _top_k_top_p, vocab=(VOCAB,), apply_temperature=on_off, use_fp64=on_off
+    )
+    yield from _variants(
+        "topk_topp", _top_k_top_p, vocab=(SMALL_VOCAB,), apply_temperature=(False,), use_fp64=(False,)
+    )
+    yield from _variants(
+        "rejection",
+        _rejection,
+        synthetic=on_off,
+        draft_logits=on_off,
+        use_fp64=on_off,
+        apply_temperature=on_off,
+    )
     # vLLM's default n, and a range from 1. The match loop is unrolled MAX_N
     # times; the launcher's limit, NGRAM_MAX_N = 256, takes minutes to compile
     # here, with no code path that 16 lacks.
-    for min_n, max_n in ((5, 5), (1, 16)):
-        yield f"ngram_propose:min_n={min_n},max_n={max_n}", (
-            lambda lo=min_n, hi=max_n: _ngram_propose(lo, hi)
-        )
-    for num_sampled, fill_tokens in itertools.product(on_off, repeat=2):
-        yield (
-            "ngram_propose_into:" + _flags(num_sampled=num_sampled, fill_tokens=fill_tokens),
-            lambda s=num_sampled, f=fill_tokens: _ngram_propose_into(s, f),
-        )
+    yield from _variants("ngram_propose", _ngram_propose, min_n=(5,), max_n=(5,))
+    yield from _variants("ngram_propose", _ngram_propose, min_n=(1,), max_n=(16,))
+    yield from _variants(
+        "ngram_propose_into", _ngram_propose_into, num_sampled=on_off, fill_tokens=on_off
+    )
     # Must fail: proves this harness catches what the interpreter lets through.
-    yield "self_check:plain_global", _plain_global
+    yield SELF_CHECK, _plain_global
 
 
 CASES: dict[str, Callable[[], None]] = dict(_cases())
-SELF_CHECK = "self_check:plain_global"
 
 
 def _skip_reason() -> str | None:
