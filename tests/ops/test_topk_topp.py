@@ -5,10 +5,11 @@ sort-based reference (``ops/masking.py``): the same noise over the same
 surviving tokens. Most tests check exactly that; the chi-square tests check
 the resulting distribution against one computed here in float64.
 
-Two launch shapes run everywhere: the default one (at CPU vocabularies one
-chunk lists every token) and ``SMALL``, whose tiny chunks, lists and short
-list force the multi-chunk merge, the compaction of the short list and, for
-large k or flat top-p rows, the exact whole-row path.
+Two launch shapes run everywhere: the default one and ``SMALL``, whose tiny
+chunks, groups and lists force the multi-chunk merge, the cut of the short
+list, the walk that collects a row from a bound up (the short list cannot
+decide), and, when even that does not fit (large k, flat top-p rows), the
+exact whole-row path.
 """
 
 import math
@@ -22,14 +23,17 @@ from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import TopKTopPTuning, top_k_top_p_sample
 
-SMALL = TopKTopPTuning(chunk=64, group=8, short_list=16, chunk_warps=2, row_warps=2, row_block=64)
+SMALL = TopKTopPTuning(
+    chunk=64, group=8, short_list=16, wide_list=64, chunk_warps=2, row_warps=2, row_block=64
+)
 DEFAULT = TopKTopPTuning()
 TUNINGS = {"default": DEFAULT, "small": SMALL}
 
 # A chi-square test fails below this p-value. The draws are seeded, so each
-# test is deterministic; 1e-3 leaves room for the few tests in the file
-# while catching any wrong mask or wrong renormalisation (those give p-values
-# far below 1e-10 at these sample sizes).
+# test is deterministic; a correct sampler fails one of these five tests with
+# probability about 5e-3. A draw outside the kept set fails outright; wrong
+# weights within it (biased noise, a wrong temperature) give p-values far
+# below 1e-3 at 200-300 draws.
 MIN_P_VALUE = 1e-3
 
 
@@ -166,9 +170,8 @@ def test_apply_temperature_false_takes_divided_logits(device):
     assert by_kernel.tolist() == pre_divided.tolist()
 
 
-# (name, logits, top_k, top_p, use_fp64, draws). The supports have 5 to 9
-# tokens; at these sample sizes a wrong support or biased noise gives
-# p-values far below MIN_P_VALUE.
+# (name, logits, top_k, top_p, use_fp64, draws); the kept sets have 5 to 9
+# tokens.
 LOGITS_12 = [3.0, 2.5, 2.0, 1.9, 1.0, 0.5, 0.0, -1.0, 2.2, 1.5, -3.0, 0.8]
 DISTRIBUTIONS = [
     ("top_k", LOGITS_12, 5, 1.0, False, 200),
@@ -366,7 +369,7 @@ def test_bad_input_raises_before_launch(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
 def test_gpu_full_vocab_matches_mask_then_gumbel(use_fp64):
-    """V=151936 on the GPU: the list path, the exact path and every row kind.
+    """V=151936 on the GPU: every step of the row kernel and every row kind.
 
     Logits are divided here (``apply_temperature=False``): torch's and
     Triton's fp32 division differ in the last bit on the GPU.
@@ -379,7 +382,8 @@ def test_gpu_full_vocab_matches_mask_then_gumbel(use_fp64):
     rows = MIXED_ROWS * (num_rows // len(MIXED_ROWS) + 1)
     temperature, top_k, top_p = (list(c)[:num_rows] for c in zip(*rows))
     top_k = [k if k != 301 else vocab_size for k in top_k]
-    top_k[5::16] = [2000] * len(top_k[5::16])  # beyond the short list
+    top_k[5::16] = [2000] * len(top_k[5::16])  # collected from a bound
+    top_k[13::16] = [5000] * len(top_k[13::16])  # beyond the wide list: exact path
     divisor = torch.tensor([t if t else 1.0 for t in temperature]).cuda().unsqueeze(-1)
     logits = logits / divisor
     seeds = torch.randint(-(2**62), 2**62, (num_rows,), generator=gen)

@@ -2,6 +2,7 @@
 
     python3 -m vllm_sampling_plugin.bench.topk_topp --out bench-results/topk_topp
     vllm-sampling-plugin bench topk_topp --top-k 0 --top-p 0.95
+    python3 -m vllm_sampling_plugin.bench.topk_topp --tune --out bench-results/topk_topp-tune
 
 For B rows of V float32 logits (temperature already applied, as the V2
 runner's sampler has them) with top_k=50, top_p=0.9 per row it times
@@ -21,22 +22,32 @@ runner's sampler has them) with top_k=50, top_p=0.9 per row it times
 
 ``fused_matches_masked`` checks ``fused_fp32`` against ``masked_plugin_gumbel``
 token for token. ``bench/sampler.py`` adds ``fused_topk_topp`` (below) as a
-column of its own table. Writes ``topk_topp.json``, and ``topk_topp.png``
-when matplotlib is importable.
+column of its own table. ``--tune`` instead times ``fused_fp32`` over a grid
+of ``TopKTopPTuning`` launch shapes and prints the fastest (tokens may only
+differ between shapes where a top-p mass is within rounding of the
+boundary; the count of differing tokens is printed). Writes
+``topk_topp.json`` (or ``tune.json``), and ``topk_topp.png`` when matplotlib
+is importable.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
+import math
 import os
 from collections.abc import Callable
 
 import torch
 import triton
 
-from vllm_sampling_plugin.ops.topk_topp import DEFAULT_TUNING, top_k_top_p_sample
+from vllm_sampling_plugin.ops.topk_topp import (
+    DEFAULT_TUNING,
+    TopKTopPTuning,
+    top_k_top_p_sample,
+)
 
 
 @dataclasses.dataclass
@@ -66,7 +77,7 @@ def make_case(num_rows: int, vocab_size: int, top_k: int, top_p: float, scale: f
     )
 
 
-def fused_topk_topp(use_fp64: bool = False) -> Callable:
+def fused_topk_topp(use_fp64: bool = False, tuning: TopKTopPTuning = DEFAULT_TUNING) -> Callable:
     """A benchmark candidate: turns a case with the attributes of ``Case``
     (``bench/sampler.py``'s has them) into the zero-argument call to time."""
 
@@ -81,6 +92,7 @@ def fused_topk_topp(use_fp64: bool = False) -> Callable:
             case.top_p,
             apply_temperature=case.apply_temperature,
             use_fp64=use_fp64,
+            tuning=tuning,
         )
 
     return make
@@ -223,6 +235,53 @@ def plot(results: list[dict], names: list[str], title: str, path: str) -> bool:
     return True
 
 
+def tuning_grid() -> list[TopKTopPTuning]:
+    grid = itertools.product((2048, 4096, 8192), (32, 64, 128), (4, 8, 16), (8, 16))
+    return [
+        dataclasses.replace(DEFAULT_TUNING, chunk=c, group=g, chunk_warps=cw, row_warps=rw)
+        for c, g, cw, rw in grid
+    ]
+
+
+def tune(args) -> dict:
+    """Time ``fused_fp32`` for every setting of ``tuning_grid``; best = lowest
+    geometric mean of (time / fastest time) over the batch sizes."""
+    times: dict[TopKTopPTuning, list[float]] = {}
+    differing: dict[TopKTopPTuning, int] = {}
+    for num_rows in args.batch_sizes:
+        case = make_case(num_rows, args.tune_vocab_size, args.top_k, args.top_p, args.logit_scale)
+        expected = fused_topk_topp()(case)()
+        for setting in tuning_grid():
+            call = fused_topk_topp(tuning=setting)(case)
+            differing[setting] = differing.get(setting, 0) + int((call() != expected).sum())
+            times.setdefault(setting, []).append(
+                triton.testing.do_bench(call, rep=40, return_mode="median") * 1e3
+            )
+    fastest = [min(t[i] for t in times.values()) for i in range(len(args.batch_sizes))]
+
+    def score(setting):
+        ratios = [math.log(t / f) for t, f in zip(times[setting], fastest)]
+        return math.exp(sum(ratios) / len(ratios))
+
+    ranked = sorted(times, key=score)
+    print(f"V={args.tune_vocab_size}, us at B={args.batch_sizes} (tokens differing from the default)")
+    for setting in ranked[:10] + [DEFAULT_TUNING]:
+        mark = "  (default)" if setting == DEFAULT_TUNING else ""
+        cells = " ".join(f"{t:8.1f}" for t in times[setting])
+        print(f"  x{score(setting):5.3f} {cells}  ({differing[setting]}) {setting}{mark}")
+    return {
+        "batch_sizes": args.batch_sizes,
+        "vocab_size": args.tune_vocab_size,
+        "best": dataclasses.asdict(ranked[0]),
+        "default": dataclasses.asdict(DEFAULT_TUNING),
+        "results": [
+            {"tuning": dataclasses.asdict(t), "us": times[t], "score": score(t),
+             "tokens_differing": differing[t]}
+            for t in ranked
+        ],
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="bench-results/topk_topp", help="output directory")
@@ -240,6 +299,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--columns", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES)
     )
+    parser.add_argument("--tune", action="store_true", help="sweep TopKTopPTuning")
+    parser.add_argument("--tune-vocab-size", type=int, default=151936)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the top-k/top-p benchmark needs a CUDA GPU")
@@ -250,6 +311,11 @@ def main(argv=None) -> int:
         f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write); "
         f"top_k={args.top_k}, top_p={args.top_p}, logits ~ N(0, {args.logit_scale}^2)"
     )
+    if args.tune:
+        report = {"gpu": gpu, "top_k": args.top_k, "top_p": args.top_p, **tune(args)}
+        with open(os.path.join(args.out, "tune.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        return 0
     notes: dict = {}
     results = []
     for vocab_size in args.vocab_sizes:

@@ -11,17 +11,16 @@ the algorithm and its cost.
 Two kernels, and no host synchronisation:
 
 1. ``_chunk_kernel``, one program per (row, chunk of ``CHUNK`` tokens), reads
-   the logits once. It writes the chunk's max and argmax, lists the two
-   largest logits of every group of ``GROUP`` tokens with their ids, and the
-   chunk's *floor*: the largest logit it left out. Rows without top-k/top-p
-   draw their chunk's Gumbel winner instead.
+   the logits once. It lists the two largest logits of every group of
+   ``GROUP`` tokens with their ids, and the chunk's *floor*: the largest
+   logit it left out. Greedy rows only need the chunk's max and argmax;
+   rows without top-k/top-p draw their chunk's Gumbel winner instead.
 2. ``_row_kernel``, one program per row, merges the lists. Above the highest
-   floor the lists hold every token of the row, so when the top-k (or, alone,
-   the top-p) cut found on the lists lies above it, it is the row's cut and
-   the row is drawn from the lists: Gumbel noise for at most ``SHORT``
-   tokens. That is the common case for top_k in the tens or low hundreds.
-   Otherwise the program finishes the row on the exact whole-row path
-   (``topk_topp_exact.py``).
+   floor they hold every token of the row, so a cut found on them that lies
+   above it is the row's. The steps (``topk_topp_row.py``): a pairwise
+   decision on the short list (the common case), else one walk over the row
+   collecting every token from a proven bound up, else the exact whole-row
+   path (``topk_topp_exact.py``).
 """
 
 from __future__ import annotations
@@ -35,16 +34,8 @@ import triton.language as tl
 
 from vllm_sampling_plugin.ops.random import gumbel_block, request_key
 from vllm_sampling_plugin.ops.topk_topp_exact import MAX_VOCAB_SIZE, sample_row_exactly
-from vllm_sampling_plugin.ops.topk_topp_select import (
-    NEG_INF_KEY,
-    RADIX_BINS,
-    buckets_within,
-    distance_bucket,
-    gumbel_at,
-    largest_key_reaching,
-    load_logits_block,
-    order_key,
-)
+from vllm_sampling_plugin.ops.topk_topp_row import decide, gumbel_argmax, sample_wide, short_list
+from vllm_sampling_plugin.ops.topk_topp_select import RADIX_BINS, load_logits_block, order_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +51,12 @@ class TopKTopPTuning:
     # tokens share a group (rare for top_k in the tens or low hundreds).
     group: int = 64
     # Listed tokens the row kernel keeps and compares pairwise (power of
-    # two): rows with top_k above it take the exact whole-row path.
+    # two): the common rows are decided on it.
     short_list: int = 256
+    # Other rows collect every token from a bound up, in one walk over the
+    # row, into this many lanes (power of two); rows needing more (top_k in
+    # the thousands, very wide top-p sets) take the exact whole-row path.
+    wide_list: int = 4096
     chunk_warps: int = 8
     row_warps: int = 16
     # Tokens per loop step of the exact whole-row path (power of two).
@@ -69,8 +64,6 @@ class TopKTopPTuning:
 
 
 DEFAULT_TUNING = TopKTopPTuning()
-# Buckets of the histogram that chooses what a chunk (or the short list) keeps.
-NUM_BUCKETS = tl.constexpr(32)
 # Tokens per step when a chunk of an unfiltered row draws its Gumbel winner.
 GUMBEL_TILE = 1024
 # The pairwise comparison of the short list runs on [short_list, part]
@@ -195,258 +188,6 @@ def _two_largest_per_group(x, token_ids, vocab_size):
 
 
 @triton.jit
-def _list_largest(x, valid, top, capacity):
-    """At most ``capacity`` of the largest valid ``x`` (``top`` is their max),
-    and the *floor*: the key of the largest valid value left out, or of -inf
-    if none is. Every value above the floor is listed.
-
-    The cut is chosen on a 32-bucket histogram of ``top - x``, scaled to the
-    distance between ``top`` and the mean of the finite values so that it
-    adapts to the temperature: one cheap pass. Only the floor must be exact.
-    """
-    finite = valid & (x > float("-inf")) & (x < float("inf"))
-    mean = tl.sum(tl.where(finite, x, 0.0), axis=0) / tl.sum(finite.to(tl.float32), axis=0)
-    bucket = distance_bucket(x, top, NUM_BUCKETS / (top - mean), NUM_BUCKETS)
-    hist = tl.histogram(bucket, NUM_BUCKETS, mask=valid)
-    listed = valid & (bucket < buckets_within(hist, capacity))
-    left_out = tl.max(tl.where(valid & ~listed, x, float("-inf")), axis=0)
-    return listed, order_key(left_out)
-
-
-@triton.jit
-def _short_list(
-    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
-    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    short_logits_ptr,  # [SHORT] fp32 scratch of this row
-    short_ids_ptr,  # [SHORT] int32 scratch of this row
-    row,
-    row_max,
-    num_chunks,
-    CHUNKS_BLOCK: tl.constexpr,
-    LIST: tl.constexpr,
-    SHORT: tl.constexpr,
-):
-    """The row's largest listed logits (at most ``SHORT``), their ids, and
-    the floor: the list holds every token of the row whose key is above it.
-    -inf tokens are never listed (they cannot win)."""
-    chunks = tl.arange(0, CHUNKS_BLOCK)
-    floors = tl.load(chunk_floor_ptr + row + chunks, mask=chunks < num_chunks, other=0)
-    floor = tl.max(floors.to(tl.uint32, bitcast=True), axis=0)
-    lanes = tl.arange(0, CHUNKS_BLOCK * LIST)
-    x = tl.load(
-        listed_logits_ptr + row * LIST + lanes,
-        mask=lanes < num_chunks * LIST,
-        other=float("-inf"),
-    )
-    listed = x > float("-inf")
-    ids = tl.load(listed_ids_ptr + row * LIST + lanes, mask=listed, other=0)
-    keys = tl.where(listed, order_key(x), 0)
-    # Keep at most SHORT of the largest, raise the floor to the largest one
-    # left out, and compact the kept ones through the scratch.
-    chosen = listed
-    if tl.sum(listed.to(tl.int32), axis=0) > SHORT:
-        chosen, cut = _list_largest(x, listed, row_max, SHORT)
-        floor = tl.maximum(floor, cut)
-    slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
-    tl.store(short_logits_ptr + slot, x, mask=chosen)
-    tl.store(short_ids_ptr + slot, ids, mask=chosen)
-    tl.debug_barrier()
-    x, ids, keys, listed = _load_short_list(
-        short_logits_ptr, short_ids_ptr, tl.sum(chosen.to(tl.int32), axis=0), SHORT
-    )
-    return x, ids, keys, listed, floor
-
-
-@triton.jit
-def _load_short_list(short_logits_ptr, short_ids_ptr, count, SHORT: tl.constexpr):
-    lanes = tl.arange(0, SHORT)
-    listed = lanes < count
-    x = tl.load(short_logits_ptr + lanes, mask=listed, other=float("-inf"))
-    ids = tl.load(short_ids_ptr + lanes, mask=listed, other=0)
-    return x, ids, tl.where(listed, order_key(x), 0), listed
-
-
-@triton.jit
-def _count_and_mass_above(
-    keys,  # [SHORT] uint32, 0 where no token
-    short_logits_ptr,  # [SHORT] fp32: the same tokens, from the scratch
-    count,
-    row_max,
-    PART: tl.constexpr,
-):
-    """For every listed token j: how many listed tokens lie strictly above
-    it, and their mass ``exp(x - row_max)``. The tokens above are streamed
-    from the scratch ``PART`` at a time, which bounds the registers of the
-    ``[SHORT, PART]`` comparison."""
-    num_above = tl.zeros(keys.shape, dtype=tl.int32)
-    mass_above = tl.zeros(keys.shape, dtype=tl.float32)
-    for start in range(0, count, PART):
-        lanes = start + tl.arange(0, PART)
-        part_listed = lanes < count
-        part_x = tl.load(short_logits_ptr + lanes, mask=part_listed, other=float("-inf"))
-        part_mass = tl.where(part_listed, tl.exp(part_x - row_max), 0.0)
-        above = (tl.where(part_listed, order_key(part_x), 0)[None, :] > keys[:, None])
-        num_above += tl.sum(above.to(tl.int32), axis=1)
-        mass_above += tl.sum(tl.where(above, part_mass[None, :], 0.0), axis=1)
-    return num_above, mass_above
-
-
-@triton.jit
-def _collect_at_least(
-    logits_row_ptr,  # [vocab]: one row of logits
-    col_stride,
-    temperature,
-    vocab_size,
-    bound,
-    short_logits_ptr,  # [SHORT] fp32 scratch of this row
-    short_ids_ptr,  # [SHORT] int32 scratch of this row
-    SHORT: tl.constexpr,
-    BLOCK: tl.constexpr,
-    APPLY_TEMPERATURE: tl.constexpr,
-):
-    """Walk the row once and list every finite token whose key is at least
-    ``bound``, in token order. Returns the list, its floor (``bound - 1``),
-    and whether all of them fit in ``SHORT`` lanes."""
-    count = 0
-    for start in range(0, vocab_size, BLOCK):
-        token_ids, in_vocab, x = load_logits_block(
-            logits_row_ptr, col_stride, start, temperature, vocab_size,
-            1, BLOCK, APPLY_TEMPERATURE,
-        )
-        taken = in_vocab & (x > float("-inf")) & (order_key(x) >= bound)
-        num_taken = tl.sum(taken.to(tl.int32), axis=0)
-        if num_taken > 0:
-            slot = count + tl.cumsum(taken.to(tl.int32), axis=0) - 1
-            tl.store(short_logits_ptr + slot, x, mask=taken & (slot < SHORT))
-            tl.store(short_ids_ptr + slot, token_ids, mask=taken & (slot < SHORT))
-            count += num_taken
-    tl.debug_barrier()
-    x, ids, keys, listed = _load_short_list(
-        short_logits_ptr, short_ids_ptr, tl.minimum(count, SHORT), SHORT
-    )
-    return x, ids, keys, listed, bound - 1, count <= SHORT
-
-
-@triton.jit
-def _decide(
-    x,  # [SHORT] fp32: the listed tokens, as in the scratch
-    keys,
-    listed,
-    short_logits_ptr,  # [SHORT] fp32 scratch of this row
-    floor,
-    row_max,
-    filter_k,
-    top_k,
-    filter_p,
-    top_p,
-    total_mass,
-    PART: tl.constexpr,
-):
-    """Top-k then top-p on the listed tokens (every token of the row above
-    ``floor`` is listed).
-
-    Returns which listed tokens survive; whether that is the row's answer
-    (the cut lies above the floor, or only -inf tokens lie below it); and a
-    key the row's cut is known to reach (0 if the list cannot tell).
-    ``total_mass`` is the row's (used by top-p alone).
-    """
-    mass = tl.where(listed, tl.exp(x - row_max), 0.0)
-    # Both tests use "strictly above", so tied tokens stay or go together.
-    # Within the top-k set every token above is in the set, so the
-    # unmasked mass above is the set's.
-    count = tl.sum(listed.to(tl.int32), axis=0)
-    num_above, mass_above = _count_and_mass_above(keys, short_logits_ptr, count, row_max, PART)
-    in_top_k = listed & (num_above < top_k)
-    keep = listed
-    if filter_k:
-        keep = in_top_k
-        total_mass = tl.sum(tl.where(keep, mass, 0.0), axis=0)
-    top_p_mass = top_p * total_mass
-    in_top_p = listed & (mass_above < top_p_mass)
-    if filter_p:
-        keep = keep & in_top_p
-    # The top token always stays, even for top_p <= 0.
-    keep = keep | (listed & (keys == order_key(row_max)))
-
-    # Counts and masses are the row's for every token above the floor: the
-    # row is decided when at least k tokens (top-k), or at least p of the
-    # mass (top-p alone), lie above it. Otherwise the smallest listed token
-    # that the list alone would keep is a bound: at least k tokens, or p of
-    # the mass, reach it in the row too.
-    above_floor = listed & (keys > floor)
-    no_bound: tl.constexpr = 0xFFFFFFFF
-    if filter_k:
-        decided = tl.sum(above_floor.to(tl.int32), axis=0) >= top_k
-        reached = count >= top_k
-        bound = tl.min(tl.where(in_top_k, keys, no_bound), axis=0)
-    else:
-        mass_above_floor = tl.sum(tl.where(above_floor, mass, 0.0), axis=0)
-        decided = (mass_above_floor >= top_p_mass) & (mass_above_floor > 0.0)
-        reached = tl.sum(mass, axis=0) >= top_p_mass
-        bound = tl.min(tl.where(in_top_p, keys, no_bound), axis=0)
-    decided = decided | (floor <= NEG_INF_KEY)
-    return keep, decided, tl.where(reached & (bound != no_bound), bound, 0)
-
-
-@triton.jit
-def _sample_from_all_lists(
-    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
-    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    row,
-    row_max,
-    num_chunks,
-    filter_k,
-    top_k,
-    filter_p,
-    top_p,
-    total_mass,
-    key,
-    vocab_size,
-    CHUNKS_BLOCK: tl.constexpr,
-    LIST: tl.constexpr,
-    USE_FP64: tl.constexpr,
-):
-    """Top-k, top-p and the draw on every listed token of the row, for cuts
-    below the short list (top_k in the hundreds or thousands, wide top-p
-    sets). The cuts are bit-by-bit searches over the keys; they are the
-    row's when they lie above the floor. Returns (token, decided)."""
-    chunks = tl.arange(0, CHUNKS_BLOCK)
-    floors = tl.load(chunk_floor_ptr + row + chunks, mask=chunks < num_chunks, other=0)
-    floor = tl.max(floors.to(tl.uint32, bitcast=True), axis=0)
-    lanes = tl.arange(0, CHUNKS_BLOCK * LIST)
-    x = tl.load(
-        listed_logits_ptr + row * LIST + lanes,
-        mask=lanes < num_chunks * LIST,
-        other=float("-inf"),
-    )
-    listed = x > float("-inf")
-    keys = tl.where(listed, order_key(x), 0)
-    top_k_key = tl.full((), 0, tl.uint32)
-    if filter_k:
-        top_k_key = largest_key_reaching(keys, listed.to(tl.int32), top_k)
-    mass = tl.where(keys >= top_k_key, tl.exp(x - row_max), 0.0)
-    if filter_k:
-        total_mass = tl.sum(mass, axis=0)
-    top_p_key = tl.full((), 0, tl.uint32)
-    if filter_p:
-        top_p_key = largest_key_reaching(keys, mass, top_p * total_mass)
-    # Top-p relies on the top-k set being complete: with top-k, its cut
-    # decides; without, the top-p cut does.
-    decided = tl.where(filter_k, top_k_key, top_p_key) > floor
-    # The top token always stays, even for top_p <= 0.
-    threshold = tl.minimum(tl.maximum(top_k_key, top_p_key), order_key(row_max))
-    keep = listed & (keys >= threshold)
-    ids = tl.load(listed_ids_ptr + row * LIST + lanes, mask=keep, other=0)
-    score_dtype: tl.constexpr = tl.float64 if USE_FP64 else tl.float32
-    score = tl.where(keep, x.to(score_dtype) + gumbel_at(key, ids, USE_FP64), float("-inf"))
-    top = tl.max(score, axis=0)
-    sampled = tl.min(tl.where(keep & (score == top), ids, vocab_size), axis=0)
-    return sampled, decided | (floor <= NEG_INF_KEY)
-
-
-@triton.jit
 def _row_kernel(
     sampled_ptr,  # [num_tokens] int64
     chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
@@ -455,8 +196,8 @@ def _row_kernel(
     chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
     listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
     listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    short_logits_ptr,  # [num_tokens, SHORT] fp32 scratch
-    short_ids_ptr,  # [num_tokens, SHORT] int32 scratch
+    scratch_logits_ptr,  # [num_tokens, WIDE] fp32 scratch
+    scratch_ids_ptr,  # [num_tokens, WIDE] int32 scratch
     mass_hist_ptr,  # [num_tokens, 256] int64 scratch of the exact path
     logits_ptr,  # [num_tokens, vocab]
     logits_row_stride,
@@ -473,6 +214,7 @@ def _row_kernel(
     LIST: tl.constexpr,
     SHORT: tl.constexpr,
     PART: tl.constexpr,
+    WIDE: tl.constexpr,
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     USE_FP64: tl.constexpr,
@@ -486,7 +228,6 @@ def _row_kernel(
     filter_p = top_p < 1.0
     # Where it matters (filter_k), top_k < vocab_size fits in int32.
     top_k = top_k.to(tl.int32)
-    score_dtype: tl.constexpr = tl.float64 if USE_FP64 else tl.float32
 
     chunks = tl.arange(0, CHUNKS_BLOCK)
     chunk_ok = chunks < num_chunks
@@ -506,42 +247,28 @@ def _row_kernel(
     if (temperature != 0.0) & (filter_k | filter_p) & finite_max:
         key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token))
         logits_row_ptr = logits_ptr + token.to(tl.int64) * logits_row_stride
-        short_logits_ptr += token.to(tl.int64) * SHORT
-        short_ids_ptr += token.to(tl.int64) * SHORT
+        scratch_logits_ptr += token.to(tl.int64) * WIDE
+        scratch_ids_ptr += token.to(tl.int64) * WIDE
         # Top-p alone needs the row's total mass: the chunks' sums.
         chunk_mass = tl.load(chunk_mass_ptr + row + chunks, mask=chunk_ok, other=0.0)
         total_mass = tl.sum(chunk_mass * tl.exp(best.to(tl.float32) - row_max), axis=0)
 
-        x, ids, keys, listed, floor = _short_list(
-            listed_logits_ptr, listed_ids_ptr, chunk_floor_ptr, short_logits_ptr,
-            short_ids_ptr, row, row_max, num_chunks, CHUNKS_BLOCK, LIST, SHORT,
+        x, ids, keys, listed, floor = short_list(
+            listed_logits_ptr, listed_ids_ptr, chunk_floor_ptr, scratch_logits_ptr,
+            scratch_ids_ptr, row, row_max, num_chunks, CHUNKS_BLOCK, LIST, SHORT,
         )
-        keep, decided, bound = _decide(
-            x, keys, listed, short_logits_ptr, floor, row_max,
+        keep, decided = decide(
+            x, keys, listed, scratch_logits_ptr, floor, row_max,
             filter_k, top_k, filter_p, top_p, total_mass, PART,
         )
-        if ~decided & (bound > 0):
-            # Rare (three top tokens in one group, a tie across groups):
-            # one more walk over the row lists everything from the bound up.
-            x, ids, keys, listed, floor, fits = _collect_at_least(
-                logits_row_ptr, logits_col_stride, temperature, vocab_size, bound,
-                short_logits_ptr, short_ids_ptr, SHORT, ROW_BLOCK, APPLY_TEMPERATURE,
-            )
-            keep, decided, bound = _decide(
-                x, keys, listed, short_logits_ptr, floor, row_max,
-                filter_k, top_k, filter_p, top_p, total_mass, PART,
-            )
-            decided = decided & fits
         if decided:
-            score = x.to(score_dtype) + gumbel_at(key, ids, USE_FP64)
-            score = tl.where(keep, score, float("-inf"))
-            top = tl.max(score, axis=0)
-            sampled = tl.min(tl.where(keep & (score == top), ids, vocab_size), axis=0)
+            sampled = gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64)
         else:
-            sampled, decided = _sample_from_all_lists(
-                listed_logits_ptr, listed_ids_ptr, chunk_floor_ptr, row, row_max,
-                num_chunks, filter_k, top_k, filter_p, top_p, total_mass, key,
-                vocab_size, CHUNKS_BLOCK, LIST, USE_FP64,
+            sampled, decided = sample_wide(
+                listed_logits_ptr, row, num_chunks, logits_row_ptr, logits_col_stride,
+                temperature, vocab_size, row_max, filter_k, top_k, filter_p, top_p,
+                total_mass, scratch_logits_ptr, scratch_ids_ptr, key,
+                CHUNKS_BLOCK, LIST, WIDE, ROW_BLOCK, APPLY_TEMPERATURE, USE_FP64,
             )
         if not decided:
             sampled = sample_row_exactly(
@@ -560,7 +287,9 @@ def _row_kernel(
                 APPLY_TEMPERATURE,
                 USE_FP64,
             )
-    tl.store(sampled_ptr + token, sampled)
+    # Every path keeps the top token, so this never binds; it is here because
+    # an id outside the vocabulary would crash the engine.
+    tl.store(sampled_ptr + token, tl.minimum(sampled, vocab_size - 1))
 
 
 def _check_inputs(
@@ -624,7 +353,7 @@ def _check_inputs(
 
 @functools.cache
 def _check_tuning(tuning: TopKTopPTuning) -> None:
-    for name in ("chunk", "group", "short_list", "row_block"):
+    for name in ("chunk", "group", "short_list", "wide_list", "row_block"):
         value = getattr(tuning, name)
         if value < 2 or triton.next_power_of_2(value) != value:
             raise ValueError(f"tuning.{name} must be a power of two >= 2, got {value}")
@@ -632,6 +361,11 @@ def _check_tuning(tuning: TopKTopPTuning) -> None:
         raise ValueError(
             f"tuning.group ({tuning.group}) must be at most half of tuning.chunk "
             f"({tuning.chunk})"
+        )
+    if tuning.wide_list < tuning.short_list:
+        raise ValueError(
+            f"tuning.wide_list ({tuning.wide_list}) must be at least tuning.short_list "
+            f"({tuning.short_list})"
         )
 
 
@@ -750,8 +484,9 @@ def top_k_top_p_sample(
     chunk_floor = torch.empty(per_chunk, dtype=torch.int32, device=device)
     listed_logits = torch.empty((*per_chunk, list_len), dtype=torch.float32, device=device)
     listed_ids = torch.empty((*per_chunk, list_len), dtype=torch.int32, device=device)
-    short_logits = torch.empty((num_tokens, tuning.short_list), dtype=torch.float32, device=device)
-    short_ids = torch.empty((num_tokens, tuning.short_list), dtype=torch.int32, device=device)
+    # The short list and, for the rare wide rows, the collected tokens.
+    scratch_logits = torch.empty((num_tokens, tuning.wide_list), dtype=torch.float32, device=device)
+    scratch_ids = torch.empty((num_tokens, tuning.wide_list), dtype=torch.int32, device=device)
     mass_hist = torch.empty((num_tokens, RADIX_BINS), dtype=torch.int64, device=device)
     sampled = torch.empty(num_tokens, dtype=torch.int64, device=device)
     state = (idx_mapping, temperature, seeds, pos, top_k, top_p)
@@ -784,8 +519,8 @@ def top_k_top_p_sample(
         chunk_floor,
         listed_logits,
         listed_ids,
-        short_logits,
-        short_ids,
+        scratch_logits,
+        scratch_ids,
         mass_hist,
         logits,
         logits.stride(0),
@@ -797,6 +532,7 @@ def top_k_top_p_sample(
         LIST=list_len,
         SHORT=tuning.short_list,
         PART=max(1, min(tuning.short_list, PAIRWISE_BLOCK // tuning.short_list)),
+        WIDE=tuning.wide_list,
         ROW_BLOCK=tuning.row_block,
         APPLY_TEMPERATURE=apply_temperature,
         USE_FP64=use_fp64,

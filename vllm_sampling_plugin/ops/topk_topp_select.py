@@ -76,14 +76,17 @@ def pick_digit(hist, need):
 
 @triton.jit
 def distance_bucket(x, top, scale, NUM_BUCKETS: tl.constexpr):
-    """Bucket ``floor((top - x) * scale)`` of each value, capped at ``NUM_BUCKETS - 1``.
+    """Bucket ``floor((top - x) * scale)`` of each value, within
+    ``[0, NUM_BUCKETS)``: the histogram must count every value.
 
     ``top`` is the largest of the values: it and its ties land in bucket 0,
-    -inf and anything the scale cannot place (inf * 0, NaN) in the last.
+    -inf and anything the scale cannot place (inf * 0, NaN) in the last. A
+    negative product (a scale below 0 from rounding) lands in bucket 0.
     """
     scaled = (top - x) * scale
     last: tl.constexpr = NUM_BUCKETS - 1
-    bucket = tl.where(scaled < last, scaled, last).to(tl.int32)
+    scaled = tl.where(scaled < last, scaled, last)
+    bucket = tl.where(scaled > 0.0, scaled, 0.0).to(tl.int32)
     return tl.where(x == top, 0, bucket)
 
 
@@ -124,7 +127,6 @@ def gumbel_at(key, token_ids, USE_FP64: tl.constexpr):
         word = token_ids % 4
         bits = tl.where(word == 0, w0, tl.where(word == 1, w1, tl.where(word == 2, w2, w3)))
         return gumbel_fp32_from_uniform(_bits_to_uniform_fp32(bits))
-
 
 
 @triton.jit
