@@ -315,8 +315,9 @@ def _rejection_step_kernel(
     USE_FP64: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
-    block_idx = tl.program_id(0)
-    req_idx = tl.program_id(1)
+    # Requests on grid axis 0: axes 1 and 2 are limited to 65535 programs.
+    req_idx = tl.program_id(0)
+    block_idx = tl.program_id(1)
     block_start = block_idx * BLOCK
     start = tl.load(cu_num_logits_ptr + req_idx)
     num_drafts = tl.minimum(tl.load(cu_num_logits_ptr + req_idx + 1) - start - 1, num_spec_steps)
@@ -646,7 +647,7 @@ def rejection_sample_packed(
     draft_sumexp = torch.empty_like(target_max) if has_draft_logits else target_max
 
     for step in range(num_speculative_steps + 1):
-        _rejection_step_kernel[(num_blocks, num_reqs)](
+        _rejection_step_kernel[(num_reqs, num_blocks)](
             winner_value,
             winner_token,
             fallback_value,
