@@ -48,12 +48,20 @@ def _decide(setting, support, records):
     return used, records, probed
 
 
-@pytest.mark.parametrize("setting", [None, True])
-def test_supported_uses_flashinfer_with_one_info_line(setting, plugin_log):
-    used, records, _ = _decide(setting, SUPPORTED, plugin_log)
+def test_forced_on_supported_uses_flashinfer_with_one_info_line(plugin_log):
+    used, records, _ = _decide(True, SUPPORTED, plugin_log)
     assert used is True
     assert [r.levelno for r in records] == [logging.INFO]
     assert "Using FlashInfer" in records[0].getMessage()
+
+
+def test_default_on_supported_prefers_the_faster_fused_kernel(plugin_log):
+    used, records, _ = _decide(None, SUPPORTED, plugin_log)
+    assert used is False
+    assert [r.levelno for r in records] == [logging.INFO]
+    message = records[0].getMessage()
+    assert "fused top-k/top-p kernel is faster" in message
+    assert "VLLM_USE_FLASHINFER_SAMPLER=1" in message
 
 
 def test_forced_on_unsupported_gpu_raises_naming_variable_and_capability(plugin_log):
