@@ -60,6 +60,9 @@ VOCAB = 151936
 # The largest vocabulary of the one-chunk top-k/top-p shape, whose code differs.
 SMALL_VOCAB = DEFAULT_TUNING.short_list
 NUM_SPEC_STEPS = 3
+H100_NUM_SMS = 132
+# Batches that select the smallest and the largest rejection launch plans.
+REJECTION_BATCHES = (2, 256)
 # The case that must fail to compile (see _plain_global_kernel).
 SELF_CHECK = "self_check:plain_global"
 
@@ -194,29 +197,34 @@ def _top_k_top_p(*, vocab: int, apply_temperature: bool, use_fp64: bool) -> None
 
 
 def _rejection(
-    *, synthetic: bool, draft_logits: bool, use_fp64: bool, apply_temperature: bool
+    *, num_reqs: int, synthetic: bool, draft_logits: bool, use_fp64: bool, apply_temperature: bool
 ) -> None:
-    from vllm_sampling_plugin.ops.rejection_kernel import rejection_sample_packed
+    from unittest import mock
 
-    # Two requests with NUM_SPEC_STEPS drafts and a bonus position each, laid
-    # out as the V2 runner packs them.
-    num_reqs, max_num_reqs = 2, 4
+    from vllm_sampling_plugin.ops import rejection_kernel
+
+    # Requests with NUM_SPEC_STEPS drafts and a bonus position each, laid out
+    # as the V2 runner packs them. The launch plan follows the batch and the
+    # SM count: as on an H100, a small batch gets one-tile blocks and a large
+    # one the tuned chunks. Nothing runs, so the logits stay uninitialised.
+    max_num_reqs = num_reqs + 2
     num_logits = num_reqs * (NUM_SPEC_STEPS + 1)
     idx_mapping, temperature, seeds, _ = _request_state(num_reqs, max_num_reqs)
-    rejection_sample_packed(
-        torch.randn(num_logits, VOCAB),
-        torch.randint(0, VOCAB, (num_logits,)),
-        torch.arange(0, num_logits + 1, NUM_SPEC_STEPS + 1, dtype=torch.int32),
-        idx_mapping,
-        torch.arange(num_logits, dtype=torch.int64),
-        temperature,
-        seeds,
-        NUM_SPEC_STEPS,
-        torch.randn(max_num_reqs, NUM_SPEC_STEPS, VOCAB) if draft_logits else None,
-        torch.full((NUM_SPEC_STEPS,), 0.8) if synthetic else None,
-        use_fp64=use_fp64,
-        apply_temperature=apply_temperature,
-    )
+    with mock.patch.object(rejection_kernel, "_num_sms", lambda device: H100_NUM_SMS):
+        rejection_kernel.rejection_sample_packed(
+            torch.empty(num_logits, VOCAB),
+            torch.randint(0, VOCAB, (num_logits,)),
+            torch.arange(0, num_logits + 1, NUM_SPEC_STEPS + 1, dtype=torch.int32),
+            idx_mapping,
+            torch.arange(num_logits, dtype=torch.int64),
+            temperature,
+            seeds,
+            NUM_SPEC_STEPS,
+            torch.empty(max_num_reqs, NUM_SPEC_STEPS, VOCAB) if draft_logits else None,
+            torch.full((NUM_SPEC_STEPS,), 0.8) if synthetic else None,
+            use_fp64=use_fp64,
+            apply_temperature=apply_temperature,
+        )
 
 
 def _ngram_propose(*, min_n: int, max_n: int) -> None:
@@ -273,6 +281,7 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
     yield from _variants(
         "rejection",
         _rejection,
+        num_reqs=REJECTION_BATCHES,
         synthetic=on_off,
         draft_logits=on_off,
         use_fp64=on_off,

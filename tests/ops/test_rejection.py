@@ -10,6 +10,7 @@ seeds in one launch give many samples per launch (the Triton interpreter
 costs tens of milliseconds per program on CPU).
 """
 
+import functools
 import math
 
 import pytest
@@ -17,10 +18,12 @@ import torch
 from scipy import stats
 
 from vllm_sampling_plugin.ops import (
+    rejection_kernel,
     rejection_sample,
     rejection_sample_packed,
     unconditional_to_conditional_rates,
 )
+from vllm_sampling_plugin.ops.rejection_kernel import RejectionTuning
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
@@ -362,6 +365,104 @@ def test_deterministic_and_batch_invariant(device):
         )
         single, single_num = run([3], use_fp64)
         assert torch.equal(single[0], out[3]) and single_num[0] == num[3]
+
+
+# Launch plans that differ in every parameter (as _plan_launch derives them
+# with num_sms=1 at V=1000, whose stats tile is 256 tokens): one-tile blocks
+# (the CPU plan), one program per row walking two tiles per chunk and
+# 64-token sampling chunks, and two programs per row with 128-token chunks.
+_PLAN_TUNINGS = {
+    "one_tile_blocks": None,
+    "whole_row": RejectionTuning(
+        max_block=1024, chunk=512, sample_chunk=64, num_warps=2, programs_per_sm=1
+    ),
+    "half_rows": RejectionTuning(
+        max_block=512, chunk=16, sample_chunk=128, num_warps=4, programs_per_sm=1
+    ),
+}
+
+
+def _plan_inputs(batch_size, num_drafts, vocab, generator, device):
+    target_logits = torch.randn(batch_size, num_drafts + 1, vocab, generator=generator) * 2
+    argmax = target_logits.argmax(-1)
+    drafts = torch.randint(0, vocab, (batch_size, num_drafts), generator=generator)
+    drafts[::2] = argmax[::2, :num_drafts]  # long accepted runs on half the rows
+    drafts[1, 0] = vocab - 1
+    target_logits[2, 1, ::3] = float("nan")
+    target_logits[3, 0, 700] = float("inf")
+    draft_probs = torch.softmax(
+        target_logits[:, :num_drafts].nan_to_num(0.0, 1e4, -1e4) * 0.7
+        + torch.randn(batch_size, num_drafts, vocab, generator=generator),
+        -1,
+    )
+    temperature = torch.rand(batch_size, generator=generator) + 0.5
+    temperature[::3] = 0.0
+    return [
+        t.to(device)
+        for t in (
+            target_logits,
+            drafts,
+            draft_probs,
+            temperature,
+            torch.arange(batch_size) * 31 + 5,
+            torch.arange(batch_size) * 17,
+        )
+    ]
+
+
+def test_every_launch_plan_gives_the_same_tokens(monkeypatch):
+    """Block, chunk, sampling chunk and warp count never change a token.
+
+    Runs on CPU with the GPU planner (``_num_sms`` patched), so the plans
+    below are really different: the log-sum-exp is summed in different
+    orders and pieces by each (exact fixed-point sums make it the same), and
+    the Gumbel-max winners are found across different lanes and programs.
+    """
+    num_drafts, vocab = 3, 1000
+    generator = torch.Generator().manual_seed(41)
+    inputs = _plan_inputs(6, num_drafts, vocab, generator, "cpu")
+    target_logits, drafts, draft_probs, temperature, seeds, positions = inputs
+    plans = {
+        rejection_kernel._plan_launch(
+            6, vocab, tuning or rejection_kernel.TUNING[False], None if tuning is None else 1
+        )
+        for tuning in _PLAN_TUNINGS.values()
+    }
+    assert len({(p.block, p.chunk, p.sample_chunk, p.num_warps) for p in plans}) == 3
+    for use_fp64, with_probs, synthetic in [
+        (False, True, False),
+        (True, True, False),
+        (False, False, False),
+        (False, True, True),
+    ]:
+        outputs = {}
+        for name, tuning in _PLAN_TUNINGS.items():
+            num_sms = None if tuning is None else 1
+            monkeypatch.setattr(rejection_kernel, "_num_sms", lambda device, n=num_sms: n)
+            monkeypatch.setattr(
+                "vllm_sampling_plugin.ops.rejection.rejection_sample_packed",
+                functools.partial(rejection_kernel.rejection_sample_packed, tuning=tuning),
+            )
+            out, num = rejection_sample(
+                target_logits,
+                drafts,
+                draft_probs if with_probs else None,
+                temperature,
+                seeds,
+                positions,
+                synthetic_rates=[0.8, 0.5, 0.3] if synthetic else None,
+                use_fp64=use_fp64,
+            )
+            _check_padding(out, num, vocab)
+            outputs[name] = (out, num)
+        reference = outputs["one_tile_blocks"]
+        # Not a degenerate case: rows stop after different numbers of drafts.
+        assert len(set(reference[1].tolist())) > 1
+        for name, (out, num) in outputs.items():
+            assert torch.equal(out, reference[0]) and torch.equal(num, reference[1]), (
+                f"plan {name} differs (use_fp64={use_fp64}, probs={with_probs}, "
+                f"synthetic={synthetic})"
+            )
 
 
 def test_seed_and_position_change_the_draw(device):

@@ -1,6 +1,7 @@
 """Latency of one rejection-sampling step: the plugin's fused kernel against stock vLLM 0.20.
 
     python3 -m vllm_sampling_plugin.bench.rejection --out bench-results/rejection
+    python3 -m vllm_sampling_plugin.bench.rejection --tune --out bench-results/rejection-tune
 
 For B requests with K drafts each and V float32 logits, on the V2 runner's
 packed layout (``B * (K + 1)`` target rows, Eagle-style ``[B, K, V]`` draft
@@ -28,23 +29,34 @@ the plugin reads no row past a request's first rejection, so it can exceed
 what one full read would allow. ``speedup`` = stock_probabilistic /
 plugin_fp32, ``synthetic_over_standard`` = plugin_synthetic / plugin_fp32.
 Writes ``rejection.json``, and ``rejection.png`` when matplotlib is importable.
+
+``--tune`` instead sweeps the launch parameters (``tuning_grid``) of
+``ops.rejection_kernel.TUNING`` for standard mode with draft logits, per
+precision, over the same B and K at ``--vocab-size``; checks that every
+setting returns exactly the default's tokens; prints the fastest settings
+(lowest geometric mean of time / fastest time over the cases) as lines to
+paste into ``TUNING``; and writes ``tune.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
+import math
 import os
 from collections.abc import Callable
 
 import torch
 import triton
 
+from vllm_sampling_plugin.ops import rejection_kernel
 from vllm_sampling_plugin.ops.rejection import (
     rejection_sample_packed,
     unconditional_to_conditional_rates,
 )
+from vllm_sampling_plugin.ops.rejection_kernel import RejectionTuning
 
 
 @dataclasses.dataclass
@@ -102,7 +114,12 @@ def make_case(num_reqs: int, num_spec: int, vocab_size: int, args) -> Case:
 Candidate = Callable[[Case], Callable[[], object]]
 
 
-def plugin(use_fp64: bool = False, synthetic: bool = False, draft_logits: bool = True) -> Candidate:
+def plugin(
+    use_fp64: bool = False,
+    synthetic: bool = False,
+    draft_logits: bool = True,
+    tuning: RejectionTuning | None = None,
+) -> Candidate:
     def make(case: Case):
         return lambda: rejection_sample_packed(
             case.target_logits,
@@ -116,6 +133,7 @@ def plugin(use_fp64: bool = False, synthetic: bool = False, draft_logits: bool =
             draft_logits=case.draft_logits if draft_logits else None,
             synthetic_conditional_rates=case.conditional_rates if synthetic else None,
             use_fp64=use_fp64,
+            tuning=tuning,
         )
 
     return make
@@ -292,6 +310,77 @@ def plot(results: list[dict], names: list[str], gpu: str, path: str) -> bool:
     return True
 
 
+def tuning_grid(use_fp64: bool) -> list[RejectionTuning]:
+    sample_chunks = (256, 512, 1024) if use_fp64 else (512, 1024, 2048)
+    grid = itertools.product(
+        (4096, 8192, 16384), (1024, 2048, 4096), sample_chunks, (4, 8), (4, 8, 16)
+    )
+    candidates = [
+        RejectionTuning(max_block=b, chunk=c, sample_chunk=s, num_warps=w, programs_per_sm=p)
+        for b, c, s, w, p in grid
+        if c <= b and s <= b
+    ]
+    default = rejection_kernel.TUNING[use_fp64]
+    return candidates + ([default] if default not in candidates else [])
+
+
+def tune(args) -> dict:
+    """Time every setting of ``tuning_grid`` on every (B, K); best = lowest
+    geometric mean of (time / fastest time) over the cases."""
+    report = {}
+    for use_fp64 in (False, True):
+        label = "fp64" if use_fp64 else "fp32"
+        default = rejection_kernel.TUNING[use_fp64]
+        grid = tuning_grid(use_fp64)
+        times: dict[RejectionTuning, list[float]] = {setting: [] for setting in grid}
+        cases = []
+        for num_spec in args.num_spec:
+            for num_reqs in args.batch_sizes:
+                cases.append((num_reqs, num_spec))
+                case = make_case(num_reqs, num_spec, args.vocab_size, args)
+                expected = plugin(use_fp64)(case)()
+                for setting in grid:
+                    call = plugin(use_fp64, tuning=setting)(case)
+                    sampled, num_sampled = call()
+                    if not (
+                        torch.equal(sampled, expected[0]) and torch.equal(num_sampled, expected[1])
+                    ):
+                        raise AssertionError(
+                            f"{label} B={num_reqs} K={num_spec}: tokens changed with {setting}"
+                        )
+                    times[setting].append(
+                        triton.testing.do_bench(call, rep=args.tune_rep_ms, return_mode="median")
+                        * 1e3
+                    )
+                print(f"{label} B={num_reqs} K={num_spec}: {len(grid)} settings, same tokens")
+                del case
+                torch.cuda.empty_cache()
+        fastest = [min(t[i] for t in times.values()) for i in range(len(cases))]
+        scores = {
+            setting: math.exp(sum(math.log(t / f) for t, f in zip(us, fastest)) / len(fastest))
+            for setting, us in times.items()
+        }
+        ranked = sorted(grid, key=scores.__getitem__)
+        print(f"\n{label}: V={args.vocab_size}, us at (B, K) = {cases}")
+        for setting in ranked[:10] + ([default] if default not in ranked[:10] else []):
+            mark = "  (current)" if setting == default else ""
+            cells = " ".join(f"{t:7.1f}" for t in times[setting])
+            print(f"  x{scores[setting]:5.3f} {cells}  {setting}{mark}")
+        print(f"best {label}, for TUNING in ops/rejection_kernel.py:\n    {use_fp64}: {ranked[0]},")
+        report[label] = {
+            "cases": [{"B": b, "K": k} for b, k in cases],
+            "vocab_size": args.vocab_size,
+            "best": dataclasses.asdict(ranked[0]),
+            "current": dataclasses.asdict(default),
+            "fastest_us": fastest,
+            "results": [
+                {"tuning": dataclasses.asdict(s), "us": times[s], "score": scores[s]}
+                for s in ranked
+            ],
+        }
+    return report
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="bench-results/rejection", help="output directory")
@@ -311,6 +400,10 @@ def main(argv=None) -> int:
         default=0.5,
         help="draft logits = target logits + N(0, noise^2); sets the acceptance rate",
     )
+    parser.add_argument(
+        "--tune", action="store_true", help="sweep ops.rejection_kernel.TUNING instead"
+    )
+    parser.add_argument("--tune-rep-ms", type=int, default=25, help="do_bench rep per setting")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the rejection benchmark needs a CUDA GPU")
@@ -318,6 +411,19 @@ def main(argv=None) -> int:
     gpu = torch.cuda.get_device_name()
     bandwidth = copy_bandwidth_gbps()
     print(f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write)")
+    if args.tune:
+        report = {
+            "gpu": gpu,
+            "copy_bandwidth_gbps": bandwidth,
+            "temperature": args.temperature,
+            "logit_scale": args.logit_scale,
+            "draft_noise": args.draft_noise,
+            **tune(args),
+        }
+        with open(os.path.join(args.out, "tune.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.out}/tune.json")
+        return 0
 
     notes: dict = {}
     results = []
@@ -333,6 +439,10 @@ def main(argv=None) -> int:
     report = {
         "gpu": gpu,
         "copy_bandwidth_gbps": bandwidth,
+        "tuning": {
+            "fp32": dataclasses.asdict(rejection_kernel.TUNING[False]),
+            "fp64": dataclasses.asdict(rejection_kernel.TUNING[True]),
+        },
         "temperature": args.temperature,
         "logit_scale": args.logit_scale,
         "draft_noise": args.draft_noise,

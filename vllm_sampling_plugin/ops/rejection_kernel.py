@@ -3,19 +3,37 @@
 One kernel, ``_rejection_step_kernel``, serves every mode: standard
 (``strict`` / ``probabilistic`` in vLLM 0.20) and synthetic, with or without
 draft logits, in FP32 or FP64. It is launched once per draft position
-(``step = 0 .. K``) over a grid of (vocabulary block, request). Launch ``step``
+(``step = 0 .. K``) over a grid of (request, vocabulary block). Launch ``step``
 first judges draft ``step - 1`` from the partial sums the previous launch left
 behind, and then does the one piece of row work the request still needs:
 
 * the block pass over target row ``step`` (max, argmax and summed exponentials
-  per block; the same for the draft row) while every draft so far is accepted;
+  per stats tile; the same for the draft row) while every draft so far is
+  accepted;
 * the residual resample of row ``step - 1`` when that draft was just rejected;
 * the bonus sample of row ``step`` when it follows the last accepted draft.
 
 A request therefore never reads a row beyond its first rejection: the memory
 traffic of a launch follows the acceptance pattern, in standard and synthetic
-mode alike. ``_emit_kernel`` then writes the accepted drafts, the corrected or
-bonus token and the ``-1`` padding.
+mode alike, and the programs of a finished request stop after one load.
+``_emit_kernel`` then writes the accepted drafts, the corrected or bonus
+token and the ``-1`` padding.
+
+Launch plans and exact results
+------------------------------
+How many tokens a program covers (and its loop chunks and warps) is chosen
+per call so that the grid has about ``programs_per_sm`` programs per SM
+(``TUNING``, ``_plan_launch``). No result depends on the plan:
+
+* partial sums are kept per *stats tile*, a span of tokens that depends on
+  the vocabulary size only; each tile sums ``exp(logit - tile max)`` as
+  fixed-point integers, and the row's log-sum-exp adds the rescaled tile
+  sums as integers too. Integer addition is exact, so the log-sum-exp has
+  the same bits whatever the block, chunk or warp count (a float sum's
+  rounding would follow the reduction order, which all of those change);
+* maxima are exact and every argmax keeps the lowest token id among equal
+  values, per lane, per program and across programs;
+* the noise depends on (seed, position, token index) only.
 
 Random streams (every key is ``request_key(seed, position of the logit)``)
 --------------------------------------------------------------------------
@@ -30,22 +48,50 @@ Random streams (every key is ``request_key(seed, position of the logit)``)
   so with every draft accepted the bonus is what the sampler draws there.
 """
 
+import dataclasses
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
 from .random import gumbel_block, request_key, uniform
 
-# A program covers one vocabulary block, in chunks that bound its registers
-# (72 per thread on sm_90 with 4 warps, so 7 programs fit on an SM). Partial
-# sums are combined per chunk and per block, so the float rounding of a row
-# depends on both sizes: they are functions of the vocabulary only, never of
-# the batch, which keeps every request's result batch invariant. Sampling
-# takes maxima only, so its (smaller) chunk does not change any result.
-_MAX_VOCAB_BLOCK = 8192
-_MIN_VOCAB_BLOCK = 16
-_MAX_CHUNK = 2048
-_MAX_SAMPLE_CHUNK = 512
+
+@dataclasses.dataclass(frozen=True)
+class RejectionTuning:
+    """Launch parameters of ``_rejection_step_kernel``; see ``TUNING``."""
+
+    # Most vocabulary tokens one program covers (power of two).
+    max_block: int
+    # Tokens per loop step of the block pass (power of two; raised to the
+    # stats tile when smaller).
+    chunk: int
+    # Tokens per loop step of the resample and bonus passes (power of two, >= 16).
+    sample_chunk: int
+    num_warps: int
+    # Blocks are made smaller (down to one stats tile) until the grid has
+    # about this many programs per SM, so small batches still fill the GPU.
+    programs_per_sm: int
+
+
+# Keyed by ``use_fp64``. To tune, run ``python3 -m
+# vllm_sampling_plugin.bench.rejection --tune`` on the GPU and paste its
+# "best" lines here; tokens are identical for every setting.
+TUNING: dict[bool, RejectionTuning] = {
+    False: RejectionTuning(
+        max_block=8192, chunk=2048, sample_chunk=1024, num_warps=4, programs_per_sm=8
+    ),
+    True: RejectionTuning(
+        max_block=4096, chunk=2048, sample_chunk=512, num_warps=4, programs_per_sm=8
+    ),
+}
+
+# The stats tile: a quarter of a small vocabulary (so CPU tests see several
+# tiles and programs per row), at most _MAX_STATS_TILE tokens.
+_MIN_STATS_TILE = 16
+_MAX_STATS_TILE = 512
+_TOKENS_PER_WARP = 128
 # Philox counters under the key of a logit; the plain Gumbel stream uses
 # [0, V) (FP64) or [0, V / 4) (FP32), the residual one [2**30, 2**30 + V) or
 # [2**28, 2**28 + V / 4), so the three never meet while V < 2**30 - 1.
@@ -53,13 +99,66 @@ _RESIDUAL_STREAM = tl.constexpr(1 << 30)
 _ACCEPT_COUNTER = tl.constexpr((1 << 31) - 1)
 MAX_VOCAB_SIZE = (1 << 30) - 1
 _FLOAT32_MAX = tl.constexpr(3.4028234663852886e38)
+_INT32_MAX = tl.constexpr(2**31 - 1)
 
 
-def vocab_split(vocab_size: int) -> tuple[int, int, int]:
-    """(block, chunk, sample chunk) sizes; at least four blocks when V is small."""
+def stats_tile(vocab_size: int) -> int:
+    """Tokens per stats tile: a function of the vocabulary only."""
     quarter = triton.next_power_of_2(triton.cdiv(vocab_size, 4))
-    block = min(_MAX_VOCAB_BLOCK, max(_MIN_VOCAB_BLOCK, quarter))
-    return block, min(block, _MAX_CHUNK), min(block, _MAX_SAMPLE_CHUNK)
+    return min(_MAX_STATS_TILE, max(_MIN_STATS_TILE, quarter))
+
+
+def fixed_point_bits(vocab_size: int) -> int:
+    """Fraction bits of the summed exponentials: V terms of at most 1 fit in 62 bits."""
+    return 62 - (vocab_size - 1).bit_length()
+
+
+@dataclasses.dataclass(frozen=True)
+class _LaunchPlan:
+    block: int
+    num_blocks: int
+    chunk: int
+    sample_chunk: int
+    num_warps: int
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int | None:
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _plan_launch(
+    num_reqs: int, vocab_size: int, tuning: RejectionTuning, num_sms: int | None
+) -> _LaunchPlan:
+    """Block, chunks and warps for ``num_reqs`` requests; ``num_sms=None``: CPU."""
+    tile = stats_tile(vocab_size)
+    if num_sms is None:
+        # The interpreter runs programs one after another, each costing tens
+        # of milliseconds: one stats tile per program (four for a small
+        # vocabulary, so tests cross program boundaries), one chunk each.
+        return _LaunchPlan(
+            block=tile,
+            num_blocks=triton.cdiv(vocab_size, tile),
+            chunk=tile,
+            sample_chunk=min(tile, tuning.sample_chunk),
+            num_warps=1,
+        )
+    whole_row = tile * triton.next_power_of_2(triton.cdiv(vocab_size, tile))
+    tokens_per_program = num_reqs * vocab_size // (tuning.programs_per_sm * num_sms)
+    block = tile
+    while block * 2 <= min(tokens_per_program, tuning.max_block, whole_row):
+        block *= 2
+    chunk = min(block, max(tile, tuning.chunk))
+    sample_chunk = min(block, tuning.sample_chunk)
+    return _LaunchPlan(
+        block=block,
+        num_blocks=triton.cdiv(vocab_size, block),
+        chunk=chunk,
+        sample_chunk=sample_chunk,
+        num_warps=max(1, min(tuning.num_warps, min(chunk, sample_chunk) // _TOKENS_PER_WARP)),
+    )
 
 
 @triton.jit
@@ -76,49 +175,84 @@ def _load_logits(row_ptr, offsets, mask, temp, APPLY_TEMPERATURE: tl.constexpr):
 @triton.jit
 def _block_stats(
     row_ptr,  # [V]
+    max_ptr,  # [num_tiles] of this row
+    argmax_ptr,  # [num_tiles] of this row
+    sumexp_ptr,  # [num_tiles] of this row
     block_start,
+    block_end,
     vocab_size,
+    num_tiles,
     temp,
-    BLOCK: tl.constexpr,
+    fixed_one,
     CHUNK: tl.constexpr,
+    STATS_TILE: tl.constexpr,
+    STORE_ARGMAX: tl.constexpr,
+    STORE_SUMEXP: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
-    """Max, first argmax and sum of exp(logit - max) over one vocabulary block."""
-    block_max = tl.full([], float("-inf"), tl.float32)
-    block_argmax = block_start
-    block_sumexp = tl.zeros([], tl.float32)
-    for chunk in range(BLOCK // CHUNK):
+    """Max, first argmax and fixed-point sum of exp(logit - max) per stats tile."""
+    tiles = tl.arange(0, CHUNK // STATS_TILE)
+    lanes = tl.arange(0, STATS_TILE)
+    for chunk in range(tl.cdiv(block_end - block_start, CHUNK)):
         chunk_start = block_start + chunk * CHUNK
-        offsets = chunk_start + tl.arange(0, CHUNK)
+        offsets = chunk_start + tiles[:, None] * STATS_TILE + lanes[None, :]
         logits = _load_logits(row_ptr, offsets, offsets < vocab_size, temp, APPLY_TEMPERATURE)
-        chunk_max, chunk_argmax = tl.max(logits, axis=0, return_indices=True)
-        new_max = tl.maximum(block_max, chunk_max)
-        # While nothing is finite the sum stays 0 (and avoids -inf - -inf).
-        block_sumexp = tl.where(
-            new_max > float("-inf"),
-            block_sumexp * tl.exp(block_max - new_max) + tl.sum(tl.exp(logits - new_max), axis=0),
-            0.0,
-        )
-        block_argmax = tl.where(chunk_max > block_max, chunk_start + chunk_argmax, block_argmax)
-        block_max = new_max
-    return block_max, block_argmax, block_sumexp
+        tile_max, tile_argmax = tl.max(logits, axis=1, return_indices=True)
+        tile_idx = chunk_start // STATS_TILE + tiles
+        in_row = tile_idx < num_tiles
+        tl.store(max_ptr + tile_idx, tile_max, mask=in_row)
+        if STORE_ARGMAX:
+            tl.store(argmax_ptr + tile_idx, tile_idx * STATS_TILE + tile_argmax, mask=in_row)
+        if STORE_SUMEXP:
+            # Terms in (0, 1] as integers with fixed_one = 2**bits: their sum
+            # is exact, hence the same in any order (see the module doc).
+            # While nothing is finite the sum stays 0 (and avoids -inf - -inf).
+            terms = tl.where(
+                tile_max[:, None] > float("-inf"), tl.exp(logits - tile_max[:, None]), 0.0
+            )
+            fixed = (terms * fixed_one).to(tl.int64)
+            tl.store(sumexp_ptr + tile_idx, tl.sum(fixed, axis=1), mask=in_row)
 
 
 @triton.jit
 def _row_logsumexp(
-    max_ptr,  # [num_blocks] of one row
-    sumexp_ptr,  # [num_blocks] of one row
-    num_blocks,
-    NUM_BLOCKS_PAD: tl.constexpr,
+    max_ptr,  # [num_tiles] of one row
+    sumexp_ptr,  # [num_tiles] of one row, fixed point
+    num_tiles,
+    fixed_unit,
+    NUM_TILES_PAD: tl.constexpr,
 ):
-    blocks = tl.arange(0, NUM_BLOCKS_PAD)
-    mask = blocks < num_blocks
-    maxes = tl.load(max_ptr + blocks, mask=mask, other=float("-inf"))
-    sumexps = tl.load(sumexp_ptr + blocks, mask=mask, other=0.0)
+    tiles = tl.arange(0, NUM_TILES_PAD)
+    mask = tiles < num_tiles
+    maxes = tl.load(max_ptr + tiles, mask=mask, other=float("-inf"))
+    sumexps = tl.load(sumexp_ptr + tiles, mask=mask, other=0)
     row_max = tl.max(maxes, axis=0)
-    # Blocks without a finite logit contribute nothing (and no NaN from -inf - -inf).
+    # Tiles without a finite logit contribute nothing (and no NaN from -inf - -inf).
     scales = tl.exp(tl.where(maxes > float("-inf"), maxes - row_max, float("-inf")))
-    return row_max + tl.log(tl.sum(sumexps * scales, axis=0))
+    # Rescaled per tile, then added as integers: the same bits in any order.
+    total = tl.sum((sumexps.to(tl.float64) * scales.to(tl.float64)).to(tl.int64), axis=0)
+    return row_max + tl.log(total.to(tl.float32) * fixed_unit)
+
+
+@triton.jit
+def _row_argmax(
+    max_ptr,  # [num_tiles] of one row
+    argmax_ptr,  # [num_tiles] of one row
+    num_tiles,
+    NUM_TILES_PAD: tl.constexpr,
+):
+    tiles = tl.arange(0, NUM_TILES_PAD)
+    maxes = tl.load(max_ptr + tiles, mask=tiles < num_tiles, other=float("-inf"))
+    # Ties go to the lowest tile, and within a tile to the lowest token: torch.argmax.
+    row_max, tile = tl.max(maxes, axis=0, return_indices=True)
+    return row_max, tl.load(argmax_ptr + tile)
+
+
+@triton.jit
+def _lowest_best(values, tokens):
+    """Max of per-lane bests, and the lowest token holding it."""
+    best = tl.max(values, axis=0)
+    return best, tl.min(tl.where(values == best, tokens, _INT32_MAX), axis=0)
 
 
 @triton.jit
@@ -127,17 +261,13 @@ def _draft_accepted(
     draft,
     row,
     temp,
+    greedy_token,
     target_lse,
     draft_lse,
-    row_stats,  # [num_blocks]: offset of this row's partial sums
-    target_max_ptr,
-    target_argmax_ptr,
     target_row_ptr,  # [V]
     draft_row_ptr,  # [V]
     conditional_rates_ptr,
     vocab_size,
-    num_blocks,
-    NUM_BLOCKS_PAD: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
     USE_FP64: tl.constexpr,
@@ -150,16 +280,10 @@ def _draft_accepted(
         # row work that dominates the cost (loading the target and draft rows,
         # their log-sum-exp, the residual resample) is done exactly as in
         # standard mode, so synthetic runs take the time of real runs with the
-        # same acceptance; only this O(num_blocks) test differs.
+        # same acceptance; only this O(num_tiles) test differs.
         accepted = uniform(key, accept_counter, USE_FP64) < tl.load(conditional_rates_ptr + row)
     elif temp == 0.0:
-        blocks = tl.arange(0, NUM_BLOCKS_PAD)
-        maxes = tl.load(
-            target_max_ptr + row_stats + blocks, mask=blocks < num_blocks, other=float("-inf")
-        )
-        # Ties go to the lowest block, and within a block to the lowest token: torch.argmax.
-        target_argmax = tl.load(target_argmax_ptr + row_stats + tl.argmax(maxes, axis=0))
-        accepted = target_argmax == draft
+        accepted = greedy_token == draft
     else:
         log_p = _load_logits(target_row_ptr, draft, in_vocab, temp, APPLY_TEMPERATURE) - target_lse
         if HAS_DRAFT_LOGITS:
@@ -183,8 +307,8 @@ def _corrected_block_winners(
     target_row_ptr,  # [V]
     draft_row_ptr,  # [V]
     block_start,
+    block_end,
     vocab_size,
-    BLOCK: tl.constexpr,
     SAMPLE_CHUNK: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
     USE_FP64: tl.constexpr,
@@ -193,16 +317,20 @@ def _corrected_block_winners(
     """Gumbel-max winners of one block for a rejected draft (temperature > 0).
 
     Returns (value, token) of the residual max(0, p - q) and of p itself; the
-    latter is used only should the residual have no mass anywhere.
+    latter is used only should the residual have no mass anywhere. Each lane
+    keeps its best across chunks (strictly greater: the earliest token keeps
+    a tie), and the lanes are reduced once at the end.
     """
     score_dtype = tl.float64 if USE_FP64 else tl.float32
-    best_value = tl.full([], float("-inf"), score_dtype)
-    best_token = block_start
-    fallback_value = tl.full([], float("-inf"), score_dtype)
-    fallback_token = block_start
-    for chunk in range(BLOCK // SAMPLE_CHUNK):
+    lanes = tl.arange(0, SAMPLE_CHUNK)
+    best_value = tl.full([SAMPLE_CHUNK], float("-inf"), score_dtype)
+    best_token = block_start + lanes
+    fallback_value = tl.full([SAMPLE_CHUNK], float("-inf"), score_dtype)
+    fallback_token = block_start + lanes
+    draft_in_vocab = (draft >= 0) & (draft < vocab_size)
+    for chunk in range(tl.cdiv(block_end - block_start, SAMPLE_CHUNK)):
         chunk_start = block_start + chunk * SAMPLE_CHUNK
-        offsets = chunk_start + tl.arange(0, SAMPLE_CHUNK)
+        offsets = chunk_start + lanes
         mask = offsets < vocab_size
         logits = _load_logits(target_row_ptr, offsets, mask, temp, APPLY_TEMPERATURE)
         if HAS_DRAFT_LOGITS:
@@ -216,18 +344,22 @@ def _corrected_block_winners(
                 has_mass, log_p + tl.log(tl.where(has_mass, 1.0 - ratio, 1.0)), float("-inf")
             )
             # A draft id outside the vocabulary was not drawn from q: use p.
-            residual = tl.where((draft >= 0) & (draft < vocab_size), residual, logits)
+            residual = tl.where(draft_in_vocab, residual, logits)
         else:
             # A point-mass draft leaves p without the rejected token.
             residual = tl.where(offsets == draft, float("-inf"), logits)
         noise = gumbel_block(key, chunk_start + _RESIDUAL_STREAM, SAMPLE_CHUNK, USE_FP64)
-        value, idx = tl.max(residual.to(score_dtype) + noise, axis=0, return_indices=True)
-        best_token = tl.where(value > best_value, chunk_start + idx, best_token)
-        best_value = tl.maximum(best_value, value)
-        value, idx = tl.max(logits.to(score_dtype) + noise, axis=0, return_indices=True)
-        fallback_token = tl.where(value > fallback_value, chunk_start + idx, fallback_token)
-        fallback_value = tl.maximum(fallback_value, value)
-    return best_value, best_token, fallback_value, fallback_token
+        value = residual.to(score_dtype) + noise
+        wins = value > best_value
+        best_value = tl.where(wins, value, best_value)
+        best_token = tl.where(wins, offsets, best_token)
+        value = logits.to(score_dtype) + noise
+        wins = value > fallback_value
+        fallback_value = tl.where(wins, value, fallback_value)
+        fallback_token = tl.where(wins, offsets, fallback_token)
+    value, token = _lowest_best(best_value, best_token)
+    fallback, fallback_tok = _lowest_best(fallback_value, fallback_token)
+    return value, token, fallback, fallback_tok
 
 
 @triton.jit
@@ -237,29 +369,31 @@ def _bonus_block_winner(
     temp,
     target_row_ptr,  # [V]
     block_start,
+    block_end,
     vocab_size,
-    BLOCK: tl.constexpr,
     SAMPLE_CHUNK: tl.constexpr,
     USE_FP64: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """Gumbel-max (argmax when greedy) winner of one block of the bonus row."""
     score_dtype = tl.float64 if USE_FP64 else tl.float32
-    best_value = tl.full([], float("-inf"), score_dtype)
-    best_token = block_start
-    for chunk in range(BLOCK // SAMPLE_CHUNK):
+    lanes = tl.arange(0, SAMPLE_CHUNK)
+    best_value = tl.full([SAMPLE_CHUNK], float("-inf"), score_dtype)
+    best_token = block_start + lanes
+    key = request_key(seed, pos)
+    for chunk in range(tl.cdiv(block_end - block_start, SAMPLE_CHUNK)):
         chunk_start = block_start + chunk * SAMPLE_CHUNK
-        offsets = chunk_start + tl.arange(0, SAMPLE_CHUNK)
+        offsets = chunk_start + lanes
         scores = _load_logits(
             target_row_ptr, offsets, offsets < vocab_size, temp, APPLY_TEMPERATURE
         ).to(score_dtype)
         if temp != 0.0:
             # The sampler's own stream at this position.
-            scores += gumbel_block(request_key(seed, pos), chunk_start, SAMPLE_CHUNK, USE_FP64)
-        value, idx = tl.max(scores, axis=0, return_indices=True)
-        best_token = tl.where(value > best_value, chunk_start + idx, best_token)
-        best_value = tl.maximum(best_value, value)
-    return best_value, best_token
+            scores += gumbel_block(key, chunk_start, SAMPLE_CHUNK, USE_FP64)
+        wins = scores > best_value
+        best_value = tl.where(wins, scores, best_value)
+        best_token = tl.where(wins, offsets, best_token)
+    return _lowest_best(best_value, best_token)
 
 
 @triton.jit(do_not_specialize=["step"])
@@ -275,7 +409,7 @@ def _rejection_step_kernel(
     reached_ptr,
     # [num_reqs]
     num_accepted_ptr,
-    # [num_reqs, num_spec_steps, num_blocks]
+    # [num_reqs, num_spec_steps, num_tiles]; the sums are fixed point (int64)
     target_max_ptr,
     target_argmax_ptr,
     target_sumexp_ptr,
@@ -305,11 +439,14 @@ def _rejection_step_kernel(
     step,
     vocab_size,
     num_spec_steps,
-    num_blocks,
-    BLOCK: tl.constexpr,
+    num_tiles,
+    block_size,
+    fixed_one,
+    fixed_unit,
     CHUNK: tl.constexpr,
     SAMPLE_CHUNK: tl.constexpr,
-    NUM_BLOCKS_PAD: tl.constexpr,
+    STATS_TILE: tl.constexpr,
+    NUM_TILES_PAD: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
     USE_FP64: tl.constexpr,
@@ -318,26 +455,34 @@ def _rejection_step_kernel(
     # Requests on grid axis 0: axes 1 and 2 are limited to 65535 programs.
     req_idx = tl.program_id(0)
     block_idx = tl.program_id(1)
-    block_start = block_idx * BLOCK
+    num_blocks = tl.num_programs(1)
+    block_start = block_idx * block_size
+    block_end = tl.minimum(block_start + block_size, vocab_size)
     start = tl.load(cu_num_logits_ptr + req_idx)
     num_drafts = tl.minimum(tl.load(cu_num_logits_ptr + req_idx + 1) - start - 1, num_spec_steps)
-    state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
-    temp = tl.load(temperature_ptr + state_idx).to(tl.float32)
-    seed = tl.load(seeds_ptr + state_idx)
     reached_row_ptr = reached_ptr + req_idx * (num_spec_steps + 1)
-    stats_offset = req_idx * num_spec_steps * num_blocks
     winner_offset = req_idx * num_blocks + block_idx
+    stats_offset = req_idx * num_spec_steps * num_tiles
 
-    # Every block of the request judges draft step - 1 itself, from the
-    # partial sums of the previous launch: same inputs, same verdict, and no
-    # block waits for another.
-    reached = step == 0
-    rejected = step < 0
+    # A request is active at launch `step` while draft step - 1 exists and
+    # every draft before it was accepted; the others stop here.
+    active = step == 0
     if step > 0:
-        row = step - 1
-        if (tl.load(reached_row_ptr + row) != 0) & (row < num_drafts):
+        active = (tl.load(reached_row_ptr + step - 1) != 0) & (step - 1 < num_drafts)
+    reached = step < 0
+    rejected = step < 0
+    if active:
+        state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
+        temp = tl.load(temperature_ptr + state_idx).to(tl.float32)
+        seed = tl.load(seeds_ptr + state_idx)
+        reached = step == 0
+        if step > 0:
+            # Every block of the request judges draft step - 1 itself, from the
+            # partial sums of the previous launch: same inputs, same verdict,
+            # and no block waits for another.
+            row = step - 1
             logit_idx = start + row
-            row_stats = stats_offset + row * num_blocks
+            row_stats = stats_offset + row * num_tiles
             target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
             draft_row_ptr = (
                 draft_logits_ptr + state_idx * draft_logits_stride_0 + row * draft_logits_stride_1
@@ -345,40 +490,40 @@ def _rejection_step_kernel(
             key = request_key(seed, tl.load(pos_ptr + logit_idx))
             # Draft `row` is the input token of logit `row + 1`.
             draft = tl.load(draft_tokens_ptr + logit_idx + 1).to(tl.int32)
-            target_lse = _row_logsumexp(
-                target_max_ptr + row_stats,
-                target_sumexp_ptr + row_stats,
-                num_blocks,
-                NUM_BLOCKS_PAD,
+            greedy_max, greedy_token = _row_argmax(
+                target_max_ptr + row_stats, target_argmax_ptr + row_stats, num_tiles, NUM_TILES_PAD
             )
-            if HAS_DRAFT_LOGITS:
-                # Greedy rows have no draft partial sums (they never need q).
-                draft_lse = tl.zeros([], tl.float32)
-                if temp != 0.0:
+            # Greedy rows have no partial sums (they never need p or q).
+            target_lse = tl.zeros([], tl.float32)
+            draft_lse = tl.zeros([], tl.float32)
+            if temp != 0.0:
+                target_lse = _row_logsumexp(
+                    target_max_ptr + row_stats,
+                    target_sumexp_ptr + row_stats,
+                    num_tiles,
+                    fixed_unit,
+                    NUM_TILES_PAD,
+                )
+                if HAS_DRAFT_LOGITS:
                     draft_lse = _row_logsumexp(
                         draft_max_ptr + row_stats,
                         draft_sumexp_ptr + row_stats,
-                        num_blocks,
-                        NUM_BLOCKS_PAD,
+                        num_tiles,
+                        fixed_unit,
+                        NUM_TILES_PAD,
                     )
-            else:
-                draft_lse = 0.0
             accepted = _draft_accepted(
                 key,
                 draft,
                 row,
                 temp,
+                greedy_token,
                 target_lse,
                 draft_lse,
-                row_stats,
-                target_max_ptr,
-                target_argmax_ptr,
                 target_row_ptr,
                 draft_row_ptr,
                 conditional_rates_ptr,
                 vocab_size,
-                num_blocks,
-                NUM_BLOCKS_PAD,
                 SYNTHETIC_MODE,
                 HAS_DRAFT_LOGITS,
                 USE_FP64,
@@ -388,13 +533,12 @@ def _rejection_step_kernel(
             rejected = accepted == 0
             if rejected:
                 if temp == 0.0:
-                    # The corrected token is the target argmax, kept by the block pass.
-                    block_max = tl.load(target_max_ptr + row_stats + block_idx)
-                    block_argmax = tl.load(target_argmax_ptr + row_stats + block_idx)
-                    tl.store(winner_value_ptr + winner_offset, block_max)
-                    tl.store(winner_token_ptr + winner_offset, block_argmax)
-                    tl.store(fallback_value_ptr + winner_offset, block_max)
-                    tl.store(fallback_token_ptr + winner_offset, block_argmax)
+                    # The corrected token is the target argmax: every block
+                    # offers it, the emit kernel takes block 0's.
+                    tl.store(winner_value_ptr + winner_offset, greedy_max)
+                    tl.store(winner_token_ptr + winner_offset, greedy_token)
+                    tl.store(fallback_value_ptr + winner_offset, greedy_max)
+                    tl.store(fallback_token_ptr + winner_offset, greedy_token)
                 else:
                     value, token, fallback_value, fallback_token = _corrected_block_winners(
                         key,
@@ -405,8 +549,8 @@ def _rejection_step_kernel(
                         target_row_ptr,
                         draft_row_ptr,
                         block_start,
+                        block_end,
                         vocab_size,
-                        BLOCK,
                         SAMPLE_CHUNK,
                         HAS_DRAFT_LOGITS,
                         USE_FP64,
@@ -416,58 +560,92 @@ def _rejection_step_kernel(
                     tl.store(winner_token_ptr + winner_offset, token)
                     tl.store(fallback_value_ptr + winner_offset, fallback_value)
                     tl.store(fallback_token_ptr + winner_offset, fallback_token)
-    is_bonus = reached & (step == num_drafts)
+
+        logit_idx = start + step
+        target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
+        if reached & (step == num_drafts):
+            value, token = _bonus_block_winner(
+                seed,
+                tl.load(pos_ptr + logit_idx),
+                temp,
+                target_row_ptr,
+                block_start,
+                block_end,
+                vocab_size,
+                SAMPLE_CHUNK,
+                USE_FP64,
+                APPLY_TEMPERATURE,
+            )
+            tl.store(winner_value_ptr + winner_offset, value)
+            tl.store(winner_token_ptr + winner_offset, token)
+            tl.store(fallback_value_ptr + winner_offset, value)
+            tl.store(fallback_token_ptr + winner_offset, token)
+        elif reached:
+            # Block pass over the row that verifies draft `step`.
+            row_stats = stats_offset + step * num_tiles
+            if temp == 0.0:
+                # Greedy rows compare with the argmax only: no sums, no q.
+                _block_stats(
+                    target_row_ptr,
+                    target_max_ptr + row_stats,
+                    target_argmax_ptr + row_stats,
+                    target_sumexp_ptr + row_stats,
+                    block_start,
+                    block_end,
+                    vocab_size,
+                    num_tiles,
+                    temp,
+                    fixed_one,
+                    CHUNK,
+                    STATS_TILE,
+                    True,
+                    False,
+                    APPLY_TEMPERATURE,
+                )
+            else:
+                _block_stats(
+                    target_row_ptr,
+                    target_max_ptr + row_stats,
+                    target_argmax_ptr + row_stats,
+                    target_sumexp_ptr + row_stats,
+                    block_start,
+                    block_end,
+                    vocab_size,
+                    num_tiles,
+                    temp,
+                    fixed_one,
+                    CHUNK,
+                    STATS_TILE,
+                    True,
+                    True,
+                    APPLY_TEMPERATURE,
+                )
+                if HAS_DRAFT_LOGITS:
+                    _block_stats(
+                        draft_logits_ptr
+                        + state_idx * draft_logits_stride_0
+                        + step * draft_logits_stride_1,
+                        draft_max_ptr + row_stats,
+                        draft_max_ptr + row_stats,
+                        draft_sumexp_ptr + row_stats,
+                        block_start,
+                        block_end,
+                        vocab_size,
+                        num_tiles,
+                        temp,
+                        fixed_one,
+                        CHUNK,
+                        STATS_TILE,
+                        False,
+                        True,
+                        False,
+                    )
     if block_idx == 0:
         tl.store(reached_row_ptr + step, reached.to(tl.int8))
         if rejected:
             tl.store(num_accepted_ptr + req_idx, step - 1)
-        if is_bonus:
+        if reached & (step == num_drafts):
             tl.store(num_accepted_ptr + req_idx, step)
-
-    logit_idx = start + step
-    target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
-    if is_bonus:
-        value, token = _bonus_block_winner(
-            seed,
-            tl.load(pos_ptr + logit_idx),
-            temp,
-            target_row_ptr,
-            block_start,
-            vocab_size,
-            BLOCK,
-            SAMPLE_CHUNK,
-            USE_FP64,
-            APPLY_TEMPERATURE,
-        )
-        tl.store(winner_value_ptr + winner_offset, value)
-        tl.store(winner_token_ptr + winner_offset, token)
-        tl.store(fallback_value_ptr + winner_offset, value)
-        tl.store(fallback_token_ptr + winner_offset, token)
-    elif reached:
-        # Block pass over the row that verifies draft `step`.
-        row_stats = stats_offset + step * num_blocks + block_idx
-        block_max, block_argmax, block_sumexp = _block_stats(
-            target_row_ptr, block_start, vocab_size, temp, BLOCK, CHUNK, APPLY_TEMPERATURE
-        )
-        tl.store(target_max_ptr + row_stats, block_max)
-        tl.store(target_argmax_ptr + row_stats, block_argmax)
-        tl.store(target_sumexp_ptr + row_stats, block_sumexp)
-        if HAS_DRAFT_LOGITS:
-            # Greedy rows compare with the argmax only and never need q.
-            if temp != 0.0:
-                block_max, _, block_sumexp = _block_stats(
-                    draft_logits_ptr
-                    + state_idx * draft_logits_stride_0
-                    + step * draft_logits_stride_1,
-                    block_start,
-                    vocab_size,
-                    temp,
-                    BLOCK,
-                    CHUNK,
-                    False,
-                )
-                tl.store(draft_max_ptr + row_stats, block_max)
-                tl.store(draft_sumexp_ptr + row_stats, block_sumexp)
 
 
 @triton.jit
@@ -502,6 +680,7 @@ def _emit_kernel(
     values = tl.load(
         winner_value_ptr + req_idx * num_blocks + blocks, mask=mask, other=float("-inf")
     )
+    # tl.argmax keeps the lowest block among equal values: the lowest token.
     if tl.max(values, axis=0) > float("-inf"):
         token = tl.load(winner_token_ptr + req_idx * num_blocks + tl.argmax(values, axis=0))
     else:
@@ -547,6 +726,7 @@ def rejection_sample_packed(
     *,
     use_fp64: bool = False,
     apply_temperature: bool = False,
+    tuning: RejectionTuning | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rejection sampling on the V2 runner's packed layout (no host sync).
 
@@ -580,6 +760,8 @@ def rejection_sample_packed(
             for synthetic mode.
         use_fp64: FP64 acceptance uniforms and resampling noise.
         apply_temperature: see ``target_logits``.
+        tuning: launch parameters; None takes ``TUNING[use_fp64]``. Speed
+            only: the output is the same for every tuning.
 
     Returns:
         ``(sampled, num_sampled)``: int64 ``[num_reqs, K + 1]`` holding the
@@ -617,6 +799,8 @@ def rejection_sample_packed(
         num_speculative_steps,
     ):
         raise ValueError(f"synthetic_conditional_rates must have shape ({num_speculative_steps},)")
+    if tuning is not None and not isinstance(tuning, RejectionTuning):
+        raise ValueError(f"tuning must be a RejectionTuning or None, got {type(tuning).__name__}")
 
     device = target_logits.device
     sampled = torch.empty(num_reqs, num_speculative_steps + 1, dtype=torch.int64, device=device)
@@ -628,26 +812,27 @@ def rejection_sample_packed(
     if draft_logits is not None and draft_logits.stride(2) != 1:
         draft_logits = draft_logits.contiguous()
 
-    block, chunk, sample_chunk = vocab_split(vocab_size)
-    num_blocks = triton.cdiv(vocab_size, block)
-    num_blocks_pad = triton.next_power_of_2(num_blocks)
+    plan = _plan_launch(num_reqs, vocab_size, tuning or TUNING[use_fp64], _num_sms(device))
+    tile = stats_tile(vocab_size)
+    num_tiles = triton.cdiv(vocab_size, tile)
+    fixed_bits = fixed_point_bits(vocab_size)
     score_dtype = torch.float64 if use_fp64 else torch.float32
-    winner_value = torch.empty(num_reqs, num_blocks, dtype=score_dtype, device=device)
-    winner_token = torch.empty(num_reqs, num_blocks, dtype=torch.int32, device=device)
+    winner_value = torch.empty(num_reqs, plan.num_blocks, dtype=score_dtype, device=device)
+    winner_token = torch.empty(num_reqs, plan.num_blocks, dtype=torch.int32, device=device)
     fallback_value = torch.empty_like(winner_value)
     fallback_token = torch.empty_like(winner_token)
     reached = torch.empty(num_reqs, num_speculative_steps + 1, dtype=torch.int8, device=device)
     num_accepted = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    stats_shape = (num_reqs, num_speculative_steps, num_blocks)
+    stats_shape = (num_reqs, num_speculative_steps, num_tiles)
     target_max = torch.empty(stats_shape, dtype=torch.float32, device=device)
     target_argmax = torch.empty(stats_shape, dtype=torch.int32, device=device)
-    target_sumexp = torch.empty(stats_shape, dtype=torch.float32, device=device)
+    target_sumexp = torch.empty(stats_shape, dtype=torch.int64, device=device)
     has_draft_logits = draft_logits is not None
     draft_max = torch.empty_like(target_max) if has_draft_logits else target_max
-    draft_sumexp = torch.empty_like(target_max) if has_draft_logits else target_max
+    draft_sumexp = torch.empty_like(target_sumexp) if has_draft_logits else target_sumexp
 
     for step in range(num_speculative_steps + 1):
-        _rejection_step_kernel[(num_reqs, num_blocks)](
+        _rejection_step_kernel[(num_reqs, plan.num_blocks)](
             winner_value,
             winner_token,
             fallback_value,
@@ -674,16 +859,19 @@ def rejection_sample_packed(
             step,
             vocab_size,
             num_speculative_steps,
-            num_blocks,
-            BLOCK=block,
-            CHUNK=chunk,
-            SAMPLE_CHUNK=sample_chunk,
-            NUM_BLOCKS_PAD=num_blocks_pad,
+            num_tiles,
+            plan.block,
+            float(2**fixed_bits),
+            float(2**-fixed_bits),
+            CHUNK=plan.chunk,
+            SAMPLE_CHUNK=plan.sample_chunk,
+            STATS_TILE=tile,
+            NUM_TILES_PAD=triton.next_power_of_2(num_tiles),
             SYNTHETIC_MODE=synthetic_conditional_rates is not None,
             HAS_DRAFT_LOGITS=has_draft_logits,
             USE_FP64=use_fp64,
             APPLY_TEMPERATURE=apply_temperature,
-            num_warps=4,
+            num_warps=plan.num_warps,
         )
     _emit_kernel[(num_reqs,)](
         sampled,
@@ -697,8 +885,8 @@ def rejection_sample_packed(
         draft_tokens,
         cu_num_logits,
         num_speculative_steps,
-        num_blocks,
-        NUM_BLOCKS_PAD=num_blocks_pad,
+        plan.num_blocks,
+        NUM_BLOCKS_PAD=triton.next_power_of_2(plan.num_blocks),
         OUT_PAD=triton.next_power_of_2(num_speculative_steps + 1),
         num_warps=1,
     )
