@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
-import os
 import statistics
 import time
 
@@ -33,6 +31,14 @@ import numpy as np
 import torch
 import triton
 
+from vllm_sampling_plugin.bench.common import (
+    median_us,
+    pct_of_copy_bandwidth,
+    plot_latency,
+    record_timing,
+    start_run,
+    write_results,
+)
 from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
 
 MIN_N, MAX_N = 2, 5
@@ -55,14 +61,6 @@ def make_histories(rng: np.random.Generator, num_rows: int, length: int) -> np.n
                 row[pos : pos + seg] = rng.integers(0, VOCAB, seg)
             pos += seg
     return rows
-
-
-def copy_bandwidth_gbps() -> float:
-    """Device-to-device copy bandwidth (read + write bytes per second)."""
-    src = torch.empty(256 * 2**20, dtype=torch.int32, device="cuda")
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
 
 
 def time_host(fn, max_reps: int = 20, budget_s: float = 2.0) -> float:
@@ -152,12 +150,10 @@ def bench_case(data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth)
         )
 
     row = {"R": num_rows, "L": length, "k": k, "min_n": MIN_N, "max_n": MAX_N}
-    plugin_ms = triton.testing.do_bench(plugin, return_mode="median")
-    row["plugin_us"] = plugin_ms * 1e3
+    # Unguarded, unlike the v1 columns: a failing plugin kernel should end the run.
+    row["plugin_us"] = median_us(plugin)
     scanned_bytes = int(lens_np.astype(np.int64).sum()) * 4
-    row["plugin_pct_copy_bw"] = (
-        100 * scanned_bytes / (plugin_ms * 1e-3) / 1e9 / bandwidth
-    )
+    row["plugin_pct_copy_bw"] = pct_of_copy_bandwidth(scanned_bytes, row["plugin_us"], bandwidth)
 
     if cpu is not None:
         ref_drafts, ref_num = cpu(tokens_np, lens_np, k, max_model_len)
@@ -177,13 +173,9 @@ def bench_case(data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth)
     for name, search in (("v1_gpu_eager", v1_eager), ("v1_gpu_compiled", v1_compiled)):
         if search is None:
             continue
-        try:
-            ms = triton.testing.do_bench(
-                functools.partial(search, history, total_len, k), return_mode="median"
-            )
-            row[f"{name}_us"] = ms * 1e3
-        except Exception as exc:  # an OOM or compile failure must not end the run
-            row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        record_timing(
+            row, name, functools.partial(search, history, total_len, k), error_chars=200
+        )
     return row
 
 
@@ -192,43 +184,19 @@ def cell(row, key, width):
 
 
 def plot(results, gpu, path):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    ks = sorted({r["k"] for r in results})
-    rs = sorted({r["R"] for r in results})
-    names = ("plugin", "v1_gpu_eager", "v1_gpu_compiled", "cpu_numba")
-    fig, axes = plt.subplots(
-        len(ks), len(rs), figsize=(4.5 * len(rs), 3.6 * len(ks)), squeeze=False
+    """A grid of panels, k down and R across, latency against context length."""
+    return plot_latency(
+        results,
+        ("plugin", "v1_gpu_eager", "v1_gpu_compiled", "cpu_numba"),
+        path,
+        title=f"n-gram proposer latency, n in [{MIN_N}, {MAX_N}] ({gpu})",
+        x="L",
+        xlabel="context L",
+        panel_title="R={R}, k={k}",
+        columns="R",
+        rows="k",
+        panel_size=(4.5, 3.6),
     )
-    for i, k in enumerate(ks):
-        for j, num_rows in enumerate(rs):
-            ax = axes[i][j]
-            case = sorted(
-                (r for r in results if r["k"] == k and r["R"] == num_rows),
-                key=lambda r: r["L"],
-            )
-            for name in names:
-                pts = [(r["L"], r[f"{name}_us"]) for r in case if f"{name}_us" in r]
-                if pts:
-                    ax.plot(*zip(*pts, strict=True), marker="o", label=name)
-            ax.set(
-                xscale="log",
-                yscale="log",
-                xlabel="context L",
-                ylabel="us",
-                title=f"R={num_rows}, k={k}",
-            )
-            ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"n-gram proposer latency, n in [{MIN_N}, {MAX_N}] ({gpu})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
 
 
 def main(argv=None) -> int:
@@ -247,11 +215,7 @@ def main(argv=None) -> int:
         "--no-compile", action="store_true", help="skip the torch.compile'd V1 search"
     )
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("the n-gram benchmark needs a CUDA GPU")
-    os.makedirs(args.out, exist_ok=True)
-    gpu = torch.cuda.get_device_name()
-    bandwidth = copy_bandwidth_gbps()
+    gpu, bandwidth = start_run("n-gram", args.out)
 
     cpu = v1_eager = v1_compiled = None
     notes = {}
@@ -317,12 +281,7 @@ def main(argv=None) -> int:
         "notes": notes,
         "results": results,
     }
-    with open(os.path.join(args.out, "ngram.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    if plot(results, gpu, os.path.join(args.out, "ngram.png")):
-        print(f"wrote {args.out}/ngram.json and ngram.png")
-    else:
-        print(f"wrote {args.out}/ngram.json (no matplotlib: no plot)")
+    write_results(args.out, "ngram", report, lambda path: plot(results, gpu, path))
     return 0
 
 

@@ -43,14 +43,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
-import math
-import os
 from collections.abc import Callable
 
 import torch
-import triton
 
+from vllm_sampling_plugin.bench.common import (
+    build_columns,
+    fastest_per_case,
+    median_us,
+    plot_latency,
+    record_timing,
+    slowdown_scores,
+    start_run,
+    timed_columns,
+    timing_cell,
+    tuning_by_precision,
+    write_json,
+    write_results,
+)
 from vllm_sampling_plugin.ops import rejection_kernel
 from vllm_sampling_plugin.ops.rejection import (
     rejection_sample_packed,
@@ -198,14 +208,6 @@ CANDIDATES: dict[str, Candidate] = {
 }
 
 
-def copy_bandwidth_gbps() -> float:
-    """Device-to-device copy bandwidth (read + write bytes per second)."""
-    src = torch.empty(256 * 2**20, dtype=torch.int32, device="cuda")
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
-
-
 def unconditional_acceptance(num_sampled: torch.Tensor, num_spec: int) -> list[float]:
     """Share of requests whose first i + 1 drafts were all accepted, per i."""
     accepted = (num_sampled - 1).float()
@@ -230,21 +232,8 @@ def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> d
     row["synthetic_mean_emitted"] = float(synthetic_num_sampled.float().mean())
 
     input_bytes = (case.target_logits.numel() + case.draft_logits.numel()) * 4
-    for name in names:
-        if name in notes:
-            continue
-        try:
-            call = CANDIDATES[name](case)
-        except Exception as exc:  # vLLM missing: one note per column
-            notes[name] = f"unavailable: {type(exc).__name__}: {exc}"[:300]
-            continue
-        try:
-            us = triton.testing.do_bench(call, return_mode="median") * 1e3
-        except Exception as exc:  # an OOM or a kernel failure must not end the run
-            row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            continue
-        row[f"{name}_us"] = us
-        row[f"{name}_pct_copy_bw"] = 100 * input_bytes / (us * 1e-6) / 1e9 / bandwidth
+    for name, call in build_columns(CANDIDATES, names, case, notes).items():
+        record_timing(row, name, call, bytes_read=input_bytes, bandwidth_gbps=bandwidth)
     if "plugin_fp32_us" in row and "stock_probabilistic_us" in row:
         row["speedup"] = row["stock_probabilistic_us"] / row["plugin_fp32_us"]
     if "plugin_fp32_us" in row and "plugin_synthetic_us" in row:
@@ -253,19 +242,14 @@ def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> d
 
 
 def print_table(results: list[dict], names: list[str]) -> None:
-    shown = [n for n in names if any(f"{n}_us" in r for r in results)]
+    shown = timed_columns(results, names)
     print(
         f"{'B':>4} {'K':>2} {'emitted':>7} "
         + " ".join(f"{n:>21}" for n in shown)
         + "  speedup  synth/std"
     )
     for r in results:
-        cells = [
-            f"{r[f'{n}_us']:>11.1f}us ({r[f'{n}_pct_copy_bw']:>4.0f}%)"
-            if f"{n}_us" in r
-            else f"{'-':>21}"
-            for n in shown
-        ]
+        cells = [timing_cell(r, n, 21) for n in shown]
         speedup = f"{r['speedup']:>8.2f}x" if "speedup" in r else f"{'-':>9}"
         ratio = (
             f"{r['synthetic_over_standard']:>9.2f}"
@@ -280,34 +264,17 @@ def print_table(results: list[dict], names: list[str]) -> None:
 
 
 def plot(results: list[dict], names: list[str], gpu: str, path: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    spec_counts = sorted({r["K"] for r in results})
-    fig, axes = plt.subplots(1, len(spec_counts), figsize=(5 * len(spec_counts), 4), squeeze=False)
-    for ax, num_spec in zip(axes[0], spec_counts):
-        case = sorted((r for r in results if r["K"] == num_spec), key=lambda r: r["B"])
-        for name in names:
-            points = [(r["B"], r[f"{name}_us"]) for r in case if f"{name}_us" in r]
-            if points:
-                ax.plot(*zip(*points), marker="o", label=name)
-        ax.set(
-            xscale="log",
-            yscale="log",
-            xlabel="requests B",
-            ylabel="us",
-            title=f"K={num_spec}, V={case[0]['V']}",
-        )
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Rejection sampling step, median ({gpu})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
+    """One panel per draft count K, latency against the number of requests."""
+    return plot_latency(
+        results,
+        names,
+        path,
+        title=f"Rejection sampling step, median ({gpu})",
+        x="B",
+        xlabel="requests B",
+        panel_title="K={K}, V={V}",
+        columns="K",
+    )
 
 
 def tuning_grid(use_fp64: bool) -> list[RejectionTuning]:
@@ -348,18 +315,12 @@ def tune(args) -> dict:
                         raise AssertionError(
                             f"{label} B={num_reqs} K={num_spec}: tokens changed with {setting}"
                         )
-                    times[setting].append(
-                        triton.testing.do_bench(call, rep=args.tune_rep_ms, return_mode="median")
-                        * 1e3
-                    )
+                    times[setting].append(median_us(call, rep_ms=args.tune_rep_ms))
                 print(f"{label} B={num_reqs} K={num_spec}: {len(grid)} settings, same tokens")
                 del case
                 torch.cuda.empty_cache()
-        fastest = [min(t[i] for t in times.values()) for i in range(len(cases))]
-        scores = {
-            setting: math.exp(sum(math.log(t / f) for t, f in zip(us, fastest)) / len(fastest))
-            for setting, us in times.items()
-        }
+        fastest = fastest_per_case(times)
+        scores = slowdown_scores(times)
         ranked = sorted(grid, key=scores.__getitem__)
         print(f"\n{label}: V={args.vocab_size}, us at (B, K) = {cases}")
         for setting in ranked[:10] + ([default] if default not in ranked[:10] else []):
@@ -405,11 +366,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--tune-rep-ms", type=int, default=25, help="do_bench rep per setting")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("the rejection benchmark needs a CUDA GPU")
-    os.makedirs(args.out, exist_ok=True)
-    gpu = torch.cuda.get_device_name()
-    bandwidth = copy_bandwidth_gbps()
+    gpu, bandwidth = start_run("rejection", args.out)
     print(f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write)")
     if args.tune:
         report = {
@@ -420,8 +377,7 @@ def main(argv=None) -> int:
             "draft_noise": args.draft_noise,
             **tune(args),
         }
-        with open(os.path.join(args.out, "tune.json"), "w") as f:
-            json.dump(report, f, indent=2)
+        write_json(args.out, "tune.json", report)
         print(f"wrote {args.out}/tune.json")
         return 0
 
@@ -439,22 +395,16 @@ def main(argv=None) -> int:
     report = {
         "gpu": gpu,
         "copy_bandwidth_gbps": bandwidth,
-        "tuning": {
-            "fp32": dataclasses.asdict(rejection_kernel.TUNING[False]),
-            "fp64": dataclasses.asdict(rejection_kernel.TUNING[True]),
-        },
+        "tuning": tuning_by_precision(rejection_kernel.TUNING),
         "temperature": args.temperature,
         "logit_scale": args.logit_scale,
         "draft_noise": args.draft_noise,
         "notes": notes,
         "results": results,
     }
-    with open(os.path.join(args.out, "rejection.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    if plot(results, args.columns, gpu, os.path.join(args.out, "rejection.png")):
-        print(f"wrote {args.out}/rejection.json and rejection.png")
-    else:
-        print(f"wrote {args.out}/rejection.json (no matplotlib: no plot)")
+    write_results(
+        args.out, "rejection", report, lambda path: plot(results, args.columns, gpu, path)
+    )
     return 0
 
 

@@ -32,14 +32,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
-import math
-import os
 from collections.abc import Callable
 
 import torch
-import triton
 
+from vllm_sampling_plugin.bench.common import (
+    build_columns,
+    median_us,
+    plot_latency,
+    record_timing,
+    slowdown_scores,
+    start_run,
+    timed_columns,
+    timing_cell,
+    tuning_by_precision,
+    write_json,
+    write_results,
+)
 from vllm_sampling_plugin.ops import gumbel
 from vllm_sampling_plugin.ops.gumbel import GumbelTuning, gumbel_sample
 
@@ -150,42 +159,13 @@ CANDIDATES: dict[str, Candidate] = {
 }
 
 
-def copy_bandwidth_gbps() -> float:
-    """Device-to-device copy bandwidth (read + write bytes per second)."""
-    src = torch.empty(256 * 2**20, dtype=torch.int32, device="cuda")
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
-
-
-def median_us(fn, rep_ms: int = 100) -> float:
-    return triton.testing.do_bench(fn, rep=rep_ms, return_mode="median") * 1e3
-
-
-def pct_copy_bw(case: Case, us: float, bandwidth: float) -> float:
-    logits_bytes = case.logits.numel() * case.logits.element_size()
-    return 100 * logits_bytes / (us * 1e-6) / 1e9 / bandwidth
-
-
 def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> dict:
     num_rows, vocab_size = case.logits.shape
     row: dict = {"B": num_rows, "V": vocab_size}
-    calls = {}
-    for name in names:
-        if name in notes:
-            continue
-        try:
-            calls[name] = CANDIDATES[name](case)
-        except Exception as exc:  # an optional library missing: one note per column
-            notes[name] = f"unavailable: {type(exc).__name__}: {exc}"[:300]
+    logits_bytes = case.logits.numel() * case.logits.element_size()
+    calls = build_columns(CANDIDATES, names, case, notes)
     for name, call in calls.items():
-        try:
-            us = median_us(call)
-        except Exception as exc:  # an OOM or a kernel failure must not end the run
-            row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            continue
-        row[f"{name}_us"] = us
-        row[f"{name}_pct_copy_bw"] = pct_copy_bw(case, us, bandwidth)
+        record_timing(row, name, call, bytes_read=logits_bytes, bandwidth_gbps=bandwidth)
     if "plugin_fp64" in calls and "stock_gumbel" in calls:
         row["fp64_matches_stock"] = bool(
             torch.equal(calls["plugin_fp64"](), calls["stock_gumbel"]())
@@ -194,43 +174,24 @@ def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> d
 
 
 def print_table(results: list[dict], names: list[str]) -> None:
-    shown = [n for n in names if any(f"{n}_us" in r for r in results)]
+    shown = timed_columns(results, names)
     print(f"{'B':>5} {'V':>7} " + " ".join(f"{n:>24}" for n in shown))
     for r in results:
-        cells = []
-        for n in shown:
-            if f"{n}_us" in r:
-                cells.append(f"{r[f'{n}_us']:>14.1f}us ({r[f'{n}_pct_copy_bw']:>4.0f}%)")
-            else:
-                cells.append(f"{'-':>24}")
-        print(f"{r['B']:>5} {r['V']:>7} " + " ".join(cells))
+        print(f"{r['B']:>5} {r['V']:>7} " + " ".join(timing_cell(r, n, 24) for n in shown))
 
 
 def plot(results: list[dict], names: list[str], gpu: str, path: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    vocab_sizes = sorted({r["V"] for r in results})
-    fig, axes = plt.subplots(
-        1, len(vocab_sizes), figsize=(5 * len(vocab_sizes), 4), squeeze=False
+    """One panel per vocabulary size, latency against batch size."""
+    return plot_latency(
+        results,
+        names,
+        path,
+        title=f"Sampling step latency, median ({gpu})",
+        x="B",
+        xlabel="batch B",
+        panel_title="V={V}",
+        columns="V",
     )
-    for ax, vocab_size in zip(axes[0], vocab_sizes):
-        case = sorted((r for r in results if r["V"] == vocab_size), key=lambda r: r["B"])
-        for name in names:
-            points = [(r["B"], r[f"{name}_us"]) for r in case if f"{name}_us" in r]
-            if points:
-                ax.plot(*zip(*points), marker="o", label=name)
-        ax.set(xscale="log", yscale="log", xlabel="batch B", ylabel="us", title=f"V={vocab_size}")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"Sampling step latency, median ({gpu})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
 
 
 def tuning_grid(use_fp64: bool) -> list[GumbelTuning]:
@@ -242,7 +203,7 @@ def tuning_grid(use_fp64: bool) -> list[GumbelTuning]:
     ]
 
 
-def tune(args, bandwidth: float) -> dict:
+def tune(args) -> dict:
     """Time every setting of ``tuning_grid``; best = lowest geometric mean of
     (time / fastest time) over the batch sizes."""
     report = {}
@@ -262,26 +223,20 @@ def tune(args, bandwidth: float) -> dict:
                     times.setdefault(setting, []).append(median_us(call, rep_ms=40))
         finally:
             gumbel.TUNING[use_fp64] = default
-        fastest = [min(t[i] for t in times.values()) for i in range(len(args.batch_sizes))]
-
-        def score(setting):
-            return math.exp(
-                sum(math.log(t / f) for t, f in zip(times[setting], fastest)) / len(fastest)
-            )
-
-        ranked = sorted(times, key=score)
+        scores = slowdown_scores(times)
+        ranked = sorted(times, key=scores.__getitem__)
         print(f"\n{label}: V={args.tune_vocab_size}, us at B={args.batch_sizes}")
         for setting in ranked[:10] + ([default] if default in times else []):
             mark = "  (current)" if setting == default else ""
             cells = " ".join(f"{t:8.1f}" for t in times[setting])
-            print(f"  x{score(setting):5.3f} {cells}  {setting}{mark}")
+            print(f"  x{scores[setting]:5.3f} {cells}  {setting}{mark}")
         report[label] = {
             "batch_sizes": args.batch_sizes,
             "vocab_size": args.tune_vocab_size,
             "best": dataclasses.asdict(ranked[0]),
             "current": dataclasses.asdict(default),
             "results": [
-                {"tuning": dataclasses.asdict(s), "us": times[s], "score": score(s)}
+                {"tuning": dataclasses.asdict(s), "us": times[s], "score": scores[s]}
                 for s in ranked
             ],
         }
@@ -305,26 +260,17 @@ def main(argv=None) -> int:
     parser.add_argument("--tune", action="store_true", help="sweep ops.gumbel.TUNING")
     parser.add_argument("--tune-vocab-size", type=int, default=151936)
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("the sampler benchmark needs a CUDA GPU")
-    os.makedirs(args.out, exist_ok=True)
-    gpu = torch.cuda.get_device_name()
-    bandwidth = copy_bandwidth_gbps()
+    gpu, bandwidth = start_run("sampler", args.out)
     header = {
         "gpu": gpu,
         "copy_bandwidth_gbps": bandwidth,
         "apply_temperature": args.apply_temperature,
-        "tuning": {
-            "fp32": dataclasses.asdict(gumbel.TUNING[False]),
-            "fp64": dataclasses.asdict(gumbel.TUNING[True]),
-        },
+        "tuning": tuning_by_precision(gumbel.TUNING),
     }
     print(f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write)")
 
     if args.tune:
-        report = {**header, **tune(args, bandwidth)}
-        with open(os.path.join(args.out, "tune.json"), "w") as f:
-            json.dump(report, f, indent=2)
+        write_json(args.out, "tune.json", {**header, **tune(args)})
         return 0
 
     notes: dict = {}
@@ -348,12 +294,9 @@ def main(argv=None) -> int:
         "notes": notes,
         "results": results,
     }
-    with open(os.path.join(args.out, "sampler.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    if plot(results, args.columns, gpu, os.path.join(args.out, "sampler.png")):
-        print(f"wrote {args.out}/sampler.json and sampler.png")
-    else:
-        print(f"wrote {args.out}/sampler.json (no matplotlib: no plot)")
+    write_results(
+        args.out, "sampler", report, lambda path: plot(results, args.columns, gpu, path)
+    )
     return 0
 
 
