@@ -410,7 +410,7 @@ def _plan_inputs(batch_size, num_drafts, vocab, generator, device):
     ]
 
 
-def test_every_launch_plan_gives_the_same_tokens(monkeypatch):
+def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
     """Block, chunk, sampling chunk and warp count never change a token.
 
     Runs on CPU with the GPU planner (``_num_sms`` patched), so the plans
@@ -420,7 +420,7 @@ def test_every_launch_plan_gives_the_same_tokens(monkeypatch):
     """
     num_drafts, vocab = 3, 1000
     generator = torch.Generator().manual_seed(41)
-    inputs = _plan_inputs(6, num_drafts, vocab, generator, "cpu")
+    inputs = _plan_inputs(6, num_drafts, vocab, generator, device)
     target_logits, drafts, draft_probs, temperature, seeds, positions = inputs
     plans = {
         rejection_kernel._plan_launch(

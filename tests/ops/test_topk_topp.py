@@ -23,6 +23,9 @@ from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import TopKTopPTuning, top_k_top_p_sample
 
+# Values of ``paths_out``: which step of the row kernel decided a row.
+PATH_NO_FILTER, PATH_SHORT_LIST, PATH_COLLECTED, PATH_EXACT = range(4)
+
 SMALL = TopKTopPTuning(
     chunk=64, group=8, short_list=16, wide_list=64, chunk_warps=2, row_warps=2, row_block=64
 )
@@ -38,7 +41,7 @@ MIN_P_VALUE = 1e-3
 
 
 def run(logits, temperature, top_k, top_p, seeds, pos, *, idx_mapping=None,
-        tuning=DEFAULT, use_fp64=False, apply_temperature=True):
+        tuning=DEFAULT, use_fp64=False, apply_temperature=True, paths_out=None):
     """One request slot per row unless ``idx_mapping`` says otherwise."""
     device = logits.device
     if idx_mapping is None:
@@ -54,6 +57,7 @@ def run(logits, temperature, top_k, top_p, seeds, pos, *, idx_mapping=None,
         apply_temperature=apply_temperature,
         use_fp64=use_fp64,
         tuning=tuning,
+        paths_out=paths_out,
     )
 
 
@@ -129,9 +133,36 @@ def test_matches_mask_then_gumbel(device, tuning, use_fp64):
     logits = random_rows(num_rows, vocab_size, seed=1).to(device)
     seeds = [7 * i - 20 for i in range(num_rows)]
     pos = [1000 + i for i in range(num_rows)]
-    got = run(logits, temperature, top_k, top_p, seeds, pos, tuning=tuning, use_fp64=use_fp64)
+    paths = torch.empty(num_rows, dtype=torch.int32, device=device)
+    got = run(logits, temperature, top_k, top_p, seeds, pos, tuning=tuning,
+              use_fp64=use_fp64, paths_out=paths)
     want = masked_then_gumbel(logits, temperature, top_k, top_p, seeds, pos, use_fp64=use_fp64)
     assert got.dtype == torch.int64
+    assert got.tolist() == want.tolist()
+    # Greedy and unfiltered rows (5, 6) need no filtering; with SMALL's tiny
+    # lists every step of the row kernel decides some row.
+    assert paths[5] == PATH_NO_FILTER and paths[6] == PATH_NO_FILTER
+    if tuning is SMALL:
+        assert {PATH_SHORT_LIST, PATH_COLLECTED, PATH_EXACT} <= set(paths.tolist())
+
+
+def test_paths_report_the_deciding_step(device):
+    """Crafted rows land on the step documented for them."""
+    vocab_size = 600  # above the default short list: two chunks of 512
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(vocab_size, generator=gen).repeat(3, 1)
+    # Row 0: top_k = 3 of a random row: the short list decides.
+    # Row 1: the top five tokens in one group of 128: the lists keep two of
+    # them, so top_k = 3 needs the walk that collects the row from a bound.
+    logits[1, 64:69] = torch.tensor([9.0, 8.5, 8.0, 7.5, 7.0])
+    # Row 2: top_k = 500 with a wide list of 256 lanes: the exact path.
+    tuning = TopKTopPTuning(wide_list=256)
+    paths = torch.empty(3, dtype=torch.int32, device=device)
+    got = run(logits.to(device), [1.0] * 3, [3, 3, 500], [1.0] * 3, [1, 2, 3], [0, 0, 0],
+              tuning=tuning, paths_out=paths)
+    assert paths.tolist() == [PATH_SHORT_LIST, PATH_COLLECTED, PATH_EXACT]
+    want = masked_then_gumbel(logits.to(device), [1.0] * 3, [3, 3, 500], [1.0] * 3,
+                              [1, 2, 3], [0, 0, 0])
     assert got.tolist() == want.tolist()
 
 
@@ -173,12 +204,13 @@ def test_apply_temperature_false_takes_divided_logits(device):
 # (name, logits, top_k, top_p, use_fp64, draws); the kept sets have 5 to 9
 # tokens.
 LOGITS_12 = [3.0, 2.5, 2.0, 1.9, 1.0, 0.5, 0.0, -1.0, 2.2, 1.5, -3.0, 0.8]
+FALLING_12 = [1.0, 0.8, 0.5, 0.3, 0.0, -0.5, -1.0, -2.0, -4.0, -6.0, -7.0, -9.0]
 DISTRIBUTIONS = [
     ("top_k", LOGITS_12, 5, 1.0, False, 200),
     ("top_p", LOGITS_12, 0, 0.8, False, 200),
     ("top_k_top_p", LOGITS_12, 6, 0.85, False, 300),
     ("top_k_top_p_fp64", LOGITS_12, 6, 0.85, True, 200),
-    ("top_p_near_1", [1.0, 0.8, 0.5, 0.3, 0.0, -0.5, -1.0, -2.0, -4.0, -6.0, -7.0, -9.0], 0, 0.995, False, 200),
+    ("top_p_near_1", FALLING_12, 0, 0.995, False, 200),
 ]
 
 
@@ -209,13 +241,15 @@ def test_distribution_chi_square(device, name, logits_row, top_k, top_p, use_fp6
     order = np.argsort(expected)
     observed, pooled_expected = counts[support][order], expected[order]
     while len(pooled_expected) > 2 and pooled_expected[0] < 5:
-        pooled_expected = np.concatenate([[pooled_expected[0] + pooled_expected[1]], pooled_expected[2:]])
-        observed = np.concatenate([[observed[0] + observed[1]], observed[2:]])
+        pooled_expected = np.concatenate([[pooled_expected[:2].sum()], pooled_expected[2:]])
+        observed = np.concatenate([[observed[:2].sum()], observed[2:]])
     p_value = stats.chisquare(observed, pooled_expected).pvalue
     assert p_value > MIN_P_VALUE, f"{name}: counts {counts}, probs {probs}"
 
 
-@pytest.mark.parametrize("top_k, top_p", [(1, 1.0), (0, 1e-6), (1, 1e-6)], ids=["k1", "p_near_0", "both"])
+@pytest.mark.parametrize(
+    "top_k, top_p", [(1, 1.0), (0, 1e-6), (1, 1e-6)], ids=["k1", "p_near_0", "both"]
+)
 def test_single_survivor_is_always_drawn(device, top_k, top_p):
     logits_row = [0.5, 2.0, 1.99, -1.0, 2.0 - 1e-3, 0.0]
     draws = 40
@@ -318,7 +352,8 @@ def test_batch_invariance_and_seeds(device, tuning):
     assert reordered.tolist() == batch[order].tolist()
     single = run(logits[2:3], [1.2], [12], [1.0], [3], [12], tuning=tuning)
     assert single.item() == batch[2].item()
-    assert run(logits, temperature, top_k, top_p, seeds, pos, tuning=tuning).tolist() == batch.tolist()
+    again = run(logits, temperature, top_k, top_p, seeds, pos, tuning=tuning)
+    assert again.tolist() == batch.tolist()
     # Per-request seeds are honoured: one row, positions equal, seeds differ.
     assert len(set(batch[3:].tolist())) > 1
 
@@ -335,27 +370,27 @@ def test_greedy_rows_ignore_top_k_top_p(device):
 
 def test_bad_input_raises_before_launch(device):
     logits = torch.zeros(2, 8, device=device)
-    good = dict(
-        idx_mapping=torch.arange(2, dtype=torch.int32, device=device),
-        temperature=torch.ones(2, device=device),
-        seeds=torch.zeros(2, dtype=torch.int64, device=device),
-        pos=torch.zeros(2, dtype=torch.int64, device=device),
-        top_k=torch.zeros(2, dtype=torch.int32, device=device),
-        top_p=torch.ones(2, device=device),
-    )
+    good = {
+        "idx_mapping": torch.arange(2, dtype=torch.int32, device=device),
+        "temperature": torch.ones(2, device=device),
+        "seeds": torch.zeros(2, dtype=torch.int64, device=device),
+        "pos": torch.zeros(2, dtype=torch.int64, device=device),
+        "top_k": torch.zeros(2, dtype=torch.int32, device=device),
+        "top_p": torch.ones(2, device=device),
+    }
 
     def call(logits=logits, **changes):
         return top_k_top_p_sample(logits, **{**good, **changes}, apply_temperature=True)
 
     bad = [
-        ("logits", dict(logits=torch.zeros(8, device=device))),
-        ("logits", dict(logits=torch.zeros(2, 8, dtype=torch.int32, device=device))),
-        ("idx_mapping", dict(idx_mapping=torch.arange(3, dtype=torch.int32, device=device))),
-        ("pos", dict(pos=torch.zeros(2, dtype=torch.int32, device=device))),
-        ("seeds", dict(seeds=torch.zeros(2, dtype=torch.int32, device=device))),
-        ("top_k", dict(top_k=torch.zeros(2, device=device))),
-        ("top_p", dict(top_p=torch.ones(3, device=device))),
-        ("temperature", dict(temperature=torch.ones(2, dtype=torch.float64, device=device))),
+        ("logits", {"logits": torch.zeros(8, device=device)}),
+        ("logits", {"logits": torch.zeros(2, 8, dtype=torch.int32, device=device)}),
+        ("idx_mapping", {"idx_mapping": torch.arange(3, dtype=torch.int32, device=device)}),
+        ("pos", {"pos": torch.zeros(2, dtype=torch.int32, device=device)}),
+        ("seeds", {"seeds": torch.zeros(2, dtype=torch.int32, device=device)}),
+        ("top_k", {"top_k": torch.zeros(2, device=device)}),
+        ("top_p", {"top_p": torch.ones(3, device=device)}),
+        ("temperature", {"temperature": torch.ones(2, dtype=torch.float64, device=device)}),
     ]
     for name, change in bad:
         with pytest.raises(ValueError, match=name):

@@ -21,9 +21,13 @@ runner's sampler has them) with top_k=50, top_p=0.9 per row it times
   per call as a share of a device-to-device copy measured in the same run.
 
 ``fused_matches_masked`` checks ``fused_fp32`` against ``masked_plugin_gumbel``
-token for token. ``bench/sampler.py`` adds ``fused_topk_topp`` (below) as a
+token for token, and ``fused_paths`` counts which step of the row kernel
+decided the rows (``paths_out``: short list, collected, exact); with
+``--profile`` each case also gets ``fused_kernels_us``, the time of each of
+the fused path's kernels (``torch.profiler``), to see where the time goes. ``bench/sampler.py`` adds ``fused_topk_topp`` (below) as a
 column of its own table. ``--tune`` instead times ``fused_fp32`` over a grid
-of ``TopKTopPTuning`` launch shapes and prints the fastest (tokens may only
+of ``TopKTopPTuning`` launch shapes (chunk, group, per_group, short_list,
+row_warps) and prints the fastest (tokens may only
 differ between shapes where a top-p mass is within rounding of the
 boundary; the count of differing tokens is printed). Writes
 ``topk_topp.json`` (or ``tune.json``), and ``topk_topp.png`` when matplotlib
@@ -169,7 +173,47 @@ def copy_bandwidth_gbps() -> float:
     return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
 
 
-def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> dict:
+PATH_NAMES = ("no_filter", "short_list", "collected", "exact")
+
+
+def fused_paths(case: Case) -> dict:
+    """How many rows each step of the row kernel decided (``paths_out``)."""
+    paths = torch.empty(case.logits.shape[0], dtype=torch.int32, device=case.logits.device)
+    top_k_top_p_sample(
+        case.logits,
+        case.idx_mapping,
+        case.temperature,
+        case.seeds,
+        case.pos,
+        case.top_k,
+        case.top_p,
+        apply_temperature=case.apply_temperature,
+        paths_out=paths,
+    )
+    counts = torch.bincount(paths.long(), minlength=len(PATH_NAMES)).tolist()
+    return dict(zip(PATH_NAMES, counts))
+
+
+def kernel_times_us(call, reps: int = 20) -> dict:
+    """Mean device time of each kernel ``call`` launches, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
+    return {
+        event.key[:40]: event.device_time_total / reps
+        for event in prof.key_averages()
+        if event.device_time_total > 0
+    }
+
+
+def bench_case(
+    case: Case, names: list[str], bandwidth: float, notes: dict, profile: bool = False
+) -> dict:
     num_rows, vocab_size = case.logits.shape
     logits_bytes = case.logits.numel() * case.logits.element_size()
     row: dict = {"B": num_rows, "V": vocab_size}
@@ -179,12 +223,12 @@ def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> d
             continue
         try:
             calls[name] = CANDIDATES[name](case)
-        except Exception as exc:  # an optional library missing: one note per column
+        except Exception as exc:  # noqa: BLE001 (an optional library missing: one note per column)
             notes[name] = f"unavailable: {type(exc).__name__}: {exc}"[:300]
     for name, call in calls.items():
         try:
             us = triton.testing.do_bench(call, return_mode="median") * 1e3
-        except Exception as exc:  # an OOM or a kernel failure must not end the run
+        except Exception as exc:  # noqa: BLE001 (an OOM or a kernel failure must not end the run)
             row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
             continue
         row[f"{name}_us"] = us
@@ -193,6 +237,10 @@ def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> d
         row["fused_matches_masked"] = bool(
             torch.equal(calls["fused_fp32"](), calls["masked_plugin_gumbel"]())
         )
+    if "fused_fp32" in calls:
+        row["fused_paths"] = fused_paths(case)
+        if profile:
+            row["fused_kernels_us"] = kernel_times_us(calls["fused_fp32"])
     return row
 
 
@@ -208,6 +256,12 @@ def print_table(results: list[dict], names: list[str]) -> None:
         ]
         match = {True: "yes", False: "NO", None: "-"}[r.get("fused_matches_masked")]
         print(f"{r['B']:>5} {r['V']:>7} " + " ".join(cells) + f"  {match:>7}")
+    for r in results:
+        if "fused_paths" in r:
+            kernels = r.get("fused_kernels_us", {})
+            times = ", ".join(f"{name} {us:.1f}us" for name, us in kernels.items())
+            print(f"B={r['B']} V={r['V']}: fused rows by step {r['fused_paths']}"
+                  + (f"; kernels: {times}" if times else ""))
 
 
 def plot(results: list[dict], names: list[str], title: str, path: str) -> bool:
@@ -236,10 +290,12 @@ def plot(results: list[dict], names: list[str], title: str, path: str) -> bool:
 
 
 def tuning_grid() -> list[TopKTopPTuning]:
-    grid = itertools.product((2048, 4096, 8192), (32, 64, 128), (4, 8, 16), (8, 16))
+    grid = itertools.product((4096, 8192), (64, 128, 256), (2, 4), (128, 256), (8, 16))
     return [
-        dataclasses.replace(DEFAULT_TUNING, chunk=c, group=g, chunk_warps=cw, row_warps=rw)
-        for c, g, cw, rw in grid
+        dataclasses.replace(
+            DEFAULT_TUNING, chunk=c, group=g, per_group=n, short_list=s, row_warps=w
+        )
+        for c, g, n, s, w in grid
     ]
 
 
@@ -264,7 +320,10 @@ def tune(args) -> dict:
         return math.exp(sum(ratios) / len(ratios))
 
     ranked = sorted(times, key=score)
-    print(f"V={args.tune_vocab_size}, us at B={args.batch_sizes} (tokens differing from the default)")
+    print(
+        f"V={args.tune_vocab_size}, us at B={args.batch_sizes} "
+        "(tokens differing from the default)"
+    )
     for setting in ranked[:10] + [DEFAULT_TUNING]:
         mark = "  (default)" if setting == DEFAULT_TUNING else ""
         cells = " ".join(f"{t:8.1f}" for t in times[setting])
@@ -300,6 +359,11 @@ def main(argv=None) -> int:
         "--columns", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES)
     )
     parser.add_argument("--tune", action="store_true", help="sweep TopKTopPTuning")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time each kernel of fused_fp32 with torch.profiler",
+    )
     parser.add_argument("--tune-vocab-size", type=int, default=151936)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -321,7 +385,7 @@ def main(argv=None) -> int:
     for vocab_size in args.vocab_sizes:
         for num_rows in args.batch_sizes:
             case = make_case(num_rows, vocab_size, args.top_k, args.top_p, args.logit_scale)
-            results.append(bench_case(case, args.columns, bandwidth, notes))
+            results.append(bench_case(case, args.columns, bandwidth, notes, args.profile))
             del case
             torch.cuda.empty_cache()
     print_table(results, args.columns)

@@ -78,12 +78,13 @@ class RejectionTuning:
 # Keyed by ``use_fp64``. To tune, run ``python3 -m
 # vllm_sampling_plugin.bench.rejection --tune`` on the GPU and paste its
 # "best" lines here; tokens are identical for every setting.
+# Best of `bench rejection --tune` on an H100 (docs/benchmarks.md).
 TUNING: dict[bool, RejectionTuning] = {
     False: RejectionTuning(
-        max_block=8192, chunk=2048, sample_chunk=1024, num_warps=4, programs_per_sm=8
+        max_block=4096, chunk=2048, sample_chunk=512, num_warps=4, programs_per_sm=16
     ),
     True: RejectionTuning(
-        max_block=4096, chunk=2048, sample_chunk=512, num_warps=4, programs_per_sm=8
+        max_block=4096, chunk=1024, sample_chunk=256, num_warps=4, programs_per_sm=4
     ),
 }
 

@@ -11,8 +11,8 @@ the algorithm and its cost.
 Two kernels, and no host synchronisation:
 
 1. ``_chunk_kernel``, one program per (row, chunk of ``CHUNK`` tokens), reads
-   the logits once. It lists the two largest logits of every group of
-   ``GROUP`` tokens with their ids, and the chunk's *floor*: the largest
+   the logits once. It lists the ``PER_GROUP`` largest logits of every group
+   of ``GROUP`` tokens with their ids, and the chunk's *floor*: the largest
    logit it left out. Greedy rows only need the chunk's max and argmax;
    rows without top-k/top-p draw their chunk's Gumbel winner instead.
 2. ``_row_kernel``, one program per row, merges the lists. Above the highest
@@ -34,8 +34,17 @@ import triton.language as tl
 
 from vllm_sampling_plugin.ops.random import gumbel_block, request_key
 from vllm_sampling_plugin.ops.topk_topp_exact import MAX_VOCAB_SIZE, sample_row_exactly
-from vllm_sampling_plugin.ops.topk_topp_row import decide, gumbel_argmax, sample_wide, short_list
-from vllm_sampling_plugin.ops.topk_topp_select import RADIX_BINS, load_logits_block, order_key
+from vllm_sampling_plugin.ops.topk_topp_row import (
+    decide,
+    gumbel_argmax,
+    sample_wide,
+    short_list,
+)
+from vllm_sampling_plugin.ops.topk_topp_select import (
+    RADIX_BINS,
+    load_logits_block,
+    order_key,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,14 +54,18 @@ class TopKTopPTuning:
 
     # Tokens per program of the first kernel (power of two).
     chunk: int = 4096
-    # A chunk lists the two largest logits of every `group` consecutive
-    # tokens (power of two): 128 per chunk by default, ~4700 per row of
-    # 151936. Rows are decided from the lists unless three of their top
-    # tokens share a group (rare for top_k in the tens or low hundreds).
-    group: int = 64
+    # A chunk lists the `per_group` largest logits of every `group`
+    # consecutive tokens (powers of two): 64 per chunk by default, ~2400 per
+    # row of 151936. Rows are decided from the lists unless more than
+    # `per_group` of their top tokens share a group (rare for top_k in the
+    # tens or low hundreds).
+    group: int = 128
+    per_group: int = 2
     # Listed tokens the row kernel keeps and compares pairwise (power of
-    # two): the common rows are decided on it.
-    short_list: int = 256
+    # two): the common rows are decided on it. A row with top-k keeps about
+    # 2 * top_k of them (the pairwise work grows with the count); rows with
+    # top_k beyond about this size take the collect step.
+    short_list: int = 128
     # Other rows collect every token from a bound up, in one walk over the
     # row, into this many lanes (power of two); rows needing more (top_k in
     # the thousands, very wide top-p sets) take the exact whole-row path.
@@ -66,6 +79,11 @@ class TopKTopPTuning:
 DEFAULT_TUNING = TopKTopPTuning()
 # Tokens per step when a chunk of an unfiltered row draws its Gumbel winner.
 GUMBEL_TILE = 1024
+# What `paths_out` reports for a row: which step decided it.
+PATH_NO_FILTER = tl.constexpr(0)  # greedy, unfiltered, or a +-inf max
+PATH_SHORT_LIST = tl.constexpr(1)  # the pairwise decision on the short list
+PATH_COLLECTED = tl.constexpr(2)  # one walk collecting the row from a bound up
+PATH_EXACT = tl.constexpr(3)  # the exact whole-row path
 # The pairwise comparison of the short list runs on [short_list, part]
 # blocks of this many elements (16 per thread at 16 warps).
 PAIRWISE_BLOCK = 8192
@@ -91,6 +109,7 @@ def _chunk_kernel(
     vocab_size,
     CHUNK: tl.constexpr,
     GROUP: tl.constexpr,
+    PER_GROUP: tl.constexpr,
     LIST: tl.constexpr,
     TILE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
@@ -146,14 +165,11 @@ def _chunk_kernel(
                 tl.min(tl.where(x == chunk_max, token_ids, vocab_size), axis=1), axis=0
             )
         else:
-            listed, listed_ids, floor = _two_largest_per_group(x, token_ids, vocab_size)
-            lanes = out * LIST + tl.arange(0, LIST)
-            tl.store(listed_logits_ptr + lanes, listed)
-            tl.store(listed_ids_ptr + lanes, listed_ids)
+            chunk_max, chunk_argmax, floor = _list_largest_per_group(
+                x, token_ids, vocab_size, listed_logits_ptr + out * LIST,
+                listed_ids_ptr + out * LIST, PER_GROUP,
+            )
             tl.store(chunk_floor_ptr + out, floor.to(tl.int32, bitcast=True))
-            # The chunk's max is its largest listed logit, with the lowest id.
-            chunk_max = tl.max(listed, axis=0)
-            chunk_argmax = tl.min(tl.where(listed == chunk_max, listed_ids, vocab_size), axis=0)
             if filter_p & ~filter_k:
                 # Top-p over the whole row needs the row's total mass.
                 mass = tl.where(x == chunk_max, 1.0, tl.exp(x - chunk_max))
@@ -165,31 +181,43 @@ def _chunk_kernel(
 
 
 @triton.jit
-def _two_largest_per_group(x, token_ids, vocab_size):
-    """The two largest logits of every group (row of ``x``), lowest id first
-    among equals, with their ids; and the *floor*: the key of the largest
-    logit left out. Every token above the floor is listed.
+def _list_largest_per_group(
+    x,  # [groups, GROUP] fp32: the chunk's logits, one group per row
+    token_ids,  # [groups, GROUP] int32
+    vocab_size,
+    listed_logits_ptr,  # [PER_GROUP, groups] fp32 of this chunk, -inf: no token
+    listed_ids_ptr,  # [PER_GROUP, groups] int32 of this chunk
+    PER_GROUP: tl.constexpr,
+):
+    """List the ``PER_GROUP`` largest logits of every group (lowest id first
+    among equals) with their ids. Returns the chunk's max, its lowest id,
+    and the *floor*: the key of the largest logit left out. Every token
+    above the floor is listed.
 
-    Three segmented max reductions and no scan: the cheapest selection
-    that lists a chunk's top tokens unless three of them share a group.
-    Lanes listing no token hold -inf.
+    One segmented max reduction per listed rank and no scan: the cheapest
+    selection that lists a chunk's top tokens unless more than
+    ``PER_GROUP`` of them share a group.
     """
     groups: tl.constexpr = x.shape[0]
-    first = tl.max(x, axis=1)
-    first_id = tl.min(tl.where(x == first[:, None], token_ids, vocab_size), axis=1)
-    x = tl.where(token_ids == first_id[:, None], float("-inf"), x)
-    second = tl.max(x, axis=1)
-    second_id = tl.min(tl.where(x == second[:, None], token_ids, vocab_size), axis=1)
-    x = tl.where(token_ids == second_id[:, None], float("-inf"), x)
+    lanes = tl.arange(0, groups)
+    for rank in tl.static_range(PER_GROUP):
+        best = tl.max(x, axis=1)
+        best_id = tl.min(tl.where(x == best[:, None], token_ids, vocab_size), axis=1)
+        tl.store(listed_logits_ptr + rank * groups + lanes, best)
+        tl.store(listed_ids_ptr + rank * groups + lanes, best_id)
+        if rank == 0:
+            # Groups are in token order: the chunk's max with its lowest id.
+            chunk_max = tl.max(best, axis=0)
+            chunk_argmax = tl.min(tl.where(best == chunk_max, best_id, vocab_size), axis=0)
+        x = tl.where(token_ids == best_id[:, None], float("-inf"), x)
     floor = order_key(tl.max(tl.max(x, axis=1), axis=0))
-    listed = tl.reshape(tl.join(first, second), [2 * groups])
-    listed_ids = tl.reshape(tl.join(first_id, second_id), [2 * groups])
-    return listed, listed_ids, floor
+    return chunk_max, chunk_argmax, floor
 
 
 @triton.jit
 def _row_kernel(
     sampled_ptr,  # [num_tokens] int64
+    paths_ptr,  # [num_tokens] int32 or None: which step decided each row
     chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
     chunk_best_id_ptr,  # [num_tokens, num_chunks] int32
     chunk_mass_ptr,  # [num_tokens, num_chunks] fp32
@@ -253,17 +281,22 @@ def _row_kernel(
         chunk_mass = tl.load(chunk_mass_ptr + row + chunks, mask=chunk_ok, other=0.0)
         total_mass = tl.sum(chunk_mass * tl.exp(best.to(tl.float32) - row_max), axis=0)
 
+        # Twice top_k leaves room above the k-th token for the cut (the
+        # pairwise work grows with the short list); top-p alone takes all.
+        capacity = tl.where(filter_k, tl.minimum(tl.maximum(2 * top_k, 32), SHORT), SHORT)
         x, ids, keys, listed, floor = short_list(
             listed_logits_ptr, listed_ids_ptr, chunk_floor_ptr, scratch_logits_ptr,
-            scratch_ids_ptr, row, row_max, num_chunks, CHUNKS_BLOCK, LIST, SHORT,
+            scratch_ids_ptr, row, row_max, num_chunks, capacity, CHUNKS_BLOCK, LIST, SHORT,
         )
         keep, decided = decide(
             x, keys, listed, scratch_logits_ptr, floor, row_max,
             filter_k, top_k, filter_p, top_p, total_mass, PART,
         )
+        path = PATH_SHORT_LIST
         if decided:
             sampled = gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64)
         else:
+            path = PATH_COLLECTED
             sampled, decided = sample_wide(
                 listed_logits_ptr, row, num_chunks, logits_row_ptr, logits_col_stride,
                 temperature, vocab_size, row_max, filter_k, top_k, filter_p, top_p,
@@ -271,6 +304,7 @@ def _row_kernel(
                 CHUNKS_BLOCK, LIST, WIDE, ROW_BLOCK, APPLY_TEMPERATURE, USE_FP64,
             )
         if not decided:
+            path = PATH_EXACT
             sampled = sample_row_exactly(
                 logits_row_ptr,
                 logits_col_stride,
@@ -287,6 +321,10 @@ def _row_kernel(
                 APPLY_TEMPERATURE,
                 USE_FP64,
             )
+        if paths_ptr is not None:
+            tl.store(paths_ptr + token, path)
+    elif paths_ptr is not None:
+        tl.store(paths_ptr + token, PATH_NO_FILTER)
     # Every path keeps the top token, so this never binds; it is here because
     # an id outside the vocabulary would crash the engine.
     tl.store(sampled_ptr + token, tl.minimum(sampled, vocab_size - 1))
@@ -353,7 +391,7 @@ def _check_inputs(
 
 @functools.cache
 def _check_tuning(tuning: TopKTopPTuning) -> None:
-    for name in ("chunk", "group", "short_list", "wide_list", "row_block"):
+    for name in ("chunk", "group", "per_group", "short_list", "wide_list", "row_block"):
         value = getattr(tuning, name)
         if value < 2 or triton.next_power_of_2(value) != value:
             raise ValueError(f"tuning.{name} must be a power of two >= 2, got {value}")
@@ -361,6 +399,11 @@ def _check_tuning(tuning: TopKTopPTuning) -> None:
         raise ValueError(
             f"tuning.group ({tuning.group}) must be at most half of tuning.chunk "
             f"({tuning.chunk})"
+        )
+    if tuning.per_group > tuning.group:
+        raise ValueError(
+            f"tuning.per_group ({tuning.per_group}) must be at most tuning.group "
+            f"({tuning.group})"
         )
     if tuning.wide_list < tuning.short_list:
         raise ValueError(
@@ -373,6 +416,7 @@ def _check_tuning(tuning: TopKTopPTuning) -> None:
 class _LaunchShape:
     chunk: int
     group: int
+    per_group: int
     num_chunks: int
 
 
@@ -381,10 +425,15 @@ def _launch_shape(vocab_size: int, tuning: TopKTopPTuning) -> _LaunchShape:
     if vocab_size <= tuning.short_list:
         # One chunk of pairs lists every token: the row is decided from the lists.
         chunk = max(triton.next_power_of_2(vocab_size), 4)
-        return _LaunchShape(chunk=chunk, group=2, num_chunks=1)
+        return _LaunchShape(chunk=chunk, group=2, per_group=2, num_chunks=1)
     chunk = min(tuning.chunk, triton.next_power_of_2(vocab_size))
     group = min(tuning.group, chunk // 2)
-    return _LaunchShape(chunk=chunk, group=group, num_chunks=triton.cdiv(vocab_size, chunk))
+    return _LaunchShape(
+        chunk=chunk,
+        group=group,
+        per_group=min(tuning.per_group, group),
+        num_chunks=triton.cdiv(vocab_size, chunk),
+    )
 
 
 def top_k_top_p_sample(
@@ -399,6 +448,7 @@ def top_k_top_p_sample(
     apply_temperature: bool,
     use_fp64: bool = False,
     tuning: TopKTopPTuning = DEFAULT_TUNING,
+    paths_out: torch.Tensor | None = None,  # [num_tokens] int32
 ) -> torch.Tensor:
     r"""Sample one token per row under top-k and top-p, by fused Gumbel-max.
 
@@ -444,6 +494,11 @@ def top_k_top_p_sample(
     tuning : TopKTopPTuning
         Launch shape. Tokens agree across tunings except where a probability
         sum lands within float rounding of a top-p boundary.
+    paths_out : torch.Tensor, optional
+        ``[num_tokens]`` int32, for diagnostics: receives which step decided
+        each row (0: greedy, unfiltered or an infinite max; 1: the short list;
+        2: the walk that collects the row from a bound up; 3: the exact
+        whole-row path). See ``docs/ops-topk-topp.md``.
 
     Returns
     -------
@@ -468,14 +523,23 @@ def top_k_top_p_sample(
     """
     _check_inputs(logits, idx_mapping, temperature, seeds, pos, top_k, top_p)
     _check_tuning(tuning)
+    if paths_out is not None and (
+        paths_out.shape != (logits.shape[0],)
+        or paths_out.dtype != torch.int32
+        or paths_out.device != logits.device
+    ):
+        raise ValueError(
+            f"paths_out must be a [{logits.shape[0]}] int32 tensor on {logits.device}, got "
+            f"{tuple(paths_out.shape)} {paths_out.dtype} on {paths_out.device}"
+        )
     num_tokens, vocab_size = logits.shape
     device = logits.device
     if num_tokens == 0:
         return torch.empty(0, dtype=torch.int64, device=device)
     shape = _launch_shape(vocab_size, tuning)
     per_chunk = (num_tokens, shape.num_chunks)
-    # Two listed tokens per group of every chunk.
-    list_len = 2 * shape.chunk // shape.group
+    # Listed tokens per chunk.
+    list_len = shape.per_group * shape.chunk // shape.group
     chunk_best = torch.empty(
         per_chunk, dtype=torch.float64 if use_fp64 else torch.float32, device=device
     )
@@ -505,6 +569,7 @@ def top_k_top_p_sample(
         vocab_size,
         CHUNK=shape.chunk,
         GROUP=shape.group,
+        PER_GROUP=shape.per_group,
         LIST=list_len,
         TILE=min(shape.chunk, GUMBEL_TILE),
         APPLY_TEMPERATURE=apply_temperature,
@@ -513,6 +578,7 @@ def top_k_top_p_sample(
     )
     _row_kernel[(num_tokens,)](
         sampled,
+        paths_out,
         chunk_best,
         chunk_best_id,
         chunk_mass,

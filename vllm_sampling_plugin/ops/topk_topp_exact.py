@@ -1,9 +1,9 @@
 """The exact whole-row path of the fused top-k/top-p sampler.
 
-``ops/topk_topp.py`` resolves most rows from the few tokens each chunk lists.
-A row whose threshold lies below what the chunks listed (a large ``top_k``,
-a flat distribution under ``top_p`` alone, hundreds of tied logits) is
-finished here by one program that walks the row several times:
+``ops/topk_topp.py`` decides nearly every row from the chunks' lists, or from
+one walk that collects the row's tokens above a bound. A row that neither can
+hold (top_k in the thousands, top-p alone on a flat distribution) is
+finished here by its one program, walking the row several times:
 
 * top-k: radix select of the k-th largest key, four passes of 8-bit digits
   counted with ``tl.histogram``;

@@ -61,13 +61,14 @@ def short_list(
     row,
     row_max,
     num_chunks,
+    capacity,
     CHUNKS_BLOCK: tl.constexpr,
     LIST: tl.constexpr,
     SHORT: tl.constexpr,
 ):
-    """The row's largest listed logits (at most ``SHORT``), their ids, and
-    the floor: the list holds every token of the row whose key is above it.
-    -inf tokens are never listed (they cannot win)."""
+    """The row's largest listed logits (at most ``capacity <= SHORT``), their
+    ids, and the floor: the list holds every token of the row whose key is
+    above it. -inf tokens are never listed (they cannot win)."""
     chunks = tl.arange(0, CHUNKS_BLOCK)
     floors = tl.load(chunk_floor_ptr + row + chunks, mask=chunks < num_chunks, other=0)
     floor = tl.max(floors.to(tl.uint32, bitcast=True), axis=0)
@@ -79,14 +80,14 @@ def short_list(
     )
     listed = x > float("-inf")
     ids = tl.load(listed_ids_ptr + row * LIST + lanes, mask=listed, other=0)
-    # Keep at most SHORT of the largest, raise the floor to the largest one
-    # left out, and compact the kept ones through the scratch.
+    # Keep at most `capacity` of the largest, raise the floor to the largest
+    # one left out, and compact the kept ones through the scratch.
     chosen = listed
-    if tl.sum(listed.to(tl.int32), axis=0) > SHORT:
-        chosen, cut = list_largest(x, listed, row_max, SHORT)
+    if tl.sum(listed.to(tl.int32), axis=0) > capacity:
+        chosen, cut = list_largest(x, listed, row_max, capacity)
         floor = tl.maximum(floor, cut)
     slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
-    # At most SHORT are chosen; the bound on the slot guards the scratch.
+    # At most `capacity` are chosen; the bound on the slot guards the scratch.
     tl.store(short_logits_ptr + slot, x, mask=chosen & (slot < SHORT))
     tl.store(short_ids_ptr + slot, ids, mask=chosen & (slot < SHORT))
     tl.debug_barrier()

@@ -157,4 +157,5 @@ def load_logits_block(
     ).to(tl.float32)
     if APPLY_TEMPERATURE:
         x = x / tl.where(temperature == 0.0, 1.0, temperature)
-    return token_ids, in_vocab, tl.where(x != x, float("-inf"), x)
+    # NaN is the one value unequal to itself.
+    return token_ids, in_vocab, tl.where(x != x, float("-inf"), x)  # noqa: PLR0124
