@@ -19,6 +19,7 @@ import pytest
 import torch
 from scipy import stats
 
+from tests.conftest import DEVICE
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import TopKTopPTuning, top_k_top_p_sample
@@ -222,7 +223,7 @@ DISTRIBUTIONS = [
 def test_distribution_chi_square(device, name, logits_row, top_k, top_p, use_fp64, draws):
     """``draws`` positions of one request: counts match the exact distribution."""
     probs = exact_probabilities(np.array(logits_row), top_k, top_p)
-    logits = torch.tensor([logits_row]).expand(draws, -1).contiguous().to(device)
+    logits = torch.tensor([logits_row], device=DEVICE).expand(draws, -1).contiguous().to(device)
     tokens = run(
         logits,
         [1.0],
@@ -262,7 +263,7 @@ def test_single_survivor_is_always_drawn(device, top_k, top_p):
 
 
 def support_over_draws(logits_row, top_k, top_p, temperature, tuning, draws=30):
-    logits = torch.tensor([logits_row]).expand(draws, -1).contiguous()
+    logits = torch.tensor([logits_row], device=DEVICE).expand(draws, -1).contiguous()
     tokens = run(
         logits, [temperature], [top_k], [top_p], [5], torch.arange(draws),
         idx_mapping=torch.zeros(draws, dtype=torch.int32), tuning=tuning,
