@@ -59,10 +59,12 @@ def run_engine(model: str, kwargs: str, body: str, env: dict[str, str] | None = 
 
 GENERATE = """
 prompts = [{"prompt_token_ids": [5 + i, 17, 33, 17, 33, 17, 33, 90 + i]} for i in range(8)]
-greedy = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=24))
+# ignore_eos: the dummy weights make every token, EOS included, about as likely.
+greedy = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
 random_ = llm.generate(prompts, SamplingParams(temperature=1.0, top_p=0.9, top_k=40,
-                                               max_tokens=24, seed=7))
-unseeded = llm.generate(prompts, SamplingParams(temperature=0.8, top_k=50, max_tokens=24))
+                                               max_tokens=24, seed=7, ignore_eos=True))
+unseeded = llm.generate(prompts, SamplingParams(temperature=0.8, top_k=50, max_tokens=24,
+                                                ignore_eos=True))
 vocab = llm.llm_engine.model_config.get_vocab_size()
 def ids(outs):
     return [list(o.outputs[0].token_ids) for o in outs]
