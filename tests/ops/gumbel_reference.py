@@ -16,11 +16,13 @@ _KEY_A = np.uint64(0x9E3779B9)
 _KEY_B = np.uint64(0xBB67AE85)
 
 
-def philox4x32(counter: list[np.ndarray], key: tuple[int, int]) -> list[np.ndarray]:
-    """Philox-4x32 with 10 rounds; every array holds 32-bit values in uint64."""
+def philox4x32(
+    counter: list[np.ndarray], key: tuple[int, int], rounds: int = 10
+) -> list[np.ndarray]:
+    """Philox-4x32; every array holds 32-bit values in uint64."""
     c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & _MASK32 for c in counter)
     k0, k1 = np.uint64(key[0]), np.uint64(key[1])
-    for _ in range(10):
+    for _ in range(rounds):
         prod0 = _ROUND_A * c0
         prod2 = _ROUND_B * c2
         c0, c1, c2, c3 = (
@@ -52,7 +54,8 @@ def gumbel_fp64(key: int, vocab_size: int) -> np.ndarray:
 
 def gumbel_fp32(key: int, vocab_size: int) -> np.ndarray:
     tokens = np.arange(vocab_size, dtype=np.uint64)
-    words = philox4x32([tokens // np.uint64(4), 0, 0, 0], (key, 0))
+    # The FP32 noise words use 7 rounds (ops/random.py: FP32_NOISE_ROUNDS).
+    words = philox4x32([tokens // np.uint64(4), 0, 0, 0], (key, 0), rounds=7)
     bits = np.choose((tokens % np.uint64(4)).astype(np.int64), words)
     u = bits.astype(np.float32) * np.float32(2.0**-32) + np.float32(2.0**-33)
     u = np.minimum(u, np.nextafter(np.float32(1.0), np.float32(0.0)))

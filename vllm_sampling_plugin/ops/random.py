@@ -23,7 +23,9 @@ FP32 (default)
     (token ``t`` takes word ``t % 4`` of ``philox(key, t // 4)``), which cuts
     the integer work four-fold. The uniform is ``(x + 0.5) / 2**32`` for a
     32-bit word ``x``, so it resolves values down to ``2**-33`` instead of the
-    ``2**-24`` grid near 1 that ``tl.rand`` has. The noise is computed as
+    ``2**-24`` grid near 1 that ``tl.rand`` has. These per-token words come from
+    7-round Philox (``FP32_NOISE_ROUNDS``), the request key and the uniforms from
+    10-round Philox. The noise is computed as
     ``-log(-log1p(-u))``: large noise comes from *small* ``u``, where the draw
     is finely resolved, so the tail reaches about 22.9 instead of capping near
     16.6 (with ``-log(-log(u))`` and ``u`` on a ``2**-24`` grid), and tokens
@@ -50,6 +52,12 @@ _ONE_MINUS_EPS_FP32 = tl.constexpr(0.99999994039535522461)
 _FP64_TINY = tl.constexpr(2.2250738585072014e-308)
 # Below this, -log1p(-u) is evaluated as a short series (see _neg_log1p_neg).
 _SERIES_CUTOFF = tl.constexpr(0.015625)
+# Philox rounds for the FP32 per-token noise. Philox-4x32 with 7 rounds passes
+# TestU01's BigCrush (Salmon et al., "Parallel random numbers: as easy as
+# 1, 2, 3", SC 2011); 10 is the conservative default, kept for the request key,
+# the uniforms and all FP64 draws (which must match stock vLLM). The noise is
+# generated for every token of the vocabulary, so the rounds are its main cost.
+FP32_NOISE_ROUNDS = tl.constexpr(7)
 # Triton decides at decoration time whether kernels are interpreted; so do we.
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
@@ -128,6 +136,12 @@ def gumbel_fp32_from_uniform(u):
 
 
 @triton.jit
+def noise_words_fp32(key, quad):
+    """The four 32-bit words behind the FP32 noise of tokens ``4 * quad .. 4 * quad + 3``."""
+    return tl.randint4x(key, quad, n_rounds=FP32_NOISE_ROUNDS)
+
+
+@triton.jit
 def gumbel_fp32_block(key, start, BLOCK: tl.constexpr):
     """Float32 Gumbel noise for tokens ``start .. start + BLOCK - 1``.
 
@@ -137,7 +151,7 @@ def gumbel_fp32_block(key, start, BLOCK: tl.constexpr):
     ``start`` or ``BLOCK``.
     """
     quad = start // 4 + tl.arange(0, BLOCK // 4)
-    w0, w1, w2, w3 = tl.randint4x(key, quad)
+    w0, w1, w2, w3 = noise_words_fp32(key, quad)
     # join(join(w0, w2), join(w1, w3)) flattened is w0, w1, w2, w3 per quad.
     bits = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), [BLOCK])
     return gumbel_fp32_from_uniform(_bits_to_uniform_fp32(bits))

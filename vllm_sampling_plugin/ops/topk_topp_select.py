@@ -23,6 +23,7 @@ from vllm_sampling_plugin.ops.random import (
     _bits_to_uniform_fp32,
     gumbel_fp32_from_uniform,
     gumbel_fp64,
+    noise_words_fp32,
 )
 
 # order_key(-inf): 0xFF800000 with every bit flipped.
@@ -117,13 +118,13 @@ def largest_key_reaching(keys, weights, target):
 def gumbel_at(key, token_ids, USE_FP64: tl.constexpr):
     """Gumbel noise of arbitrary ``token_ids``: the values ``gumbel_block`` gives them.
 
-    FP32 noise of token ``t`` is word ``t % 4`` of ``philox(key, t // 4)``
+    FP32 noise of token ``t`` is word ``t % 4`` of ``noise_words_fp32(key, t // 4)``
     (``random.gumbel_fp32_block``); FP64 noise is per token already.
     """
     if USE_FP64:
         return gumbel_fp64(key, token_ids)
     else:
-        w0, w1, w2, w3 = tl.randint4x(key, token_ids // 4)
+        w0, w1, w2, w3 = noise_words_fp32(key, token_ids // 4)
         word = token_ids % 4
         bits = tl.where(word == 0, w0, tl.where(word == 1, w1, tl.where(word == 2, w2, w3)))
         return gumbel_fp32_from_uniform(_bits_to_uniform_fp32(bits))
