@@ -39,14 +39,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
-import math
-import os
 from collections.abc import Callable
 
 import torch
-import triton
 
+from vllm_sampling_plugin.bench.common import (
+    build_columns,
+    median_us,
+    plot_latency,
+    record_timing,
+    slowdown_scores,
+    start_run,
+    timed_columns,
+    timing_cell,
+    write_json,
+    write_results,
+)
 from vllm_sampling_plugin.ops.topk_topp import (
     DEFAULT_TUNING,
     TopKTopPTuning,
@@ -165,14 +173,6 @@ CANDIDATES: dict[str, Callable] = {
 }
 
 
-def copy_bandwidth_gbps() -> float:
-    """Device-to-device copy bandwidth (read + write bytes per second)."""
-    src = torch.empty(256 * 2**20, dtype=torch.int32, device="cuda")
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
-
-
 PATH_NAMES = ("no_filter", "short_list", "collected", "exact")
 
 
@@ -217,22 +217,9 @@ def bench_case(
     num_rows, vocab_size = case.logits.shape
     logits_bytes = case.logits.numel() * case.logits.element_size()
     row: dict = {"B": num_rows, "V": vocab_size}
-    calls = {}
-    for name in names:
-        if name in notes:
-            continue
-        try:
-            calls[name] = CANDIDATES[name](case)
-        except Exception as exc:  # noqa: BLE001 (an optional library missing: one note per column)
-            notes[name] = f"unavailable: {type(exc).__name__}: {exc}"[:300]
+    calls = build_columns(CANDIDATES, names, case, notes)
     for name, call in calls.items():
-        try:
-            us = triton.testing.do_bench(call, return_mode="median") * 1e3
-        except Exception as exc:  # noqa: BLE001 (an OOM or a kernel failure must not end the run)
-            row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            continue
-        row[f"{name}_us"] = us
-        row[f"{name}_pct_copy_bw"] = 100 * logits_bytes / (us * 1e-6) / 1e9 / bandwidth
+        record_timing(row, name, call, bytes_read=logits_bytes, bandwidth_gbps=bandwidth)
     if "fused_fp32" in calls and "masked_plugin_gumbel" in calls:
         row["fused_matches_masked"] = bool(
             torch.equal(calls["fused_fp32"](), calls["masked_plugin_gumbel"]())
@@ -245,15 +232,10 @@ def bench_case(
 
 
 def print_table(results: list[dict], names: list[str]) -> None:
-    shown = [n for n in names if any(f"{n}_us" in r for r in results)]
+    shown = timed_columns(results, names)
     print(f"{'B':>5} {'V':>7} " + " ".join(f"{n:>22}" for n in shown) + "  matches")
     for r in results:
-        cells = [
-            f"{r[f'{n}_us']:>12.1f}us ({r[f'{n}_pct_copy_bw']:>4.0f}%)"
-            if f"{n}_us" in r
-            else f"{'-':>22}"
-            for n in shown
-        ]
+        cells = [timing_cell(r, n, 22) for n in shown]
         match = {True: "yes", False: "NO", None: "-"}[r.get("fused_matches_masked")]
         print(f"{r['B']:>5} {r['V']:>7} " + " ".join(cells) + f"  {match:>7}")
     for r in results:
@@ -265,28 +247,17 @@ def print_table(results: list[dict], names: list[str]) -> None:
 
 
 def plot(results: list[dict], names: list[str], title: str, path: str) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    vocab_sizes = sorted({r["V"] for r in results})
-    fig, axes = plt.subplots(1, len(vocab_sizes), figsize=(5 * len(vocab_sizes), 4), squeeze=False)
-    for ax, vocab_size in zip(axes[0], vocab_sizes):
-        case = sorted((r for r in results if r["V"] == vocab_size), key=lambda r: r["B"])
-        for name in names:
-            points = [(r["B"], r[f"{name}_us"]) for r in case if f"{name}_us" in r]
-            if points:
-                ax.plot(*zip(*points), marker="o", label=name)
-        ax.set(xscale="log", yscale="log", xlabel="batch B", ylabel="us", title=f"V={vocab_size}")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return True
+    """One panel per vocabulary size, latency against batch size."""
+    return plot_latency(
+        results,
+        names,
+        path,
+        title=title,
+        x="B",
+        xlabel="batch B",
+        panel_title="V={V}",
+        columns="V",
+    )
 
 
 def tuning_grid() -> list[TopKTopPTuning]:
@@ -310,16 +281,9 @@ def tune(args) -> dict:
         for setting in tuning_grid():
             call = fused_topk_topp(tuning=setting)(case)
             differing[setting] = differing.get(setting, 0) + int((call() != expected).sum())
-            times.setdefault(setting, []).append(
-                triton.testing.do_bench(call, rep=40, return_mode="median") * 1e3
-            )
-    fastest = [min(t[i] for t in times.values()) for i in range(len(args.batch_sizes))]
-
-    def score(setting):
-        ratios = [math.log(t / f) for t, f in zip(times[setting], fastest)]
-        return math.exp(sum(ratios) / len(ratios))
-
-    ranked = sorted(times, key=score)
+            times.setdefault(setting, []).append(median_us(call, rep_ms=40))
+    scores = slowdown_scores(times)
+    ranked = sorted(times, key=scores.__getitem__)
     print(
         f"V={args.tune_vocab_size}, us at B={args.batch_sizes} "
         "(tokens differing from the default)"
@@ -327,14 +291,14 @@ def tune(args) -> dict:
     for setting in ranked[:10] + [DEFAULT_TUNING]:
         mark = "  (default)" if setting == DEFAULT_TUNING else ""
         cells = " ".join(f"{t:8.1f}" for t in times[setting])
-        print(f"  x{score(setting):5.3f} {cells}  ({differing[setting]}) {setting}{mark}")
+        print(f"  x{scores[setting]:5.3f} {cells}  ({differing[setting]}) {setting}{mark}")
     return {
         "batch_sizes": args.batch_sizes,
         "vocab_size": args.tune_vocab_size,
         "best": dataclasses.asdict(ranked[0]),
         "default": dataclasses.asdict(DEFAULT_TUNING),
         "results": [
-            {"tuning": dataclasses.asdict(t), "us": times[t], "score": score(t),
+            {"tuning": dataclasses.asdict(t), "us": times[t], "score": scores[t],
              "tokens_differing": differing[t]}
             for t in ranked
         ],
@@ -366,19 +330,14 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--tune-vocab-size", type=int, default=151936)
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("the top-k/top-p benchmark needs a CUDA GPU")
-    os.makedirs(args.out, exist_ok=True)
-    gpu = torch.cuda.get_device_name()
-    bandwidth = copy_bandwidth_gbps()
+    gpu, bandwidth = start_run("top-k/top-p", args.out)
     print(
         f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write); "
         f"top_k={args.top_k}, top_p={args.top_p}, logits ~ N(0, {args.logit_scale}^2)"
     )
     if args.tune:
         report = {"gpu": gpu, "top_k": args.top_k, "top_p": args.top_p, **tune(args)}
-        with open(os.path.join(args.out, "tune.json"), "w") as f:
-            json.dump(report, f, indent=2)
+        write_json(args.out, "tune.json", report)
         return 0
     notes: dict = {}
     results = []
@@ -401,13 +360,10 @@ def main(argv=None) -> int:
         "notes": notes,
         "results": results,
     }
-    with open(os.path.join(args.out, "topk_topp.json"), "w") as f:
-        json.dump(report, f, indent=2)
     title = f"top-k {args.top_k} / top-p {args.top_p} sampling, median ({gpu})"
-    if plot(results, args.columns, title, os.path.join(args.out, "topk_topp.png")):
-        print(f"wrote {args.out}/topk_topp.json and topk_topp.png")
-    else:
-        print(f"wrote {args.out}/topk_topp.json (no matplotlib: no plot)")
+    write_results(
+        args.out, "topk_topp", report, lambda path: plot(results, args.columns, title, path)
+    )
     return 0
 
 
