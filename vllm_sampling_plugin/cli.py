@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 from importlib.metadata import PackageNotFoundError, entry_points, version
@@ -79,7 +80,7 @@ def info() -> int:
         decision = decide_flashinfer(setting, probe_flashinfer)
         rows.append(("FlashInfer sampler", "used" if decision.use else "not used"))
         rows.append(("  because", decision.message))
-        if not decision.use and decision.level >= 40:
+        if decision.level == logging.ERROR:
             status = 1
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
