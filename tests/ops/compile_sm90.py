@@ -60,6 +60,9 @@ VOCAB = 151936
 # The largest vocabulary of the one-chunk top-k/top-p shape, whose code differs.
 SMALL_VOCAB = DEFAULT_TUNING.short_list
 NUM_SPEC_STEPS = 3
+# Rows of VOCAB whose launch exceeds DEFAULT_TUNING.fused_max_programs: the
+# top-k/top-p rows are merged by the second kernel.
+TOPK_SPLIT_ROWS = 8
 H100_NUM_SMS = 132
 # Batches that select the smallest and the largest rejection launch plans.
 REJECTION_BATCHES = (2, 256)
@@ -177,14 +180,14 @@ def _gumbel(*, apply_temperature: bool, use_fp64: bool, processed_logits_out: bo
     )
 
 
-def _top_k_top_p(*, vocab: int, apply_temperature: bool, use_fp64: bool) -> None:
+def _top_k_top_p(*, vocab: int, rows: int, apply_temperature: bool, use_fp64: bool) -> None:
     from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
-    idx_mapping, temperature, seeds, pos = _request_state(2, 4)
-    top_k = torch.full((4,), 50, dtype=torch.int32)
-    top_p = torch.full((4,), 0.9)
+    idx_mapping, temperature, seeds, pos = _request_state(rows, rows)
+    top_k = torch.full((rows,), 50, dtype=torch.int32)
+    top_p = torch.full((rows,), 0.9)
     top_k_top_p_sample(
-        torch.randn(2, vocab),
+        torch.randn(rows, vocab),
         idx_mapping,
         temperature,
         seeds,
@@ -272,11 +275,22 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
     yield from _variants(
         "gumbel", _gumbel, apply_temperature=on_off, use_fp64=on_off, processed_logits_out=on_off
     )
+    # 2 rows merge in the chunk kernel, 8 in the merge kernel (TOPK_SPLIT_ROWS).
     yield from _variants(
-        "topk_topp", _top_k_top_p, vocab=(VOCAB,), apply_temperature=on_off, use_fp64=on_off
+        "topk_topp",
+        _top_k_top_p,
+        vocab=(VOCAB,),
+        rows=(2, TOPK_SPLIT_ROWS),
+        apply_temperature=on_off,
+        use_fp64=on_off,
     )
     yield from _variants(
-        "topk_topp", _top_k_top_p, vocab=(SMALL_VOCAB,), apply_temperature=(False,), use_fp64=(False,)
+        "topk_topp",
+        _top_k_top_p,
+        vocab=(SMALL_VOCAB,),
+        rows=(2,),
+        apply_temperature=(False,),
+        use_fp64=(False,),
     )
     yield from _variants(
         "rejection",

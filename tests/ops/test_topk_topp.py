@@ -5,13 +5,15 @@ sort-based reference (``ops/masking.py``): the same noise over the same
 surviving tokens. Most tests check exactly that; the chi-square tests check
 the resulting distribution against one computed here in float64.
 
-Two launch shapes run everywhere: the default one and ``SMALL``, whose tiny
+Three launch shapes run everywhere: the default one, ``SMALL``, whose tiny
 chunks, groups and lists force the multi-chunk merge, the cut of the short
 list, the walk that collects a row from a bound up (the short list cannot
 decide), and, when even that does not fit (large k, flat top-p rows), the
-exact whole-row path.
+exact whole-row path, and ``SMALL_SPLIT``, which merges the rows in a
+second kernel instead of in the chunk kernel.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -28,10 +30,13 @@ from vllm_sampling_plugin.ops.topk_topp import TopKTopPTuning, top_k_top_p_sampl
 PATH_NO_FILTER, PATH_SHORT_LIST, PATH_COLLECTED, PATH_EXACT = range(4)
 
 SMALL = TopKTopPTuning(
-    chunk=64, group=8, short_list=16, wide_list=64, chunk_warps=2, row_warps=2, row_block=64
+    chunk=64, group=8, short_list=16, wide_list=64, num_warps=2, row_block=64
 )
+# SMALL with the merge in a second kernel (SMALL's launches fit one wave:
+# the chunk kernel merges its rows).
+SMALL_SPLIT = dataclasses.replace(SMALL, fused_max_programs=0)
 DEFAULT = TopKTopPTuning()
-TUNINGS = {"default": DEFAULT, "small": SMALL}
+TUNINGS = {"default": DEFAULT, "small": SMALL, "small_split": SMALL_SPLIT}
 
 # A chi-square test fails below this p-value. The draws are seeded, so each
 # test is deterministic; a correct sampler fails one of these five tests with
@@ -143,7 +148,7 @@ def test_matches_mask_then_gumbel(device, tuning, use_fp64):
     # Greedy and unfiltered rows (5, 6) need no filtering; with SMALL's tiny
     # lists every step of the row kernel decides some row.
     assert paths[5] == PATH_NO_FILTER and paths[6] == PATH_NO_FILTER
-    if tuning is SMALL:
+    if tuning is not DEFAULT:
         assert {PATH_SHORT_LIST, PATH_COLLECTED, PATH_EXACT} <= set(paths.tolist())
 
 

@@ -20,14 +20,16 @@ runner's sampler has them) with top_k=50, top_p=0.9 per row it times
 * every column also gets ``<name>_pct_copy_bw``: the logits' bytes read once
   per call as a share of a device-to-device copy measured in the same run.
 
-``fused_matches_masked`` checks ``fused_fp32`` against ``masked_plugin_gumbel``
+``fused_fp32_graph_us`` is ``fused_fp32`` replayed from a CUDA graph: its
+device time without the host's launch time (which is what a small batch
+waits for on a slow host). ``fused_matches_masked`` checks ``fused_fp32`` against ``masked_plugin_gumbel``
 token for token, and ``fused_paths`` counts which step of the row kernel
 decided the rows (``paths_out``: short list, collected, exact); with
 ``--profile`` each case also gets ``fused_kernels_us``, the time of each of
 the fused path's kernels (``torch.profiler``), to see where the time goes. ``bench/sampler.py`` adds ``fused_topk_topp`` (below) as a
 column of its own table. ``--tune`` instead times ``fused_fp32`` over a grid
 of ``TopKTopPTuning`` launch shapes (chunk, group, per_group, short_list,
-row_warps) and prints the fastest (tokens may only
+num_warps) and prints the fastest (tokens may only
 differ between shapes where a top-p mass is within rounding of the
 boundary; the count of differing tokens is printed). Writes
 ``topk_topp.json`` (or ``tune.json``), and ``topk_topp.png`` when matplotlib
@@ -194,6 +196,18 @@ def fused_paths(case: Case) -> dict:
     return dict(zip(PATH_NAMES, counts))
 
 
+def graph_replay_us(call) -> float:
+    """Median of ``call`` replayed from a CUDA graph: the device time alone,
+    without the host's Python and launch time, which bounds small batches
+    on a slow host (do_bench then times the host)."""
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return median_us(graph.replay)
+
+
 def kernel_times_us(call, reps: int = 20) -> dict:
     """Mean device time of each kernel ``call`` launches, from torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
@@ -225,6 +239,7 @@ def bench_case(
             torch.equal(calls["fused_fp32"](), calls["masked_plugin_gumbel"]())
         )
     if "fused_fp32" in calls:
+        row["fused_fp32_graph_us"] = graph_replay_us(calls["fused_fp32"])
         row["fused_paths"] = fused_paths(case)
         if profile:
             row["fused_kernels_us"] = kernel_times_us(calls["fused_fp32"])
@@ -237,7 +252,9 @@ def print_table(results: list[dict], names: list[str]) -> None:
     for r in results:
         cells = [timing_cell(r, n, 22) for n in shown]
         match = {True: "yes", False: "NO", None: "-"}[r.get("fused_matches_masked")]
-        print(f"{r['B']:>5} {r['V']:>7} " + " ".join(cells) + f"  {match:>7}")
+        graph = r.get("fused_fp32_graph_us")
+        graph_cell = f"  fused_fp32 graph {graph:.1f} us" if graph is not None else ""
+        print(f"{r['B']:>5} {r['V']:>7} " + " ".join(cells) + f"  {match:>7}{graph_cell}")
     for r in results:
         if "fused_paths" in r:
             kernels = r.get("fused_kernels_us", {})
@@ -261,10 +278,10 @@ def plot(results: list[dict], names: list[str], title: str, path: str) -> bool:
 
 
 def tuning_grid() -> list[TopKTopPTuning]:
-    grid = itertools.product((4096, 8192), (64, 128, 256), (2, 4), (128, 256), (8, 16))
+    grid = itertools.product((2048, 4096, 8192), (64, 128, 256), (2, 4), (128,), (4, 8, 16))
     return [
         dataclasses.replace(
-            DEFAULT_TUNING, chunk=c, group=g, per_group=n, short_list=s, row_warps=w
+            DEFAULT_TUNING, chunk=c, group=g, per_group=n, short_list=s, num_warps=w
         )
         for c, g, n, s, w in grid
     ]

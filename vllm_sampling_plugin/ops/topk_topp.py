@@ -8,19 +8,23 @@ threshold is an exact search on order keys (``topk_topp_select.py``), so ties
 at a threshold are kept or dropped together. ``docs/ops-topk-topp.md`` has
 the algorithm and its cost.
 
-Two kernels, and no host synchronisation:
+One kernel launch, ``_top_k_top_p_kernel``, and no host synchronisation.
+It runs one program per (row, chunk of ``CHUNK`` tokens), in two phases:
 
-1. ``_chunk_kernel``, one program per (row, chunk of ``CHUNK`` tokens), reads
-   the logits once. It lists the ``PER_GROUP`` largest logits of every group
-   of ``GROUP`` tokens with their ids, and the chunk's *floor*: the largest
-   logit it left out. Greedy rows only need the chunk's max and argmax;
-   rows without top-k/top-p draw their chunk's Gumbel winner instead.
-2. ``_row_kernel``, one program per row, merges the lists. Above the highest
-   floor they hold every token of the row, so a cut found on them that lies
-   above it is the row's. The steps (``topk_topp_row.py``): a pairwise
-   decision on the short list (the common case), else one walk over the row
-   collecting every token from a proven bound up, else the exact whole-row
-   path (``topk_topp_exact.py``).
+1. ``_chunk_pass`` reads the chunk's logits once. It lists the
+   ``PER_GROUP`` largest logits of every group of ``GROUP`` tokens with
+   their ids, and the chunk's *floor*: the largest logit it left out.
+   Greedy rows only need the chunk's max and argmax; rows without
+   top-k/top-p draw their chunk's Gumbel winner instead.
+2. The row's last chunk to finish (a per-row arrival counter) runs
+   ``_merge_row``, which merges the lists. Above the highest floor they hold
+   every token of the row, so a cut found on them that lies above it is the
+   row's. The steps (``topk_topp_row.py``): a pairwise decision on the short
+   list (the common case), else collecting every token from a proven bound
+   up (from the lists, reading again only the chunks whose floor reaches
+   the bound), else the exact whole-row path (``topk_topp_exact.py``).
+   Rows are merged while later rows still stream in, so the merge hides
+   behind the memory traffic.
 """
 
 from __future__ import annotations
@@ -70,8 +74,16 @@ class TopKTopPTuning:
     # row, into this many lanes (power of two); rows needing more (top_k in
     # the thousands, very wide top-p sets) take the exact whole-row path.
     wide_list: int = 4096
-    chunk_warps: int = 8
-    row_warps: int = 16
+    # Warps of a program: it streams its chunk, and the row's last chunk
+    # then merges the row.
+    num_warps: int = 8
+    # A launch of at most this many programs (rows x chunks: one wave on an
+    # H100) merges each row in the chunk kernel, as its last chunk finishes:
+    # one launch instead of two. Larger ones merge in a second kernel of
+    # `merge_warps` warps, since the merge's registers would otherwise limit
+    # how many chunk programs an SM runs at once.
+    fused_max_programs: int = 132
+    merge_warps: int = 16
     # Tokens per loop step of the exact whole-row path (power of two).
     row_block: int = 2048
 
@@ -90,7 +102,10 @@ PAIRWISE_BLOCK = 8192
 
 
 @triton.jit
-def _chunk_kernel(
+def _chunk_pass(
+    token,
+    chunk,
+    num_chunks,
     chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
     chunk_best_id_ptr,  # [num_tokens, num_chunks] int32
     chunk_mass_ptr,  # [num_tokens, num_chunks] fp32
@@ -115,8 +130,7 @@ def _chunk_kernel(
     APPLY_TEMPERATURE: tl.constexpr,
     USE_FP64: tl.constexpr,
 ):
-    token = tl.program_id(0)
-    chunk = tl.program_id(1)
+    """One chunk of a row: its list, floor and best (see the module doc)."""
     req = tl.load(idx_mapping_ptr + token)
     temperature = tl.load(temperature_ptr + req)
     top_k = tl.load(top_k_ptr + req)
@@ -125,7 +139,7 @@ def _chunk_kernel(
 
     chunk_start = chunk * CHUNK
     logits_row_ptr = logits_ptr + token.to(tl.int64) * logits_row_stride
-    out = token.to(tl.int64) * tl.num_programs(1) + chunk
+    out = token.to(tl.int64) * num_chunks + chunk
     score_dtype: tl.constexpr = tl.float64 if USE_FP64 else tl.float32
 
     if (temperature != 0.0) & ~(filter_k | filter_p):
@@ -215,7 +229,96 @@ def _list_largest_per_group(
 
 
 @triton.jit
-def _row_kernel(
+def _top_k_top_p_kernel(
+    sampled_ptr,  # [num_tokens] int64
+    paths_ptr,  # [num_tokens] int32 or None: which step decided each row
+    arrivals_ptr,  # [num_tokens] int32, zero between calls
+    chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
+    chunk_best_id_ptr,  # [num_tokens, num_chunks] int32
+    chunk_mass_ptr,  # [num_tokens, num_chunks] fp32
+    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
+    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
+    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
+    scratch_logits_ptr,  # [num_tokens, WIDE] fp32 scratch
+    scratch_ids_ptr,  # [num_tokens, WIDE] int32 scratch
+    mass_hist_ptr,  # [num_tokens, 256] int64 scratch of the exact path
+    logits_ptr,  # [num_tokens, vocab]
+    logits_row_stride,
+    logits_col_stride,
+    idx_mapping_ptr,  # [num_tokens]
+    temperature_ptr,  # [max_num_reqs] fp32
+    seeds_ptr,  # [max_num_reqs] int64
+    pos_ptr,  # [num_tokens] int64
+    top_k_ptr,  # [max_num_reqs]
+    top_p_ptr,  # [max_num_reqs] fp32
+    vocab_size,
+    NUM_CHUNKS: tl.constexpr,
+    CHUNKS_BLOCK: tl.constexpr,
+    CHUNK: tl.constexpr,
+    GROUP: tl.constexpr,
+    PER_GROUP: tl.constexpr,
+    LIST: tl.constexpr,
+    TILE: tl.constexpr,
+    SHORT: tl.constexpr,
+    PART: tl.constexpr,
+    WIDE: tl.constexpr,
+    ROW_BLOCK: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+    USE_FP64: tl.constexpr,
+    MERGE: tl.constexpr,
+):
+    # One program per (row, chunk), a row's chunks next to each other in
+    # launch order: rows finish, and are merged, while later rows stream in.
+    token = tl.program_id(0) // NUM_CHUNKS
+    chunk = tl.program_id(0) % NUM_CHUNKS
+    _chunk_pass(
+        token, chunk, NUM_CHUNKS, chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr,
+        chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, logits_ptr, logits_row_stride,
+        logits_col_stride, idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr,
+        top_p_ptr, vocab_size, CHUNK, GROUP, PER_GROUP, LIST, TILE, APPLY_TEMPERATURE, USE_FP64,
+    )
+    # The row's last chunk to finish merges it: one launch, no host sync.
+    # The barrier puts every thread's stores before the releasing atomic;
+    # the acquiring side then sees every chunk's results.
+    if not MERGE:
+        return
+    tl.debug_barrier()
+    if tl.atomic_add(arrivals_ptr + token, 1, sem="acq_rel") == NUM_CHUNKS - 1:
+        # Ready for the next call.
+        tl.store(arrivals_ptr + token, 0)
+        _merge_row(
+            token, sampled_ptr, paths_ptr, chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr,
+            chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, scratch_logits_ptr,
+            scratch_ids_ptr, mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride,
+            idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr,
+            vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, PART, WIDE, ROW_BLOCK,
+            APPLY_TEMPERATURE, CHUNK, USE_FP64,
+        )
+
+
+@triton.jit
+def _merge_kernel(
+    sampled_ptr, paths_ptr, chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr,
+    chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, scratch_logits_ptr, scratch_ids_ptr,
+    mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride, idx_mapping_ptr,
+    temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr, vocab_size,
+    NUM_CHUNKS: tl.constexpr, CHUNKS_BLOCK: tl.constexpr, LIST: tl.constexpr,
+    SHORT: tl.constexpr, PART: tl.constexpr, WIDE: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr, CHUNK: tl.constexpr, USE_FP64: tl.constexpr,
+):
+    _merge_row(
+        tl.program_id(0), sampled_ptr, paths_ptr, chunk_best_ptr, chunk_best_id_ptr,
+        chunk_mass_ptr, chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, scratch_logits_ptr,
+        scratch_ids_ptr, mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride,
+        idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr,
+        vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, PART, WIDE, ROW_BLOCK,
+        APPLY_TEMPERATURE, CHUNK, USE_FP64,
+    )
+
+
+@triton.jit
+def _merge_row(
+    token,
     sampled_ptr,  # [num_tokens] int64
     paths_ptr,  # [num_tokens] int32 or None: which step decided each row
     chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
@@ -245,9 +348,10 @@ def _row_kernel(
     WIDE: tl.constexpr,
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
+    CHUNK: tl.constexpr,
     USE_FP64: tl.constexpr,
 ):
-    token = tl.program_id(0)
+    """Decide row ``token`` from its chunks' results (see the module doc)."""
     req = tl.load(idx_mapping_ptr + token)
     temperature = tl.load(temperature_ptr + req)
     top_k = tl.load(top_k_ptr + req)
@@ -288,7 +392,7 @@ def _row_kernel(
             listed_logits_ptr, listed_ids_ptr, chunk_floor_ptr, scratch_logits_ptr,
             scratch_ids_ptr, row, row_max, num_chunks, capacity, CHUNKS_BLOCK, LIST, SHORT,
         )
-        keep, decided = decide(
+        keep, decided, bound = decide(
             x, keys, listed, scratch_logits_ptr, floor, row_max,
             filter_k, top_k, filter_p, top_p, total_mass, PART,
         )
@@ -298,10 +402,11 @@ def _row_kernel(
         else:
             path = PATH_COLLECTED
             sampled, decided = sample_wide(
-                listed_logits_ptr, row, num_chunks, logits_row_ptr, logits_col_stride,
-                temperature, vocab_size, row_max, filter_k, top_k, filter_p, top_p,
-                total_mass, scratch_logits_ptr, scratch_ids_ptr, key,
-                CHUNKS_BLOCK, LIST, WIDE, ROW_BLOCK, APPLY_TEMPERATURE, USE_FP64,
+                listed_logits_ptr, listed_ids_ptr, chunk_floor_ptr, row, num_chunks,
+                logits_row_ptr, logits_col_stride, temperature, vocab_size, row_max,
+                filter_k, top_k, filter_p, top_p, total_mass, bound, scratch_logits_ptr,
+                scratch_ids_ptr, key, CHUNKS_BLOCK, CHUNK, LIST, SHORT, PART, WIDE, ROW_BLOCK,
+                APPLY_TEMPERATURE, USE_FP64,
             )
         if not decided:
             path = PATH_EXACT
@@ -436,6 +541,67 @@ def _launch_shape(vocab_size: int, tuning: TopKTopPTuning) -> _LaunchShape:
     )
 
 
+@dataclasses.dataclass
+class _Workspace:
+    """The kernels' scratch for up to ``capacity`` rows of one launch shape.
+
+    Rows are laid out at multiples of their own size, so a workspace serves
+    every call of at most ``capacity`` rows as it is: a call allocates only
+    its output. ``arrivals`` starts at zero and the last chunk of each row
+    sets its counter back to zero.
+    """
+
+    capacity: int
+    arrivals: torch.Tensor  # [capacity] int32
+    chunk_best: torch.Tensor  # [capacity, num_chunks] fp32 (fp64 if use_fp64)
+    chunk_best_id: torch.Tensor  # [capacity, num_chunks] int32
+    chunk_mass: torch.Tensor  # [capacity, num_chunks] fp32
+    chunk_floor: torch.Tensor  # [capacity, num_chunks] int32
+    listed_logits: torch.Tensor  # [capacity, num_chunks, list_len] fp32
+    listed_ids: torch.Tensor  # [capacity, num_chunks, list_len] int32
+    # The short list and, for the rare wide rows, the collected tokens.
+    scratch_logits: torch.Tensor  # [capacity, wide_list] fp32
+    scratch_ids: torch.Tensor  # [capacity, wide_list] int32
+    mass_hist: torch.Tensor  # [capacity, RADIX_BINS] int64, the exact path's
+
+    @classmethod
+    def allocate(cls, capacity, device, num_chunks, list_len, wide_list, use_fp64):
+        def empty(*shape, dtype=torch.int32):
+            return torch.empty((capacity, *shape), dtype=dtype, device=device)
+
+        return cls(
+            capacity=capacity,
+            arrivals=torch.zeros(capacity, dtype=torch.int32, device=device),
+            chunk_best=empty(num_chunks, dtype=torch.float64 if use_fp64 else torch.float32),
+            chunk_best_id=empty(num_chunks),
+            chunk_mass=empty(num_chunks, dtype=torch.float32),
+            chunk_floor=empty(num_chunks),
+            listed_logits=empty(num_chunks, list_len, dtype=torch.float32),
+            listed_ids=empty(num_chunks, list_len),
+            scratch_logits=empty(wide_list, dtype=torch.float32),
+            scratch_ids=empty(wide_list),
+            mass_hist=empty(RADIX_BINS, dtype=torch.int64),
+        )
+
+
+# Workspaces by (device, num_chunks, list_len, wide_list, use_fp64), newest
+# last. They grow by doubling and are never freed: a CUDA graph may hold the
+# address of an older one. Calls that share a device must run in stream
+# order (as the V2 runner's sampler does): concurrent calls on two streams
+# would share one workspace.
+_WORKSPACES: dict[tuple, list[_Workspace]] = {}
+
+
+def _workspace(device, num_tokens, num_chunks, list_len, wide_list, use_fp64) -> _Workspace:
+    kept = _WORKSPACES.setdefault((device, num_chunks, list_len, wide_list, use_fp64), [])
+    if not kept or kept[-1].capacity < num_tokens:
+        capacity = max(num_tokens, 2 * kept[-1].capacity if kept else 64)
+        kept.append(
+            _Workspace.allocate(capacity, device, num_chunks, list_len, wide_list, use_fp64)
+        )
+    return kept[-1]
+
+
 def top_k_top_p_sample(
     logits: torch.Tensor,  # [num_tokens, vocab_size]
     idx_mapping: torch.Tensor,  # [num_tokens]
@@ -537,63 +703,22 @@ def top_k_top_p_sample(
     if num_tokens == 0:
         return torch.empty(0, dtype=torch.int64, device=device)
     shape = _launch_shape(vocab_size, tuning)
-    per_chunk = (num_tokens, shape.num_chunks)
     # Listed tokens per chunk.
     list_len = shape.per_group * shape.chunk // shape.group
-    chunk_best = torch.empty(
-        per_chunk, dtype=torch.float64 if use_fp64 else torch.float32, device=device
+    work = _workspace(
+        device, num_tokens, shape.num_chunks, list_len, tuning.wide_list, use_fp64
     )
-    chunk_best_id = torch.empty(per_chunk, dtype=torch.int32, device=device)
-    chunk_mass = torch.empty(per_chunk, dtype=torch.float32, device=device)
-    chunk_floor = torch.empty(per_chunk, dtype=torch.int32, device=device)
-    listed_logits = torch.empty((*per_chunk, list_len), dtype=torch.float32, device=device)
-    listed_ids = torch.empty((*per_chunk, list_len), dtype=torch.int32, device=device)
-    # The short list and, for the rare wide rows, the collected tokens.
-    scratch_logits = torch.empty((num_tokens, tuning.wide_list), dtype=torch.float32, device=device)
-    scratch_ids = torch.empty((num_tokens, tuning.wide_list), dtype=torch.int32, device=device)
-    mass_hist = torch.empty((num_tokens, RADIX_BINS), dtype=torch.int64, device=device)
     sampled = torch.empty(num_tokens, dtype=torch.int64, device=device)
-    state = (idx_mapping, temperature, seeds, pos, top_k, top_p)
 
-    _chunk_kernel[per_chunk](
-        chunk_best,
-        chunk_best_id,
-        chunk_mass,
-        chunk_floor,
-        listed_logits,
-        listed_ids,
-        logits,
-        logits.stride(0),
-        logits.stride(1),
-        *state,
-        vocab_size,
-        CHUNK=shape.chunk,
-        GROUP=shape.group,
-        PER_GROUP=shape.per_group,
-        LIST=list_len,
-        TILE=min(shape.chunk, GUMBEL_TILE),
-        APPLY_TEMPERATURE=apply_temperature,
-        USE_FP64=use_fp64,
-        num_warps=tuning.chunk_warps,
+    fused = num_tokens * shape.num_chunks <= tuning.fused_max_programs
+    buffers = (
+        work.chunk_best, work.chunk_best_id, work.chunk_mass, work.chunk_floor,
+        work.listed_logits, work.listed_ids, work.scratch_logits, work.scratch_ids,
+        work.mass_hist, logits, logits.stride(0), logits.stride(1),
+        idx_mapping, temperature, seeds, pos, top_k, top_p, vocab_size,
     )
-    _row_kernel[(num_tokens,)](
-        sampled,
-        paths_out,
-        chunk_best,
-        chunk_best_id,
-        chunk_mass,
-        chunk_floor,
-        listed_logits,
-        listed_ids,
-        scratch_logits,
-        scratch_ids,
-        mass_hist,
-        logits,
-        logits.stride(0),
-        logits.stride(1),
-        *state,
-        vocab_size,
-        shape.num_chunks,
+    merge_shape = dict(
+        NUM_CHUNKS=shape.num_chunks,
         CHUNKS_BLOCK=triton.next_power_of_2(shape.num_chunks),
         LIST=list_len,
         SHORT=tuning.short_list,
@@ -601,7 +726,23 @@ def top_k_top_p_sample(
         WIDE=tuning.wide_list,
         ROW_BLOCK=tuning.row_block,
         APPLY_TEMPERATURE=apply_temperature,
+        CHUNK=shape.chunk,
         USE_FP64=use_fp64,
-        num_warps=tuning.row_warps,
     )
+    _top_k_top_p_kernel[(num_tokens * shape.num_chunks,)](
+        sampled,
+        paths_out,
+        work.arrivals,
+        *buffers,
+        **merge_shape,
+        GROUP=shape.group,
+        PER_GROUP=shape.per_group,
+        TILE=min(shape.chunk, GUMBEL_TILE),
+        MERGE=fused,
+        num_warps=tuning.num_warps,
+    )
+    if not fused:
+        _merge_kernel[(num_tokens,)](
+            sampled, paths_out, *buffers, **merge_shape, num_warps=tuning.merge_warps
+        )
     return sampled

@@ -9,8 +9,9 @@ of tokens, and per chunk a *floor* below which the list is incomplete. It
    above it. This is the common case.
 2. Otherwise (top_k beyond the short list, a wide top-p set, three top
    tokens in one group, ties across groups) it takes a bound the cut is
-   known to reach from the lists, walks the row once collecting every token
-   at or above it, and finds the exact cuts among them (``sample_wide``).
+   known to reach from the lists, collects every token at or above it (from
+   the lists, and by reading the few chunks whose floor reaches the bound),
+   and finds the exact cuts among them (``sample_wide``).
 
 Rows that even this cannot hold go to ``topk_topp_exact.py``.
 """
@@ -134,7 +135,24 @@ def count_and_mass_above(
 
 
 @triton.jit
+def append_taken(x, ids, taken, count, scratch_logits_ptr, scratch_ids_ptr, CAPACITY: tl.constexpr):
+    """Append the ``taken`` lanes to the scratch list of ``count`` tokens, in
+    lane order; returns the new count (lanes past ``CAPACITY`` are counted,
+    not stored)."""
+    slot = count + tl.cumsum(taken.to(tl.int32), axis=0) - 1
+    tl.store(scratch_logits_ptr + slot, x, mask=taken & (slot < CAPACITY))
+    tl.store(scratch_ids_ptr + slot, ids, mask=taken & (slot < CAPACITY))
+    return count + tl.sum(taken.to(tl.int32), axis=0)
+
+
+@triton.jit
 def collect_at_least(
+    x,  # [CHUNKS_BLOCK * LIST] fp32: the row's listed logits, -inf: no token
+    keys,  # [CHUNKS_BLOCK * LIST] uint32 keys of x, 0 where no token
+    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
+    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
+    row,
+    num_chunks,
     logits_row_ptr,  # [vocab]: one row of logits
     col_stride,
     temperature,
@@ -142,31 +160,52 @@ def collect_at_least(
     bound,
     scratch_logits_ptr,  # [CAPACITY] fp32 scratch of this row
     scratch_ids_ptr,  # [CAPACITY] int32 scratch of this row
+    CHUNKS_BLOCK: tl.constexpr,
+    CHUNK: tl.constexpr,
+    LIST: tl.constexpr,
     CAPACITY: tl.constexpr,
     BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
-    """Walk the row once and collect every finite token whose key is at
-    least ``bound``, in token order. Returns them and whether they all fit
-    in ``CAPACITY`` lanes."""
-    count = 0
-    for start in range(0, vocab_size, BLOCK):
-        token_ids, in_vocab, x = load_logits_block(
-            logits_row_ptr, col_stride, start, temperature, vocab_size,
-            1, BLOCK, APPLY_TEMPERATURE,
-        )
-        taken = in_vocab & (x > float("-inf")) & (order_key(x) >= bound)
-        num_taken = tl.sum(taken.to(tl.int32), axis=0)
-        if num_taken > 0:
-            slot = count + tl.cumsum(taken.to(tl.int32), axis=0) - 1
-            tl.store(scratch_logits_ptr + slot, x, mask=taken & (slot < CAPACITY))
-            tl.store(scratch_ids_ptr + slot, token_ids, mask=taken & (slot < CAPACITY))
-            count += num_taken
+    """Every finite token of the row whose key is at least ``bound`` (> 0),
+    into the scratch; returns how many there are (those past ``CAPACITY``
+    are counted, not stored).
+
+    A chunk whose floor lies below the bound listed all of them: they are
+    taken from its list, all chunks at once. Only a chunk whose floor
+    reaches the bound (three top tokens in one group, say) is read again,
+    so a row usually costs one chunk's walk, not the row's. The order is
+    fixed by the row alone: listed tokens, then the walked chunks in order.
+    """
+    chunks = tl.arange(0, CHUNKS_BLOCK)
+    floors = tl.load(
+        chunk_floor_ptr + row + chunks, mask=chunks < num_chunks, other=0
+    ).to(tl.uint32, bitcast=True)
+    walk = (chunks < num_chunks) & (floors >= bound)
+    lanes = tl.arange(0, CHUNKS_BLOCK * LIST)
+    lane_floor = tl.load(
+        chunk_floor_ptr + row + lanes // LIST, mask=lanes < num_chunks * LIST, other=0
+    ).to(tl.uint32, bitcast=True)
+    taken = (keys >= bound) & (lane_floor < bound)
+    ids = tl.load(listed_ids_ptr + row * LIST + lanes, mask=taken, other=0)
+    count = append_taken(x, ids, taken, 0, scratch_logits_ptr, scratch_ids_ptr, CAPACITY)
+    while tl.sum(walk.to(tl.int32), axis=0) > 0:
+        chunk = tl.min(tl.where(walk, chunks, CHUNKS_BLOCK), axis=0)
+        walk = walk & (chunks != chunk)
+        chunk_end = chunk * CHUNK + CHUNK
+        for start in range(chunk * CHUNK, tl.minimum(chunk_end, vocab_size), BLOCK):
+            token_ids, in_vocab, block_x = load_logits_block(
+                logits_row_ptr, col_stride, start, temperature, vocab_size,
+                1, BLOCK, APPLY_TEMPERATURE,
+            )
+            in_chunk = in_vocab & (token_ids < chunk_end)
+            block_taken = in_chunk & (block_x > float("-inf")) & (order_key(block_x) >= bound)
+            count = append_taken(
+                block_x, token_ids, block_taken, count, scratch_logits_ptr, scratch_ids_ptr,
+                CAPACITY,
+            )
     tl.debug_barrier()
-    x, ids, keys, collected = load_list(
-        scratch_logits_ptr, scratch_ids_ptr, tl.minimum(count, CAPACITY), CAPACITY
-    )
-    return x, ids, keys, collected, count <= CAPACITY
+    return count
 
 
 @triton.jit
@@ -187,9 +226,12 @@ def decide(
     """Top-k then top-p on the listed tokens (every token of the row above
     ``floor`` is listed).
 
-    Returns which listed tokens survive, and whether that is the row's
-    answer: the cut lies above the floor, or only -inf tokens lie below it.
-    ``total_mass`` is the row's (used by top-p alone).
+    Returns which listed tokens survive; whether that is the row's answer
+    (the cut lies above the floor, or only -inf tokens lie below it); and,
+    for rows it does not decide, a bound the row's cut is known to reach
+    (the k-th largest listed key; for top-p alone, where the listed mass
+    reaches p), or 0 when these tokens cannot tell. ``total_mass`` is the
+    row's (used by top-p alone).
     """
     mass = tl.where(listed, tl.exp(x - row_max), 0.0)
     # Both tests use "strictly above", so tied tokens stay or go together.
@@ -211,17 +253,26 @@ def decide(
     # row is decided when at least k tokens (top-k), or at least p of the
     # mass (top-p alone), lie above it.
     above_floor = listed & (keys > floor)
+    # The bound: the largest key with at least k listed tokens (top-k), or p
+    # of the mass (top-p alone), at or above it; the row has at least as
+    # many, so its cut is at or above. These are the row's largest listed
+    # tokens: if they reach k (or p), the whole list gives the same bound.
     if filter_k:
         decided = tl.sum(above_floor.to(tl.int32), axis=0) >= top_k
+        reaching = listed & (num_above + 1 >= top_k)
     else:
         mass_above_floor = tl.sum(tl.where(above_floor, mass, 0.0), axis=0)
         decided = (mass_above_floor >= top_p_mass) & (mass_above_floor > 0.0)
-    return keep, decided | (floor <= NEG_INF_KEY)
+        reaching = listed & (mass_above + mass >= top_p_mass)
+    bound = tl.max(tl.where(reaching, keys, 0), axis=0)
+    return keep, decided | (floor <= NEG_INF_KEY), bound
 
 
 @triton.jit
 def sample_wide(
     listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
+    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
+    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
     row,
     num_chunks,
     logits_row_ptr,  # [vocab]: this row of logits
@@ -234,11 +285,15 @@ def sample_wide(
     filter_p,
     top_p,
     total_mass,
+    bound,
     scratch_logits_ptr,  # [WIDE] fp32 scratch of this row
     scratch_ids_ptr,  # [WIDE] int32 scratch of this row
     key,
     CHUNKS_BLOCK: tl.constexpr,
+    CHUNK: tl.constexpr,
     LIST: tl.constexpr,
+    SHORT: tl.constexpr,
+    PART: tl.constexpr,
     WIDE: tl.constexpr,
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
@@ -247,10 +302,13 @@ def sample_wide(
     """For rows the short list cannot decide: top_k beyond it, a wide top-p
     set, three top tokens in one group, ties across groups.
 
-    The lists give a bound the row's cut is known to reach (the k-th largest
-    listed logit; for top-p alone, where the listed mass reaches p). One
-    walk over the row collects every token at or above it; if they fit in
-    ``WIDE`` lanes, bit-by-bit searches find the exact cuts among them.
+    ``bound`` is one the row's cut is known to reach (the k-th largest
+    listed logit; for top-p alone, where the listed mass reaches p), found
+    on the short list by ``decide``, or 0: then it is searched for here.
+    ``collect_at_least`` gathers every token at or above it (from the lists,
+    reading again only the chunks whose floor reaches the bound). Up to
+    ``SHORT`` of them (the usual case: a few tokens at the bound) are decided
+    pairwise, as the short list is; up to ``WIDE``, by bit-by-bit searches.
     Returns (token, decided).
     """
     lanes = tl.arange(0, CHUNKS_BLOCK * LIST)
@@ -261,23 +319,40 @@ def sample_wide(
     )
     listed = x > float("-inf")
     keys = tl.where(listed, order_key(x), 0)
-    if filter_k:
-        bound = largest_key_reaching(keys, listed.to(tl.int32), top_k)
-    else:
-        mass = tl.where(listed, tl.exp(x - row_max), 0.0)
-        bound = largest_key_reaching(keys, mass, top_p * total_mass)
+    if bound == 0:
+        # The short list could not tell: search the whole list.
+        if filter_k:
+            bound = largest_key_reaching(keys, listed.to(tl.int32), top_k)
+        else:
+            mass = tl.where(listed, tl.exp(x - row_max), 0.0)
+            bound = largest_key_reaching(keys, mass, top_p * total_mass)
     # The top token always stays (top_p <= 0 would put the bound above it).
     bound = tl.minimum(bound, order_key(row_max))
     sampled = tl.full((), 0, tl.int32)
     decided = bound > 0
     if decided:
-        wide_x, wide_ids, wide_keys, collected, decided = collect_at_least(
-            logits_row_ptr, col_stride, temperature, vocab_size, bound,
-            scratch_logits_ptr, scratch_ids_ptr, WIDE, ROW_BLOCK, APPLY_TEMPERATURE,
+        # Every token at or above the bound is collected, and the cuts are at
+        # or above it: counts and masses from here are the row's.
+        count = collect_at_least(
+            x, keys, listed_ids_ptr, chunk_floor_ptr, row, num_chunks, logits_row_ptr,
+            col_stride, temperature, vocab_size, bound, scratch_logits_ptr, scratch_ids_ptr,
+            CHUNKS_BLOCK, CHUNK, LIST, WIDE, ROW_BLOCK, APPLY_TEMPERATURE,
         )
-        if decided:
-            # Every token at or above the bound is collected, and the cuts
-            # are at or above it: counts and masses from here are the row's.
+        decided = count <= WIDE
+        if count <= SHORT:
+            # The usual case (a few tokens at the bound): the pairwise decision.
+            short_x, short_ids, short_keys, collected = load_list(
+                scratch_logits_ptr, scratch_ids_ptr, count, SHORT
+            )
+            keep, _, _ = decide(
+                short_x, short_keys, collected, scratch_logits_ptr, bound, row_max,
+                filter_k, top_k, filter_p, top_p, total_mass, PART,
+            )
+            sampled = gumbel_argmax(short_x, short_ids, keep, key, vocab_size, USE_FP64)
+        elif decided:
+            wide_x, wide_ids, wide_keys, collected = load_list(
+                scratch_logits_ptr, scratch_ids_ptr, count, WIDE
+            )
             top_k_key = tl.full((), 0, tl.uint32)
             if filter_k:
                 top_k_key = largest_key_reaching(wide_keys, collected.to(tl.int32), top_k)
