@@ -26,7 +26,7 @@ from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import TopKTopPTuning, top_k_top_p_sample
 
-# Values of ``paths_out``: which step of the row kernel decided a row.
+# Values of ``paths_out``: which step of the merge decided a row.
 PATH_NO_FILTER, PATH_SHORT_LIST, PATH_COLLECTED, PATH_EXACT = range(4)
 
 SMALL = TopKTopPTuning(
@@ -146,7 +146,7 @@ def test_matches_mask_then_gumbel(device, tuning, use_fp64):
     assert got.dtype == torch.int64
     assert got.tolist() == want.tolist()
     # Greedy and unfiltered rows (5, 6) need no filtering; with SMALL's tiny
-    # lists every step of the row kernel decides some row.
+    # lists every step of the merge decides some row.
     assert paths[5] == PATH_NO_FILTER and paths[6] == PATH_NO_FILTER
     if tuning is not DEFAULT:
         assert {PATH_SHORT_LIST, PATH_COLLECTED, PATH_EXACT} <= set(paths.tolist())
@@ -410,7 +410,7 @@ def test_bad_input_raises_before_launch(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
 def test_gpu_full_vocab_matches_mask_then_gumbel(use_fp64):
-    """V=151936 on the GPU: every step of the row kernel and every row kind.
+    """V=151936 on the GPU: every step of the merge and every row kind.
 
     Logits are divided here (``apply_temperature=False``): torch's and
     Triton's fp32 division differ in the last bit on the GPU.

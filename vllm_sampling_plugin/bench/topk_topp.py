@@ -23,7 +23,7 @@ runner's sampler has them) with top_k=50, top_p=0.9 per row it times
 ``fused_fp32_graph_us`` is ``fused_fp32`` replayed from a CUDA graph: its
 device time without the host's launch time (which is what a small batch
 waits for on a slow host). ``fused_matches_masked`` checks ``fused_fp32`` against ``masked_plugin_gumbel``
-token for token, and ``fused_paths`` counts which step of the row kernel
+token for token, and ``fused_paths`` counts which step of the merge
 decided the rows (``paths_out``: short list, collected, exact); with
 ``--profile`` each case also gets ``fused_kernels_us``, the time of each of
 the fused path's kernels (``torch.profiler``), to see where the time goes. ``bench/sampler.py`` adds ``fused_topk_topp`` (below) as a
@@ -179,7 +179,7 @@ PATH_NAMES = ("no_filter", "short_list", "collected", "exact")
 
 
 def fused_paths(case: Case) -> dict:
-    """How many rows each step of the row kernel decided (``paths_out``)."""
+    """How many rows each step of the merge decided (``paths_out``)."""
     paths = torch.empty(case.logits.shape[0], dtype=torch.int32, device=case.logits.device)
     top_k_top_p_sample(
         case.logits,

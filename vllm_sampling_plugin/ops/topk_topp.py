@@ -65,7 +65,7 @@ class TopKTopPTuning:
     # tens or low hundreds).
     group: int = 128
     per_group: int = 2
-    # Listed tokens the row kernel keeps and compares pairwise (power of
+    # Listed tokens the merge keeps and compares pairwise (power of
     # two): the common rows are decided on it. A row with top-k keeps about
     # 2 * top_k of them (the pairwise work grows with the count); rows with
     # top_k beyond about this size take the collect step.

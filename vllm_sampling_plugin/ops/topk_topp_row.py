@@ -1,6 +1,6 @@
-"""The row kernel's steps of the fused top-k/top-p sampler (``ops/topk_topp.py``).
+"""The merge steps of the fused top-k/top-p sampler (``ops/topk_topp.py``).
 
-The row kernel sees the chunks' lists: the two largest logits of every group
+The merge of a row sees the chunks' lists: the two largest logits of every group
 of tokens, and per chunk a *floor* below which the list is incomplete. It
 
 1. keeps the ``SHORT`` largest listed tokens (``short_list``) and decides
