@@ -64,7 +64,7 @@ NUM_SPEC_STEPS = 3
 # top-k/top-p rows are merged by the second kernel.
 TOPK_SPLIT_ROWS = 8
 H100_NUM_SMS = 132
-# Batches that select the smallest and the largest rejection launch plans.
+# Batches that select the two rejection launch styles (single launch, step by step).
 REJECTION_BATCHES = (2, 256)
 # The case that must fail to compile (see _plain_global_kernel).
 SELF_CHECK = "self_check:plain_global"
@@ -208,8 +208,9 @@ def _rejection(
 
     # Requests with NUM_SPEC_STEPS drafts and a bonus position each, laid out
     # as the V2 runner packs them. The launch plan follows the batch and the
-    # SM count: as on an H100, a small batch gets one-tile blocks and a large
-    # one the tuned chunks. Nothing runs, so the logits stay uninitialised.
+    # SM count as on an H100: 2 requests take the single launch
+    # (_rejection_kernel), 256 the step-by-step launches and _emit_kernel.
+    # Nothing runs, so the logits stay uninitialised.
     max_num_reqs = num_reqs + 2
     num_logits = num_reqs * (NUM_SPEC_STEPS + 1)
     idx_mapping, temperature, seeds, _ = _request_state(num_reqs, max_num_reqs)

@@ -10,6 +10,7 @@ seeds in one launch give many samples per launch (the Triton interpreter
 costs tens of milliseconds per program on CPU).
 """
 
+import dataclasses
 import functools
 import math
 
@@ -367,17 +368,34 @@ def test_deterministic_and_batch_invariant(device):
         assert torch.equal(single[0], out[3]) and single_num[0] == num[3]
 
 
-# Launch plans that differ in every parameter (as _plan_launch derives them
-# with num_sms=1 at V=1000, whose stats tile is 256 tokens): one-tile blocks
-# (the CPU plan), one program per row walking two tiles per chunk and
-# 64-token sampling chunks, and two programs per row with 128-token chunks.
+# Launch plans that differ in every parameter, as (tuning, SM count) for
+# _plan_launch at V=1000, whose stats tile is 256 tokens (None: the CPU
+# planner): the single launch with one block per request (the CPU default);
+# one-tile blocks, one launch per step; one program per row walking two
+# tiles per chunk with 64-token sampling chunks, in a single launch; and two
+# programs per row with 128-token chunks, one launch per step.
 _PLAN_TUNINGS = {
-    "one_tile_blocks": None,
-    "whole_row": RejectionTuning(
-        max_block=1024, chunk=512, sample_chunk=64, num_warps=2, programs_per_sm=1
+    "single_launch": (None, None),
+    "one_tile_blocks_stepwise": (
+        dataclasses.replace(rejection_kernel.TUNING[False], single_launch_programs_per_sm=0),
+        None,
     ),
-    "half_rows": RejectionTuning(
-        max_block=512, chunk=16, sample_chunk=128, num_warps=4, programs_per_sm=1
+    "whole_row": (
+        RejectionTuning(
+            max_block=1024, chunk=512, sample_chunk=64, num_warps=2, programs_per_sm=1
+        ),
+        1,
+    ),
+    "half_rows_stepwise": (
+        RejectionTuning(
+            max_block=512,
+            chunk=16,
+            sample_chunk=128,
+            num_warps=4,
+            programs_per_sm=1,
+            single_launch_programs_per_sm=0,
+        ),
+        1,
     ),
 }
 
@@ -411,9 +429,9 @@ def _plan_inputs(batch_size, num_drafts, vocab, generator, device):
 
 
 def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
-    """Block, chunk, sampling chunk and warp count never change a token.
+    """Launch style, block, chunk, sampling chunk and warp count never change a token.
 
-    Runs on CPU with the GPU planner (``_num_sms`` patched), so the plans
+    Runs on CPU with the GPU planner too (``_num_sms`` patched), so the plans
     below are really different: the log-sum-exp is summed in different
     orders and pieces by each (exact fixed-point sums make it the same), and
     the Gumbel-max winners are found across different lanes and programs.
@@ -423,12 +441,14 @@ def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
     inputs = _plan_inputs(6, num_drafts, vocab, generator, device)
     target_logits, drafts, draft_probs, temperature, seeds, positions = inputs
     plans = {
-        rejection_kernel._plan_launch(
-            6, vocab, tuning or rejection_kernel.TUNING[False], None if tuning is None else 1
-        )
-        for tuning in _PLAN_TUNINGS.values()
+        rejection_kernel._plan_launch(6, vocab, tuning or rejection_kernel.TUNING[False], num_sms)
+        for tuning, num_sms in _PLAN_TUNINGS.values()
     }
-    assert len({(p.block, p.chunk, p.sample_chunk, p.num_warps) for p in plans}) == 3
+    assert len({(p.block, p.chunk, p.sample_chunk, p.num_warps) for p in plans}) == 4
+    assert {(p.num_blocks > 1, p.single_launch) for p in plans} == {
+        (False, True),
+        (True, False),
+    }
     for use_fp64, with_probs, synthetic in [
         (False, True, False),
         (True, True, False),
@@ -436,8 +456,7 @@ def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
         (False, True, True),
     ]:
         outputs = {}
-        for name, tuning in _PLAN_TUNINGS.items():
-            num_sms = None if tuning is None else 1
+        for name, (tuning, num_sms) in _PLAN_TUNINGS.items():
             monkeypatch.setattr(rejection_kernel, "_num_sms", lambda device, n=num_sms: n)
             monkeypatch.setattr(
                 "vllm_sampling_plugin.ops.rejection.rejection_sample_packed",
@@ -455,7 +474,7 @@ def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
             )
             _check_padding(out, num, vocab)
             outputs[name] = (out, num)
-        reference = outputs["one_tile_blocks"]
+        reference = outputs["single_launch"]
         # Not a degenerate case: rows stop after different numbers of drafts.
         assert len(set(reference[1].tolist())) > 1
         for name, (out, num) in outputs.items():
@@ -717,6 +736,48 @@ def test_cuda_graph_replay_matches_eager_gpu():
         graph.replay()
         eager, eager_num = rejection_sample_packed(**case, draft_logits=draft_logits)
         assert torch.equal(captured, eager) and torch.equal(captured_num, eager_num)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_reqs", [1, 24, 200])
+@pytest.mark.parametrize("use_fp64", [False, True])
+def test_single_launch_matches_step_by_step_gpu(num_reqs, use_fp64):
+    """The two launch styles give the same tokens on the GPU, where the single
+    launch has many blocks per request meeting at its barriers (the CPU
+    interpreter gives it one block per request)."""
+    num_spec, vocab = 3, _LARGE_VOCAB
+    generator = torch.Generator(device="cuda").manual_seed(num_reqs)
+    num_logits = num_reqs * (num_spec + 1)
+    target_logits = torch.randn(num_logits, vocab, generator=generator, device="cuda") * 3
+    rows = target_logits.view(num_reqs, num_spec + 1, vocab)[:, :num_spec]
+    draft_logits = rows + 0.5 * torch.randn(rows.shape, generator=generator, device="cuda")
+    draft_tokens = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32, device="cuda")
+    draft_tokens[:, 1:] = draft_logits.argmax(-1)
+    temperature = torch.tensor([0.0, 1.0, 0.7], device="cuda").repeat(num_reqs)[:num_reqs]
+    args = (
+        target_logits,
+        draft_tokens.view(-1),
+        torch.arange(num_reqs + 1, dtype=torch.int32, device="cuda") * (num_spec + 1),
+        torch.arange(num_reqs, dtype=torch.int32, device="cuda"),
+        torch.arange(num_logits, dtype=torch.int64, device="cuda") + 1000,
+        temperature,
+        torch.arange(num_reqs, dtype=torch.int64, device="cuda") * 7919,
+        num_spec,
+    )
+    base = rejection_kernel.TUNING[use_fp64]
+    outputs = [
+        rejection_sample_packed(
+            *args,
+            draft_logits,
+            use_fp64=use_fp64,
+            tuning=dataclasses.replace(base, single_launch_programs_per_sm=per_sm),
+        )
+        for per_sm in (0, 1 << 20)  # never, always
+    ]
+    single, stepwise = outputs
+    assert torch.equal(single[0], stepwise[0]) and torch.equal(single[1], stepwise[1])
+    # Not a degenerate case: acceptance varies from request to request.
+    assert num_reqs == 1 or len(set(single[1].tolist())) > 1
 
 
 @pytest.mark.gpu

@@ -1,11 +1,11 @@
 """The rejection-sampling kernel of speculative decoding and its packed launcher.
 
-One kernel, ``_rejection_step_kernel``, serves every mode: standard
+One step body, ``_rejection_step``, serves every mode: standard
 (``strict`` / ``probabilistic`` in vLLM 0.20) and synthetic, with or without
-draft logits, in FP32 or FP64. It is launched once per draft position
-(``step = 0 .. K``) over a grid of (request, vocabulary block). Launch ``step``
-first judges draft ``step - 1`` from the partial sums the previous launch left
-behind, and then does the one piece of row work the request still needs:
+draft logits, in FP32 or FP64. A request is walked in steps ``0 .. K`` over
+its vocabulary blocks. Step ``step`` first judges draft ``step - 1`` from the
+partial sums step ``step - 1`` left behind, and then does the one piece of
+row work the request still needs:
 
 * the block pass over target row ``step`` (max, argmax and summed exponentials
   per stats tile; the same for the draft row) while every draft so far is
@@ -14,10 +14,18 @@ behind, and then does the one piece of row work the request still needs:
 * the bonus sample of row ``step`` when it follows the last accepted draft.
 
 A request therefore never reads a row beyond its first rejection: the memory
-traffic of a launch follows the acceptance pattern, in standard and synthetic
-mode alike, and the programs of a finished request stop after one load.
-``_emit_kernel`` then writes the accepted drafts, the corrected or bonus
-token and the ``-1`` padding.
+traffic follows the acceptance pattern, in standard and synthetic mode alike.
+
+Two launch styles run that body (``_plan_launch`` picks one per call):
+
+* small batches: one launch, ``_rejection_kernel``. The blocks of a request
+  meet at a per-request barrier between steps and the last one to finish
+  writes the tokens. One launch instead of ``K + 2`` is what a small batch
+  needs: its kernels take microseconds, the host's launches tens.
+* large batches: one launch of ``_rejection_step_kernel`` per step, then
+  ``_emit_kernel``. With several waves of programs, blocks that wait at a
+  barrier would hold their SM slots idle; separate launches keep every slot
+  streaming.
 
 Launch plans and exact results
 ------------------------------
@@ -29,7 +37,7 @@ per call so that the grid has about ``programs_per_sm`` programs per SM
   the vocabulary size only; each tile sums ``exp(logit - tile max)`` as
   fixed-point integers, and the row's log-sum-exp adds the rescaled tile
   sums as integers too. Integer addition is exact, so the log-sum-exp has
-  the same bits whatever the block, chunk or warp count (a float sum's
+  the same bits whatever the launch style, block, chunk or warp count (a float sum's
   rounding would follow the reduction order, which all of those change);
 * maxima are exact and every argmax keeps the lowest token id among equal
   values, per lane, per program and across programs;
@@ -60,7 +68,7 @@ from .random import gumbel_block, request_key, uniform
 
 @dataclasses.dataclass(frozen=True)
 class RejectionTuning:
-    """Launch parameters of ``_rejection_step_kernel``; see ``TUNING``."""
+    """Launch parameters of the rejection kernels; see ``TUNING``."""
 
     # Most vocabulary tokens one program covers (power of two).
     max_block: int
@@ -73,25 +81,36 @@ class RejectionTuning:
     # Blocks are made smaller (down to one stats tile) until the grid has
     # about this many programs per SM, so small batches still fill the GPU.
     programs_per_sm: int
+    # Every step in one launch whose blocks meet at per-request barriers
+    # (``_rejection_kernel``) while it has at most this many programs per SM,
+    # else one launch per step and one to emit. The single launch saves the
+    # host K + 1 launches but keeps each block resident through the waits,
+    # which costs more than the launches once there are several waves of
+    # programs. 0: never; on CPU, any other value means always.
+    single_launch_programs_per_sm: int = 12
 
 
 # Keyed by ``use_fp64``. To tune, run ``python3 -m
 # vllm_sampling_plugin.bench.rejection --tune`` on the GPU and paste its
-# "best" lines here; tokens are identical for every setting.
-# Best of `bench rejection --tune` on an H100 (docs/benchmarks.md).
+# "best" lines here; tokens are identical for every setting. Measured on an
+# H100 at B=256, K=3 (CUDA-graph replay, docs/benchmarks.md): 8192-token
+# blocks beat 4096 (each block also reads the row's tile statistics once a
+# step), and larger sampling chunks lose to register pressure. The single
+# launch wins while B * blocks <= 12 * SMs (B <= ~21 at V=151936).
 TUNING: dict[bool, RejectionTuning] = {
     False: RejectionTuning(
-        max_block=4096, chunk=2048, sample_chunk=512, num_warps=4, programs_per_sm=16
+        max_block=8192, chunk=2048, sample_chunk=512, num_warps=4, programs_per_sm=16
     ),
     True: RejectionTuning(
-        max_block=4096, chunk=1024, sample_chunk=256, num_warps=4, programs_per_sm=4
+        max_block=8192, chunk=1024, sample_chunk=512, num_warps=4, programs_per_sm=4
     ),
 }
 
 # The stats tile: a quarter of a small vocabulary (so CPU tests see several
-# tiles and programs per row), at most _MAX_STATS_TILE tokens.
+# tiles and programs per row), at most _MAX_STATS_TILE tokens. Every block
+# reads all of a row's tile statistics once a step, so few large tiles pay.
 _MIN_STATS_TILE = 16
-_MAX_STATS_TILE = 512
+_MAX_STATS_TILE = 2048
 _TOKENS_PER_WARP = 128
 # Philox counters under the key of a logit; the plain Gumbel stream uses
 # [0, V) (FP64) or [0, V / 4) (FP32), the residual one [2**30, 2**30 + V) or
@@ -121,6 +140,7 @@ class _LaunchPlan:
     chunk: int
     sample_chunk: int
     num_warps: int
+    single_launch: bool
 
 
 @functools.cache
@@ -133,24 +153,41 @@ def _num_sms(device: torch.device) -> int | None:
 def _plan_launch(
     num_reqs: int, vocab_size: int, tuning: RejectionTuning, num_sms: int | None
 ) -> _LaunchPlan:
-    """Block, chunks and warps for ``num_reqs`` requests; ``num_sms=None``: CPU."""
+    """Block, chunks, warps and launch style for ``num_reqs`` requests; ``num_sms=None``: CPU."""
     tile = stats_tile(vocab_size)
+    whole_row = tile * triton.next_power_of_2(triton.cdiv(vocab_size, tile))
     if num_sms is None:
         # The interpreter runs programs one after another, each costing tens
-        # of milliseconds: one stats tile per program (four for a small
-        # vocabulary, so tests cross program boundaries), one chunk each.
+        # of milliseconds, so a block could never wait for a later one: the
+        # single launch gets one block per request. Step by step, one stats
+        # tile per program (four for a small vocabulary, so tests cross
+        # program boundaries).
+        single_launch = tuning.single_launch_programs_per_sm > 0
+        block = whole_row if single_launch else tile
         return _LaunchPlan(
-            block=tile,
-            num_blocks=triton.cdiv(vocab_size, tile),
+            block=block,
+            num_blocks=triton.cdiv(vocab_size, block),
             chunk=tile,
             sample_chunk=min(tile, tuning.sample_chunk),
             num_warps=1,
+            single_launch=single_launch,
         )
-    whole_row = tile * triton.next_power_of_2(triton.cdiv(vocab_size, tile))
     tokens_per_program = num_reqs * vocab_size // (tuning.programs_per_sm * num_sms)
     block = tile
     while block * 2 <= min(tokens_per_program, tuning.max_block, whole_row):
         block *= 2
+    # The blocks of one request wait for each other in the single launch:
+    # they must fit on the GPU together, one per SM at the least (see
+    # _rejection_kernel).
+    single_block = block
+    while triton.cdiv(vocab_size, single_block) > num_sms:
+        single_block *= 2
+    single_launch = (
+        num_reqs * triton.cdiv(vocab_size, single_block)
+        <= tuning.single_launch_programs_per_sm * num_sms
+    )
+    if single_launch:
+        block = single_block
     chunk = min(block, max(tile, tuning.chunk))
     sample_chunk = min(block, tuning.sample_chunk)
     return _LaunchPlan(
@@ -159,7 +196,75 @@ def _plan_launch(
         chunk=chunk,
         sample_chunk=sample_chunk,
         num_warps=max(1, min(tuning.num_warps, min(chunk, sample_chunk) // _TOKENS_PER_WARP)),
+        single_launch=single_launch,
     )
+
+
+@dataclasses.dataclass
+class _Workspace:
+    """Scratch for up to ``capacity`` requests of one launch shape.
+
+    Entries are laid out at multiples of a request's share, so a workspace
+    serves every call of at most ``capacity`` requests as it is: a call
+    allocates only its outputs. The counters start at zero and every single
+    launch leaves them at zero.
+    """
+
+    capacity: int
+    launch_counters: torch.Tensor  # [2] int32
+    arrivals: torch.Tensor  # [capacity] int32
+    reached: torch.Tensor  # [capacity, num_spec_steps + 1] int8 (step by step)
+    num_accepted: torch.Tensor  # [capacity] int32 (step by step)
+    winner_value: torch.Tensor  # [capacity, num_blocks] fp32 (fp64 if use_fp64)
+    winner_token: torch.Tensor  # [capacity, num_blocks] int32
+    fallback_value: torch.Tensor  # [capacity, num_blocks] fp32 (fp64 if use_fp64)
+    fallback_token: torch.Tensor  # [capacity, num_blocks] int32
+    target_max: torch.Tensor  # [capacity, num_spec_steps, num_tiles] fp32
+    target_argmax: torch.Tensor  # [capacity, num_spec_steps, num_tiles] int32
+    target_sumexp: torch.Tensor  # [capacity, num_spec_steps, num_tiles] int64
+    draft_max: torch.Tensor  # as target_max, or target_max itself without draft logits
+    draft_sumexp: torch.Tensor  # as target_sumexp, or target_sumexp itself
+
+    @classmethod
+    def allocate(cls, capacity, device, num_blocks, num_spec_steps, num_tiles, use_fp64, has_draft):
+        def empty(*shape, dtype=torch.int32):
+            return torch.empty((capacity, *shape), dtype=dtype, device=device)
+
+        score_dtype = torch.float64 if use_fp64 else torch.float32
+        stats = (num_spec_steps, num_tiles)
+        target_max = empty(*stats, dtype=torch.float32)
+        target_sumexp = empty(*stats, dtype=torch.int64)
+        return cls(
+            capacity=capacity,
+            launch_counters=torch.zeros(2, dtype=torch.int32, device=device),
+            arrivals=torch.zeros(capacity, dtype=torch.int32, device=device),
+            reached=empty(num_spec_steps + 1, dtype=torch.int8),
+            num_accepted=empty(),
+            winner_value=empty(num_blocks, dtype=score_dtype),
+            winner_token=empty(num_blocks),
+            fallback_value=empty(num_blocks, dtype=score_dtype),
+            fallback_token=empty(num_blocks),
+            target_max=target_max,
+            target_argmax=empty(*stats),
+            target_sumexp=target_sumexp,
+            draft_max=empty(*stats, dtype=torch.float32) if has_draft else target_max,
+            draft_sumexp=empty(*stats, dtype=torch.int64) if has_draft else target_sumexp,
+        )
+
+
+# Workspaces by launch shape, newest last. They grow by doubling and are
+# never freed: a CUDA graph may hold the address of an older one. Calls that
+# share a device must run in stream order (as the V2 runner's rejection
+# sampler does): concurrent calls on two streams would share one workspace.
+_WORKSPACES: dict[tuple, list[_Workspace]] = {}
+
+
+def _workspace(device, num_reqs, *shape) -> _Workspace:
+    kept = _WORKSPACES.setdefault((device, *shape), [])
+    if not kept or kept[-1].capacity < num_reqs:
+        capacity = max(num_reqs, 2 * kept[-1].capacity if kept else 16)
+        kept.append(_Workspace.allocate(capacity, device, *shape))
+    return kept[-1]
 
 
 @triton.jit
@@ -397,8 +502,19 @@ def _bonus_block_winner(
     return _lowest_best(best_value, best_token)
 
 
-@triton.jit(do_not_specialize=["step"])
-def _rejection_step_kernel(
+@triton.jit
+def _rejection_step(
+    step,
+    req_idx,
+    block_idx,
+    num_blocks,
+    block_start,
+    block_end,
+    start,
+    num_drafts,
+    state_idx,
+    temp,
+    seed,
     # [num_reqs, num_blocks]: per-block winners of the emitted (corrected or bonus) row
     winner_value_ptr,
     winner_token_ptr,
@@ -406,10 +522,6 @@ def _rejection_step_kernel(
     # a rejected row's residual has no mass
     fallback_value_ptr,
     fallback_token_ptr,
-    # [num_reqs, num_spec_steps + 1]: row `step` reached (drafts 0..step-1 accepted)
-    reached_ptr,
-    # [num_reqs]
-    num_accepted_ptr,
     # [num_reqs, num_spec_steps, num_tiles]; the sums are fixed point (int64)
     target_max_ptr,
     target_argmax_ptr,
@@ -424,6 +536,457 @@ def _rejection_step_kernel(
     draft_logits_stride_0,
     draft_logits_stride_1,
     # [num_logits]: logit j + 1 of a request holds its draft j
+    draft_tokens_ptr,
+    # [num_logits]
+    pos_ptr,
+    # [num_spec_steps]
+    conditional_rates_ptr,
+    vocab_size,
+    num_spec_steps,
+    num_tiles,
+    fixed_one,
+    fixed_unit,
+    CHUNK: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr,
+    STATS_TILE: tl.constexpr,
+    NUM_TILES_PAD: tl.constexpr,
+    SYNTHETIC_MODE: tl.constexpr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    USE_FP64: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """Step ``step`` of one block of a request whose row ``step - 1`` was reached.
+
+    Judges draft ``step - 1`` (from every block's partial sums of that row),
+    then does this block's share of the row work the request needs next (see
+    the module doc). Returns whether row ``step`` is reached, i.e. whether
+    draft ``step - 1`` was accepted (always at step 0).
+    """
+    winner_offset = req_idx * num_blocks + block_idx
+    stats_offset = req_idx * num_spec_steps * num_tiles
+    reached = step == 0
+    if step > 0:
+        # Every block judges the draft itself, from the partial sums of the
+        # previous step: same inputs, same verdict, and no block waits for
+        # another's verdict.
+        row = step - 1
+        logit_idx = start + row
+        row_stats = stats_offset + row * num_tiles
+        target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
+        draft_row_ptr = (
+            draft_logits_ptr + state_idx * draft_logits_stride_0 + row * draft_logits_stride_1
+        )
+        key = request_key(seed, tl.load(pos_ptr + logit_idx))
+        # Draft `row` is the input token of logit `row + 1`.
+        draft = tl.load(draft_tokens_ptr + logit_idx + 1).to(tl.int32)
+        greedy_max, greedy_token = _row_argmax(
+            target_max_ptr + row_stats, target_argmax_ptr + row_stats, num_tiles, NUM_TILES_PAD
+        )
+        # Greedy rows have no partial sums (they never need p or q).
+        target_lse = tl.zeros([], tl.float32)
+        draft_lse = tl.zeros([], tl.float32)
+        if temp != 0.0:
+            target_lse = _row_logsumexp(
+                target_max_ptr + row_stats,
+                target_sumexp_ptr + row_stats,
+                num_tiles,
+                fixed_unit,
+                NUM_TILES_PAD,
+            )
+            if HAS_DRAFT_LOGITS:
+                draft_lse = _row_logsumexp(
+                    draft_max_ptr + row_stats,
+                    draft_sumexp_ptr + row_stats,
+                    num_tiles,
+                    fixed_unit,
+                    NUM_TILES_PAD,
+                )
+        reached = _draft_accepted(
+            key,
+            draft,
+            row,
+            temp,
+            greedy_token,
+            target_lse,
+            draft_lse,
+            target_row_ptr,
+            draft_row_ptr,
+            conditional_rates_ptr,
+            vocab_size,
+            SYNTHETIC_MODE,
+            HAS_DRAFT_LOGITS,
+            USE_FP64,
+            APPLY_TEMPERATURE,
+        )
+        if reached == 0:
+            if temp == 0.0:
+                # The corrected token is the target argmax: every block
+                # offers it, the emit step takes block 0's.
+                tl.store(winner_value_ptr + winner_offset, greedy_max)
+                tl.store(winner_token_ptr + winner_offset, greedy_token)
+                tl.store(fallback_value_ptr + winner_offset, greedy_max)
+                tl.store(fallback_token_ptr + winner_offset, greedy_token)
+            else:
+                value, token, fallback_value, fallback_token = _corrected_block_winners(
+                    key,
+                    draft,
+                    temp,
+                    target_lse,
+                    draft_lse,
+                    target_row_ptr,
+                    draft_row_ptr,
+                    block_start,
+                    block_end,
+                    vocab_size,
+                    SAMPLE_CHUNK,
+                    HAS_DRAFT_LOGITS,
+                    USE_FP64,
+                    APPLY_TEMPERATURE,
+                )
+                tl.store(winner_value_ptr + winner_offset, value)
+                tl.store(winner_token_ptr + winner_offset, token)
+                tl.store(fallback_value_ptr + winner_offset, fallback_value)
+                tl.store(fallback_token_ptr + winner_offset, fallback_token)
+
+    logit_idx = start + step
+    target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
+    if reached & (step == num_drafts):
+        value, token = _bonus_block_winner(
+            seed,
+            tl.load(pos_ptr + logit_idx),
+            temp,
+            target_row_ptr,
+            block_start,
+            block_end,
+            vocab_size,
+            SAMPLE_CHUNK,
+            USE_FP64,
+            APPLY_TEMPERATURE,
+        )
+        tl.store(winner_value_ptr + winner_offset, value)
+        tl.store(winner_token_ptr + winner_offset, token)
+        tl.store(fallback_value_ptr + winner_offset, value)
+        tl.store(fallback_token_ptr + winner_offset, token)
+    elif reached:
+        # Block pass over the row that verifies draft `step`.
+        row_stats = stats_offset + step * num_tiles
+        if temp == 0.0:
+            # Greedy rows compare with the argmax only: no sums, no q.
+            _block_stats(
+                target_row_ptr,
+                target_max_ptr + row_stats,
+                target_argmax_ptr + row_stats,
+                target_sumexp_ptr + row_stats,
+                block_start,
+                block_end,
+                vocab_size,
+                num_tiles,
+                temp,
+                fixed_one,
+                CHUNK,
+                STATS_TILE,
+                True,
+                False,
+                APPLY_TEMPERATURE,
+            )
+        else:
+            _block_stats(
+                target_row_ptr,
+                target_max_ptr + row_stats,
+                target_argmax_ptr + row_stats,
+                target_sumexp_ptr + row_stats,
+                block_start,
+                block_end,
+                vocab_size,
+                num_tiles,
+                temp,
+                fixed_one,
+                CHUNK,
+                STATS_TILE,
+                True,
+                True,
+                APPLY_TEMPERATURE,
+            )
+            if HAS_DRAFT_LOGITS:
+                _block_stats(
+                    draft_logits_ptr
+                    + state_idx * draft_logits_stride_0
+                    + step * draft_logits_stride_1,
+                    draft_max_ptr + row_stats,
+                    draft_max_ptr + row_stats,
+                    draft_sumexp_ptr + row_stats,
+                    block_start,
+                    block_end,
+                    vocab_size,
+                    num_tiles,
+                    temp,
+                    fixed_one,
+                    CHUNK,
+                    STATS_TILE,
+                    False,
+                    True,
+                    False,
+                )
+    return reached
+
+
+@triton.jit
+def _emit_row(
+    req_idx,
+    num_accepted,
+    start,
+    # [num_reqs, num_spec_steps + 1]
+    sampled_ptr,
+    sampled_stride,
+    # [num_reqs]
+    num_sampled_ptr,
+    # [num_reqs, num_blocks]
+    winner_value_ptr,
+    winner_token_ptr,
+    fallback_value_ptr,
+    fallback_token_ptr,
+    # [num_logits]
+    draft_tokens_ptr,
+    num_spec_steps,
+    num_blocks,
+    NUM_BLOCKS_PAD: tl.constexpr,
+    OUT_PAD: tl.constexpr,
+):
+    """Writes a request's accepted drafts, its corrected or bonus token and the padding."""
+    blocks = tl.arange(0, NUM_BLOCKS_PAD)
+    mask = blocks < num_blocks
+    values = tl.load(
+        winner_value_ptr + req_idx * num_blocks + blocks, mask=mask, other=float("-inf")
+    )
+    # tl.argmax keeps the lowest block among equal values: the lowest token.
+    if tl.max(values, axis=0) > float("-inf"):
+        token = tl.load(winner_token_ptr + req_idx * num_blocks + tl.argmax(values, axis=0))
+    else:
+        # Rounding can leave a rejected row's residual without mass (or, in
+        # synthetic mode, p == q); p itself is the only sensible choice then.
+        # A row without any finite logit lands here too and emits token 0.
+        values = tl.load(
+            fallback_value_ptr + req_idx * num_blocks + blocks, mask=mask, other=float("-inf")
+        )
+        token = tl.load(fallback_token_ptr + req_idx * num_blocks + tl.argmax(values, axis=0))
+
+    cols = tl.arange(0, OUT_PAD)
+    drafts = tl.load(draft_tokens_ptr + start + 1 + cols, mask=cols < num_accepted, other=0)
+    out = tl.where(
+        cols < num_accepted,
+        drafts.to(tl.int64),
+        tl.where(cols == num_accepted, token.to(tl.int64), -1),
+    )
+    tl.store(sampled_ptr + req_idx * sampled_stride + cols, out, mask=cols <= num_spec_steps)
+    tl.store(num_sampled_ptr + req_idx, num_accepted + 1)
+
+
+@triton.jit
+def _arrive(counter_ptr):
+    """Counts this block in; returns the count before it.
+
+    The CTA barrier puts every thread's stores before the releasing atomic,
+    and the acquiring side of the atomic makes the other blocks' stores
+    visible to the loads after it.
+    """
+    tl.debug_barrier()
+    return tl.atomic_add(counter_ptr, 1, sem="acq_rel")
+
+
+@triton.jit
+def _rejection_kernel(
+    # [num_reqs, num_spec_steps + 1]
+    sampled_ptr,
+    sampled_stride,
+    # [num_reqs]
+    num_sampled_ptr,
+    # [2]: tickets handed out, programs finished; zero between calls
+    launch_counters_ptr,
+    # [num_reqs]: blocks of each request that finished a step; zero between calls
+    arrivals_ptr,
+    # [num_reqs, num_blocks]
+    winner_value_ptr,
+    winner_token_ptr,
+    fallback_value_ptr,
+    fallback_token_ptr,
+    # [num_reqs, num_spec_steps, num_tiles]
+    target_max_ptr,
+    target_argmax_ptr,
+    target_sumexp_ptr,
+    draft_max_ptr,
+    draft_sumexp_ptr,
+    # [num_logits, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, num_spec_steps, V]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [num_logits]
+    draft_tokens_ptr,
+    # [num_reqs + 1]
+    cu_num_logits_ptr,
+    # [num_reqs]
+    idx_mapping_ptr,
+    # [num_logits]
+    pos_ptr,
+    # [max_num_reqs]
+    temperature_ptr,
+    # [max_num_reqs]
+    seeds_ptr,
+    # [num_spec_steps]
+    conditional_rates_ptr,
+    vocab_size,
+    num_spec_steps,
+    num_tiles,
+    num_blocks,
+    block_size,
+    fixed_one,
+    fixed_unit,
+    CHUNK: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr,
+    STATS_TILE: tl.constexpr,
+    NUM_TILES_PAD: tl.constexpr,
+    NUM_BLOCKS_PAD: tl.constexpr,
+    OUT_PAD: tl.constexpr,
+    SYNTHETIC_MODE: tl.constexpr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    USE_FP64: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """Every step of every request in one launch: the blocks of a request
+    meet at a per-request barrier between steps, and the last block to
+    finish emits the request's tokens.
+
+    Waiting is safe because blocks take their (request, block) from a ticket
+    counter in the order they start: every block of an earlier request has
+    started (and so is resident) before any block of a later one, all
+    requests but the newest have every block running and finish without
+    help, and the launcher keeps ``num_blocks`` at most the SM count, so the
+    newest request's blocks always fit once the others are done.
+    """
+    ticket = tl.atomic_add(launch_counters_ptr, 1, sem="relaxed")
+    req_idx = ticket // num_blocks
+    block_idx = ticket % num_blocks
+    block_start = block_idx * block_size
+    block_end = tl.minimum(block_start + block_size, vocab_size)
+    start = tl.load(cu_num_logits_ptr + req_idx)
+    num_drafts = tl.minimum(tl.load(cu_num_logits_ptr + req_idx + 1) - start - 1, num_spec_steps)
+    state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
+    temp = tl.load(temperature_ptr + state_idx).to(tl.float32)
+    seed = tl.load(seeds_ptr + state_idx)
+
+    running = tl.full([], 1, tl.int32)
+    for step in range(num_drafts + 1):
+        if running != 0:
+            reached = _rejection_step(
+                step,
+                req_idx,
+                block_idx,
+                num_blocks,
+                block_start,
+                block_end,
+                start,
+                num_drafts,
+                state_idx,
+                temp,
+                seed,
+                winner_value_ptr,
+                winner_token_ptr,
+                fallback_value_ptr,
+                fallback_token_ptr,
+                target_max_ptr,
+                target_argmax_ptr,
+                target_sumexp_ptr,
+                draft_max_ptr,
+                draft_sumexp_ptr,
+                target_logits_ptr,
+                target_logits_stride,
+                draft_logits_ptr,
+                draft_logits_stride_0,
+                draft_logits_stride_1,
+                draft_tokens_ptr,
+                pos_ptr,
+                conditional_rates_ptr,
+                vocab_size,
+                num_spec_steps,
+                num_tiles,
+                fixed_one,
+                fixed_unit,
+                CHUNK,
+                SAMPLE_CHUNK,
+                STATS_TILE,
+                NUM_TILES_PAD,
+                SYNTHETIC_MODE,
+                HAS_DRAFT_LOGITS,
+                USE_FP64,
+                APPLY_TEMPERATURE,
+            )
+            all_arrived = num_blocks * (step + 1)
+            arrived = _arrive(arrivals_ptr + req_idx) + 1
+            if (reached == 0) | (step == num_drafts):
+                running = running * 0
+                if arrived == all_arrived:
+                    # The request's last block: every winner is in. Nobody
+                    # reads the counter again, so it is reset for the next call.
+                    tl.store(arrivals_ptr + req_idx, 0)
+                    _emit_row(
+                        req_idx,
+                        tl.where(reached, step, step - 1),
+                        start,
+                        sampled_ptr,
+                        sampled_stride,
+                        num_sampled_ptr,
+                        winner_value_ptr,
+                        winner_token_ptr,
+                        fallback_value_ptr,
+                        fallback_token_ptr,
+                        draft_tokens_ptr,
+                        num_spec_steps,
+                        num_blocks,
+                        NUM_BLOCKS_PAD,
+                        OUT_PAD,
+                    )
+            else:
+                # The next step judges the draft from every block's sums.
+                # Plain reads while waiting (a read-modify-write per poll
+                # would queue behind the other blocks' at the L2), one
+                # acquiring atomic once all have arrived.
+                while arrived < all_arrived:
+                    arrived = tl.load(arrivals_ptr + req_idx, volatile=True)
+                tl.atomic_add(arrivals_ptr + req_idx, 0, sem="acquire")
+                tl.debug_barrier()
+    # The last program out leaves the launch counters at zero for the next call.
+    if tl.atomic_add(launch_counters_ptr + 1, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        tl.store(launch_counters_ptr, 0)
+        tl.store(launch_counters_ptr + 1, 0)
+
+
+@triton.jit(do_not_specialize=["step"])
+def _rejection_step_kernel(
+    # [num_reqs, num_spec_steps + 1]: row `step` reached (drafts 0..step-1 accepted)
+    reached_ptr,
+    # [num_reqs]
+    num_accepted_ptr,
+    # [num_reqs, num_blocks]
+    winner_value_ptr,
+    winner_token_ptr,
+    fallback_value_ptr,
+    fallback_token_ptr,
+    # [num_reqs, num_spec_steps, num_tiles]
+    target_max_ptr,
+    target_argmax_ptr,
+    target_sumexp_ptr,
+    draft_max_ptr,
+    draft_sumexp_ptr,
+    # [num_logits, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, num_spec_steps, V]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [num_logits]
     draft_tokens_ptr,
     # [num_reqs + 1]
     cu_num_logits_ptr,
@@ -453,197 +1016,69 @@ def _rejection_step_kernel(
     USE_FP64: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
+    """One step of every request per launch, for launch plans whose blocks
+    cannot wait for each other (see ``_plan_launch``); ``_emit_kernel`` follows."""
     # Requests on grid axis 0: axes 1 and 2 are limited to 65535 programs.
     req_idx = tl.program_id(0)
     block_idx = tl.program_id(1)
-    num_blocks = tl.num_programs(1)
     block_start = block_idx * block_size
-    block_end = tl.minimum(block_start + block_size, vocab_size)
     start = tl.load(cu_num_logits_ptr + req_idx)
     num_drafts = tl.minimum(tl.load(cu_num_logits_ptr + req_idx + 1) - start - 1, num_spec_steps)
     reached_row_ptr = reached_ptr + req_idx * (num_spec_steps + 1)
-    winner_offset = req_idx * num_blocks + block_idx
-    stats_offset = req_idx * num_spec_steps * num_tiles
-
-    # A request is active at launch `step` while draft step - 1 exists and
-    # every draft before it was accepted; the others stop here.
+    # A request takes part in launch `step` while draft step - 1 exists and
+    # every draft before it was accepted.
     active = step == 0
     if step > 0:
         active = (tl.load(reached_row_ptr + step - 1) != 0) & (step - 1 < num_drafts)
     reached = step < 0
-    rejected = step < 0
     if active:
         state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
-        temp = tl.load(temperature_ptr + state_idx).to(tl.float32)
-        seed = tl.load(seeds_ptr + state_idx)
-        reached = step == 0
-        if step > 0:
-            # Every block of the request judges draft step - 1 itself, from the
-            # partial sums of the previous launch: same inputs, same verdict,
-            # and no block waits for another.
-            row = step - 1
-            logit_idx = start + row
-            row_stats = stats_offset + row * num_tiles
-            target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
-            draft_row_ptr = (
-                draft_logits_ptr + state_idx * draft_logits_stride_0 + row * draft_logits_stride_1
-            )
-            key = request_key(seed, tl.load(pos_ptr + logit_idx))
-            # Draft `row` is the input token of logit `row + 1`.
-            draft = tl.load(draft_tokens_ptr + logit_idx + 1).to(tl.int32)
-            greedy_max, greedy_token = _row_argmax(
-                target_max_ptr + row_stats, target_argmax_ptr + row_stats, num_tiles, NUM_TILES_PAD
-            )
-            # Greedy rows have no partial sums (they never need p or q).
-            target_lse = tl.zeros([], tl.float32)
-            draft_lse = tl.zeros([], tl.float32)
-            if temp != 0.0:
-                target_lse = _row_logsumexp(
-                    target_max_ptr + row_stats,
-                    target_sumexp_ptr + row_stats,
-                    num_tiles,
-                    fixed_unit,
-                    NUM_TILES_PAD,
-                )
-                if HAS_DRAFT_LOGITS:
-                    draft_lse = _row_logsumexp(
-                        draft_max_ptr + row_stats,
-                        draft_sumexp_ptr + row_stats,
-                        num_tiles,
-                        fixed_unit,
-                        NUM_TILES_PAD,
-                    )
-            accepted = _draft_accepted(
-                key,
-                draft,
-                row,
-                temp,
-                greedy_token,
-                target_lse,
-                draft_lse,
-                target_row_ptr,
-                draft_row_ptr,
-                conditional_rates_ptr,
-                vocab_size,
-                SYNTHETIC_MODE,
-                HAS_DRAFT_LOGITS,
-                USE_FP64,
-                APPLY_TEMPERATURE,
-            )
-            reached = accepted
-            rejected = accepted == 0
-            if rejected:
-                if temp == 0.0:
-                    # The corrected token is the target argmax: every block
-                    # offers it, the emit kernel takes block 0's.
-                    tl.store(winner_value_ptr + winner_offset, greedy_max)
-                    tl.store(winner_token_ptr + winner_offset, greedy_token)
-                    tl.store(fallback_value_ptr + winner_offset, greedy_max)
-                    tl.store(fallback_token_ptr + winner_offset, greedy_token)
-                else:
-                    value, token, fallback_value, fallback_token = _corrected_block_winners(
-                        key,
-                        draft,
-                        temp,
-                        target_lse,
-                        draft_lse,
-                        target_row_ptr,
-                        draft_row_ptr,
-                        block_start,
-                        block_end,
-                        vocab_size,
-                        SAMPLE_CHUNK,
-                        HAS_DRAFT_LOGITS,
-                        USE_FP64,
-                        APPLY_TEMPERATURE,
-                    )
-                    tl.store(winner_value_ptr + winner_offset, value)
-                    tl.store(winner_token_ptr + winner_offset, token)
-                    tl.store(fallback_value_ptr + winner_offset, fallback_value)
-                    tl.store(fallback_token_ptr + winner_offset, fallback_token)
-
-        logit_idx = start + step
-        target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
-        if reached & (step == num_drafts):
-            value, token = _bonus_block_winner(
-                seed,
-                tl.load(pos_ptr + logit_idx),
-                temp,
-                target_row_ptr,
-                block_start,
-                block_end,
-                vocab_size,
-                SAMPLE_CHUNK,
-                USE_FP64,
-                APPLY_TEMPERATURE,
-            )
-            tl.store(winner_value_ptr + winner_offset, value)
-            tl.store(winner_token_ptr + winner_offset, token)
-            tl.store(fallback_value_ptr + winner_offset, value)
-            tl.store(fallback_token_ptr + winner_offset, token)
-        elif reached:
-            # Block pass over the row that verifies draft `step`.
-            row_stats = stats_offset + step * num_tiles
-            if temp == 0.0:
-                # Greedy rows compare with the argmax only: no sums, no q.
-                _block_stats(
-                    target_row_ptr,
-                    target_max_ptr + row_stats,
-                    target_argmax_ptr + row_stats,
-                    target_sumexp_ptr + row_stats,
-                    block_start,
-                    block_end,
-                    vocab_size,
-                    num_tiles,
-                    temp,
-                    fixed_one,
-                    CHUNK,
-                    STATS_TILE,
-                    True,
-                    False,
-                    APPLY_TEMPERATURE,
-                )
-            else:
-                _block_stats(
-                    target_row_ptr,
-                    target_max_ptr + row_stats,
-                    target_argmax_ptr + row_stats,
-                    target_sumexp_ptr + row_stats,
-                    block_start,
-                    block_end,
-                    vocab_size,
-                    num_tiles,
-                    temp,
-                    fixed_one,
-                    CHUNK,
-                    STATS_TILE,
-                    True,
-                    True,
-                    APPLY_TEMPERATURE,
-                )
-                if HAS_DRAFT_LOGITS:
-                    _block_stats(
-                        draft_logits_ptr
-                        + state_idx * draft_logits_stride_0
-                        + step * draft_logits_stride_1,
-                        draft_max_ptr + row_stats,
-                        draft_max_ptr + row_stats,
-                        draft_sumexp_ptr + row_stats,
-                        block_start,
-                        block_end,
-                        vocab_size,
-                        num_tiles,
-                        temp,
-                        fixed_one,
-                        CHUNK,
-                        STATS_TILE,
-                        False,
-                        True,
-                        False,
-                    )
+        reached = _rejection_step(
+            step,
+            req_idx,
+            block_idx,
+            tl.num_programs(1),
+            block_start,
+            tl.minimum(block_start + block_size, vocab_size),
+            start,
+            num_drafts,
+            state_idx,
+            tl.load(temperature_ptr + state_idx).to(tl.float32),
+            tl.load(seeds_ptr + state_idx),
+            winner_value_ptr,
+            winner_token_ptr,
+            fallback_value_ptr,
+            fallback_token_ptr,
+            target_max_ptr,
+            target_argmax_ptr,
+            target_sumexp_ptr,
+            draft_max_ptr,
+            draft_sumexp_ptr,
+            target_logits_ptr,
+            target_logits_stride,
+            draft_logits_ptr,
+            draft_logits_stride_0,
+            draft_logits_stride_1,
+            draft_tokens_ptr,
+            pos_ptr,
+            conditional_rates_ptr,
+            vocab_size,
+            num_spec_steps,
+            num_tiles,
+            fixed_one,
+            fixed_unit,
+            CHUNK,
+            SAMPLE_CHUNK,
+            STATS_TILE,
+            NUM_TILES_PAD,
+            SYNTHETIC_MODE,
+            HAS_DRAFT_LOGITS,
+            USE_FP64,
+            APPLY_TEMPERATURE,
+        )
     if block_idx == 0:
         tl.store(reached_row_ptr + step, reached.to(tl.int8))
-        if rejected:
+        if active & (reached == 0):
             tl.store(num_accepted_ptr + req_idx, step - 1)
         if reached & (step == num_drafts):
             tl.store(num_accepted_ptr + req_idx, step)
@@ -673,35 +1108,23 @@ def _emit_kernel(
     OUT_PAD: tl.constexpr,
 ):
     req_idx = tl.program_id(0)
-    num_accepted = tl.load(num_accepted_ptr + req_idx)
-    start = tl.load(cu_num_logits_ptr + req_idx)
-
-    blocks = tl.arange(0, NUM_BLOCKS_PAD)
-    mask = blocks < num_blocks
-    values = tl.load(
-        winner_value_ptr + req_idx * num_blocks + blocks, mask=mask, other=float("-inf")
+    _emit_row(
+        req_idx,
+        tl.load(num_accepted_ptr + req_idx),
+        tl.load(cu_num_logits_ptr + req_idx),
+        sampled_ptr,
+        sampled_stride,
+        num_sampled_ptr,
+        winner_value_ptr,
+        winner_token_ptr,
+        fallback_value_ptr,
+        fallback_token_ptr,
+        draft_tokens_ptr,
+        num_spec_steps,
+        num_blocks,
+        NUM_BLOCKS_PAD,
+        OUT_PAD,
     )
-    # tl.argmax keeps the lowest block among equal values: the lowest token.
-    if tl.max(values, axis=0) > float("-inf"):
-        token = tl.load(winner_token_ptr + req_idx * num_blocks + tl.argmax(values, axis=0))
-    else:
-        # Rounding can leave a rejected row's residual without mass (or, in
-        # synthetic mode, p == q); p itself is the only sensible choice then.
-        # A row without any finite logit lands here too and emits token 0.
-        values = tl.load(
-            fallback_value_ptr + req_idx * num_blocks + blocks, mask=mask, other=float("-inf")
-        )
-        token = tl.load(fallback_token_ptr + req_idx * num_blocks + tl.argmax(values, axis=0))
-
-    cols = tl.arange(0, OUT_PAD)
-    drafts = tl.load(draft_tokens_ptr + start + 1 + cols, mask=cols < num_accepted, other=0)
-    out = tl.where(
-        cols < num_accepted,
-        drafts.to(tl.int64),
-        tl.where(cols == num_accepted, token.to(tl.int64), -1),
-    )
-    tl.store(sampled_ptr + req_idx * sampled_stride + cols, out, mask=cols <= num_spec_steps)
-    tl.store(num_sampled_ptr + req_idx, num_accepted + 1)
 
 
 def rejection_sample_packed(
@@ -817,46 +1240,79 @@ def rejection_sample_packed(
     tile = stats_tile(vocab_size)
     num_tiles = triton.cdiv(vocab_size, tile)
     fixed_bits = fixed_point_bits(vocab_size)
-    score_dtype = torch.float64 if use_fp64 else torch.float32
-    winner_value = torch.empty(num_reqs, plan.num_blocks, dtype=score_dtype, device=device)
-    winner_token = torch.empty(num_reqs, plan.num_blocks, dtype=torch.int32, device=device)
-    fallback_value = torch.empty_like(winner_value)
-    fallback_token = torch.empty_like(winner_token)
-    reached = torch.empty(num_reqs, num_speculative_steps + 1, dtype=torch.int8, device=device)
-    num_accepted = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    stats_shape = (num_reqs, num_speculative_steps, num_tiles)
-    target_max = torch.empty(stats_shape, dtype=torch.float32, device=device)
-    target_argmax = torch.empty(stats_shape, dtype=torch.int32, device=device)
-    target_sumexp = torch.empty(stats_shape, dtype=torch.int64, device=device)
     has_draft_logits = draft_logits is not None
-    draft_max = torch.empty_like(target_max) if has_draft_logits else target_max
-    draft_sumexp = torch.empty_like(target_sumexp) if has_draft_logits else target_sumexp
+    work = _workspace(
+        device,
+        num_reqs,
+        plan.num_blocks,
+        num_speculative_steps,
+        num_tiles,
+        use_fp64,
+        has_draft_logits,
+    )
+    inputs = (
+        work.winner_value,
+        work.winner_token,
+        work.fallback_value,
+        work.fallback_token,
+        work.target_max,
+        work.target_argmax,
+        work.target_sumexp,
+        work.draft_max,
+        work.draft_sumexp,
+        target_logits,
+        target_logits.stride(0),
+        draft_logits if has_draft_logits else target_logits,
+        draft_logits.stride(0) if has_draft_logits else 0,
+        draft_logits.stride(1) if has_draft_logits else 0,
+        draft_tokens,
+        cu_num_logits,
+        idx_mapping,
+        pos,
+        temperature,
+        seeds,
+        synthetic_conditional_rates if synthetic_conditional_rates is not None else temperature,
+    )
+    constants = {
+        "CHUNK": plan.chunk,
+        "SAMPLE_CHUNK": plan.sample_chunk,
+        "STATS_TILE": tile,
+        "NUM_TILES_PAD": triton.next_power_of_2(num_tiles),
+        "SYNTHETIC_MODE": synthetic_conditional_rates is not None,
+        "HAS_DRAFT_LOGITS": has_draft_logits,
+        "USE_FP64": use_fp64,
+        "APPLY_TEMPERATURE": apply_temperature,
+        "num_warps": plan.num_warps,
+    }
+    emit_constants = {
+        "NUM_BLOCKS_PAD": triton.next_power_of_2(plan.num_blocks),
+        "OUT_PAD": triton.next_power_of_2(num_speculative_steps + 1),
+    }
+    if plan.single_launch:
+        _rejection_kernel[(num_reqs * plan.num_blocks,)](
+            sampled,
+            sampled.stride(0),
+            num_sampled,
+            work.launch_counters,
+            work.arrivals,
+            *inputs,
+            vocab_size,
+            num_speculative_steps,
+            num_tiles,
+            plan.num_blocks,
+            plan.block,
+            float(2**fixed_bits),
+            float(2**-fixed_bits),
+            **constants,
+            **emit_constants,
+        )
+        return sampled, num_sampled
 
     for step in range(num_speculative_steps + 1):
         _rejection_step_kernel[(num_reqs, plan.num_blocks)](
-            winner_value,
-            winner_token,
-            fallback_value,
-            fallback_token,
-            reached,
-            num_accepted,
-            target_max,
-            target_argmax,
-            target_sumexp,
-            draft_max,
-            draft_sumexp,
-            target_logits,
-            target_logits.stride(0),
-            draft_logits if has_draft_logits else target_logits,
-            draft_logits.stride(0) if has_draft_logits else 0,
-            draft_logits.stride(1) if has_draft_logits else 0,
-            draft_tokens,
-            cu_num_logits,
-            idx_mapping,
-            pos,
-            temperature,
-            seeds,
-            synthetic_conditional_rates if synthetic_conditional_rates is not None else temperature,
+            work.reached,
+            work.num_accepted,
+            *inputs,
             step,
             vocab_size,
             num_speculative_steps,
@@ -864,31 +1320,22 @@ def rejection_sample_packed(
             plan.block,
             float(2**fixed_bits),
             float(2**-fixed_bits),
-            CHUNK=plan.chunk,
-            SAMPLE_CHUNK=plan.sample_chunk,
-            STATS_TILE=tile,
-            NUM_TILES_PAD=triton.next_power_of_2(num_tiles),
-            SYNTHETIC_MODE=synthetic_conditional_rates is not None,
-            HAS_DRAFT_LOGITS=has_draft_logits,
-            USE_FP64=use_fp64,
-            APPLY_TEMPERATURE=apply_temperature,
-            num_warps=plan.num_warps,
+            **constants,
         )
     _emit_kernel[(num_reqs,)](
         sampled,
         sampled.stride(0),
         num_sampled,
-        winner_value,
-        winner_token,
-        fallback_value,
-        fallback_token,
-        num_accepted,
+        work.winner_value,
+        work.winner_token,
+        work.fallback_value,
+        work.fallback_token,
+        work.num_accepted,
         draft_tokens,
         cu_num_logits,
         num_speculative_steps,
         plan.num_blocks,
-        NUM_BLOCKS_PAD=triton.next_power_of_2(plan.num_blocks),
-        OUT_PAD=triton.next_power_of_2(num_speculative_steps + 1),
+        **emit_constants,
         num_warps=1,
     )
     return sampled, num_sampled
