@@ -39,10 +39,9 @@ import triton.language as tl
 from vllm_sampling_plugin.ops.random import gumbel_block, request_key
 from vllm_sampling_plugin.ops.topk_topp_exact import MAX_VOCAB_SIZE, sample_row_exactly
 from vllm_sampling_plugin.ops.topk_topp_row import (
-    decide,
-    gumbel_argmax,
+    argmax_lowest_id,
+    sample_short,
     sample_wide,
-    short_list,
 )
 from vllm_sampling_plugin.ops.topk_topp_select import (
     RADIX_BINS,
@@ -96,9 +95,6 @@ PATH_NO_FILTER = tl.constexpr(0)  # greedy, unfiltered, or a +-inf max
 PATH_SHORT_LIST = tl.constexpr(1)  # the pairwise decision on the short list
 PATH_COLLECTED = tl.constexpr(2)  # one walk collecting the row from a bound up
 PATH_EXACT = tl.constexpr(3)  # the exact whole-row path
-# The pairwise comparison of the short list runs on [short_list, part]
-# blocks of this many elements (16 per thread at 16 warps).
-PAIRWISE_BLOCK = 8192
 
 
 @triton.jit
@@ -260,7 +256,6 @@ def _top_k_top_p_kernel(
     LIST: tl.constexpr,
     TILE: tl.constexpr,
     SHORT: tl.constexpr,
-    PART: tl.constexpr,
     WIDE: tl.constexpr,
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
@@ -291,7 +286,7 @@ def _top_k_top_p_kernel(
             chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, scratch_logits_ptr,
             scratch_ids_ptr, mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride,
             idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr,
-            vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, PART, WIDE, ROW_BLOCK,
+            vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, WIDE, ROW_BLOCK,
             APPLY_TEMPERATURE, CHUNK, USE_FP64,
         )
 
@@ -303,7 +298,7 @@ def _merge_kernel(
     mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride, idx_mapping_ptr,
     temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr, vocab_size,
     NUM_CHUNKS: tl.constexpr, CHUNKS_BLOCK: tl.constexpr, LIST: tl.constexpr,
-    SHORT: tl.constexpr, PART: tl.constexpr, WIDE: tl.constexpr, ROW_BLOCK: tl.constexpr,
+    SHORT: tl.constexpr, WIDE: tl.constexpr, ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr, CHUNK: tl.constexpr, USE_FP64: tl.constexpr,
 ):
     _merge_row(
@@ -311,7 +306,7 @@ def _merge_kernel(
         chunk_mass_ptr, chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, scratch_logits_ptr,
         scratch_ids_ptr, mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride,
         idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr,
-        vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, PART, WIDE, ROW_BLOCK,
+        vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, WIDE, ROW_BLOCK,
         APPLY_TEMPERATURE, CHUNK, USE_FP64,
     )
 
@@ -344,15 +339,30 @@ def _merge_row(
     CHUNKS_BLOCK: tl.constexpr,
     LIST: tl.constexpr,
     SHORT: tl.constexpr,
-    PART: tl.constexpr,
     WIDE: tl.constexpr,
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     CHUNK: tl.constexpr,
     USE_FP64: tl.constexpr,
 ):
-    """Decide row ``token`` from its chunks' results (see the module doc)."""
+    """Decide row ``token`` from its chunks' results (see the module doc).
+
+    Everything the row's merge reads is loaded first, before the first
+    reduction: the loads' latencies overlap instead of adding up.
+    """
     req = tl.load(idx_mapping_ptr + token)
+    chunks = tl.arange(0, CHUNKS_BLOCK)
+    chunk_ok = chunks < num_chunks
+    row = token.to(tl.int64) * num_chunks
+    best = tl.load(chunk_best_ptr + row + chunks, mask=chunk_ok, other=float("-inf"))
+    best_ids = tl.load(chunk_best_id_ptr + row + chunks, mask=chunk_ok, other=vocab_size)
+    # [CHUNKS_BLOCK, LIST]: a chunk's list is a row. Rows past the last
+    # chunk hold no token and a floor of 0.
+    lists = (row + chunks[:, None]) * LIST + tl.arange(0, LIST)[None, :]
+    x = tl.load(listed_logits_ptr + lists, mask=chunk_ok[:, None], other=float("-inf"))
+    ids = tl.load(listed_ids_ptr + lists, mask=chunk_ok[:, None], other=0)
+    floors = tl.load(chunk_floor_ptr + row + chunks, mask=chunk_ok, other=0)
+    floors = floors.to(tl.uint32, bitcast=True)
     temperature = tl.load(temperature_ptr + req)
     top_k = tl.load(top_k_ptr + req)
     top_p = tl.load(top_p_ptr + req)
@@ -361,16 +371,9 @@ def _merge_row(
     # Where it matters (filter_k), top_k < vocab_size fits in int32.
     top_k = top_k.to(tl.int32)
 
-    chunks = tl.arange(0, CHUNKS_BLOCK)
-    chunk_ok = chunks < num_chunks
-    row = token.to(tl.int64) * num_chunks
-    best = tl.load(chunk_best_ptr + row + chunks, mask=chunk_ok, other=float("-inf"))
-    row_best = tl.max(best, axis=0)
     # Chunks are in token order: the lowest id among equal bests is the
     # first chunk's. An all -inf row gives chunk 0's id, 0.
-    best_ids = tl.load(chunk_best_id_ptr + row + chunks, mask=chunk_ok, other=vocab_size)
-    sampled = tl.min(tl.where(chunk_ok & (best == row_best), best_ids, vocab_size), axis=0)
-
+    row_best, sampled = argmax_lowest_id(best, best_ids)
     row_max = row_best.to(tl.float32)
     finite_max = (row_max != float("inf")) & (row_max != float("-inf"))
     # Greedy and unfiltered rows are decided. So is a row whose max is
@@ -382,30 +385,41 @@ def _merge_row(
         scratch_logits_ptr += token.to(tl.int64) * WIDE
         scratch_ids_ptr += token.to(tl.int64) * WIDE
         # Top-p alone needs the row's total mass: the chunks' sums.
-        chunk_mass = tl.load(chunk_mass_ptr + row + chunks, mask=chunk_ok, other=0.0)
-        total_mass = tl.sum(chunk_mass * tl.exp(best.to(tl.float32) - row_max), axis=0)
+        total_mass = 0.0
+        if filter_p & ~filter_k:
+            chunk_mass = tl.load(chunk_mass_ptr + row + chunks, mask=chunk_ok, other=0.0)
+            total_mass = tl.sum(chunk_mass * tl.exp(best.to(tl.float32) - row_max), axis=0)
 
-        # Twice top_k leaves room above the k-th token for the cut (the
-        # pairwise work grows with the short list); top-p alone takes all.
-        capacity = tl.where(filter_k, tl.minimum(tl.maximum(2 * top_k, 32), SHORT), SHORT)
-        x, ids, keys, listed, floor = short_list(
-            listed_logits_ptr, listed_ids_ptr, chunk_floor_ptr, scratch_logits_ptr,
-            scratch_ids_ptr, row, row_max, num_chunks, capacity, CHUNKS_BLOCK, LIST, SHORT,
+        # The short list needs the top-k set and room above the k-th token
+        # for the histogram's coarseness: with k + k/4 + 2, 99% of rows of
+        # k = 50 are decided on the half-size list (simulated on N(0, 3^2)
+        # rows; the rest mostly have three top tokens in one group). Top-p
+        # alone takes the full list. The pairwise work grows with the
+        # square of the lanes, so lists that fit in half take that size.
+        capacity = tl.where(
+            filter_k, tl.minimum(tl.maximum(top_k + top_k // 4 + 2, SHORT // 4), SHORT), SHORT
         )
-        keep, decided, bound = decide(
-            x, keys, listed, scratch_logits_ptr, floor, row_max,
-            filter_k, top_k, filter_p, top_p, total_mass, PART,
-        )
+        if capacity <= SHORT // 2:
+            short_sampled, decided, bound = sample_short(
+                x, ids, floors, scratch_logits_ptr, scratch_ids_ptr, row_max, capacity,
+                filter_k, top_k, filter_p, top_p, total_mass, key, vocab_size,
+                SHORT // 2, USE_FP64,
+            )
+        else:
+            short_sampled, decided, bound = sample_short(
+                x, ids, floors, scratch_logits_ptr, scratch_ids_ptr, row_max, capacity,
+                filter_k, top_k, filter_p, top_p, total_mass, key, vocab_size,
+                SHORT, USE_FP64,
+            )
         path = PATH_SHORT_LIST
         if decided:
-            sampled = gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64)
+            sampled = short_sampled
         else:
             path = PATH_COLLECTED
             sampled, decided = sample_wide(
-                listed_logits_ptr, listed_ids_ptr, chunk_floor_ptr, row, num_chunks,
-                logits_row_ptr, logits_col_stride, temperature, vocab_size, row_max,
-                filter_k, top_k, filter_p, top_p, total_mass, bound, scratch_logits_ptr,
-                scratch_ids_ptr, key, CHUNKS_BLOCK, CHUNK, LIST, SHORT, PART, WIDE, ROW_BLOCK,
+                x, ids, floors, logits_row_ptr, logits_col_stride, temperature, vocab_size,
+                row_max, filter_k, top_k, filter_p, top_p, total_mass, bound,
+                scratch_logits_ptr, scratch_ids_ptr, key, CHUNK, LIST, SHORT, WIDE,
                 APPLY_TEMPERATURE, USE_FP64,
             )
         if not decided:
@@ -722,7 +736,6 @@ def top_k_top_p_sample(
         CHUNKS_BLOCK=triton.next_power_of_2(shape.num_chunks),
         LIST=list_len,
         SHORT=tuning.short_list,
-        PART=max(1, min(tuning.short_list, PAIRWISE_BLOCK // tuning.short_list)),
         WIDE=tuning.wide_list,
         ROW_BLOCK=tuning.row_block,
         APPLY_TEMPERATURE=apply_temperature,

@@ -30,72 +30,92 @@ from vllm_sampling_plugin.ops.topk_topp_select import (
 )
 
 # Buckets of the histogram that chooses what the short list keeps.
-NUM_BUCKETS = tl.constexpr(32)
+NUM_BUCKETS = tl.constexpr(64)
+
+
+@triton.jit
+def _add_pairs(a_sum, a_count, b_sum, b_count):
+    return a_sum + b_sum, a_count + b_count
+
+
+@triton.jit
+def _larger_then_lower_id(a_score, a_id, b_score, b_id):
+    b_wins = (b_score > a_score) | ((b_score == a_score) & (b_id < a_id))
+    return tl.where(b_wins, b_score, a_score), tl.where(b_wins, b_id, a_id)
+
+
+@triton.jit
+def argmax_lowest_id(score, ids):
+    """The largest ``score`` of a 1-D block and the lowest id among its
+    equals: one reduction (a pair), not a max and then a min."""
+    return tl.reduce((score, ids), 0, _larger_then_lower_id)
 
 
 @triton.jit
 def list_largest(x, valid, top, capacity):
-    """At most ``capacity`` of the largest valid ``x`` (``top`` is their max),
-    and the *floor*: the key of the largest valid value left out, or of -inf
-    if none is. Every value above the floor is listed.
+    """At most ``capacity`` of the largest valid ``x`` (a 2-D block of finite
+    values where valid; ``top`` is their max), and the *floor*: the key of
+    the largest valid value left out, or of -inf if none is. Every value
+    above the floor is listed.
 
-    The cut is chosen on a 32-bucket histogram of ``top - x``, scaled to the
-    distance between ``top`` and the mean of the finite values so that it
-    adapts to the temperature: one cheap pass. Only the floor must be exact.
+    The cut is chosen on a 64-bucket histogram of ``top - x``, scaled to the
+    distance between ``top`` and the mean of the values so that it adapts
+    to the temperature: one cheap pass. Only the floor must be exact.
     """
-    finite = valid & (x > float("-inf")) & (x < float("inf"))
-    mean = tl.sum(tl.where(finite, x, 0.0), axis=0) / tl.sum(finite.to(tl.float32), axis=0)
-    bucket = distance_bucket(x, top, NUM_BUCKETS / (top - mean), NUM_BUCKETS)
-    hist = tl.histogram(bucket, NUM_BUCKETS, mask=valid)
+    total, count = tl.reduce((tl.where(valid, x, 0.0), valid.to(tl.float32)), 1, _add_pairs)
+    total, count = tl.reduce((total, count), 0, _add_pairs)
+    bucket = distance_bucket(x, top, NUM_BUCKETS / (top - total / count), NUM_BUCKETS)
+    lanes: tl.constexpr = x.shape[0] * x.shape[1]
+    hist = tl.histogram(
+        tl.reshape(bucket, [lanes]), NUM_BUCKETS, mask=tl.reshape(valid, [lanes])
+    )
     listed = valid & (bucket < buckets_within(hist, capacity))
-    left_out = tl.max(tl.where(valid & ~listed, x, float("-inf")), axis=0)
+    left_out = tl.max(tl.max(tl.where(valid & ~listed, x, float("-inf")), axis=1), axis=0)
     return listed, order_key(left_out)
 
 
 @triton.jit
+def append_taken(x, ids, taken, count, scratch_logits_ptr, scratch_ids_ptr, CAPACITY: tl.constexpr):
+    """Append the ``taken`` lanes of a 2-D block to the scratch list of
+    ``count`` tokens, in row-major order; returns the new count (lanes past
+    ``CAPACITY`` are counted, not stored).
+
+    The slots come from a scan along each row plus one over the row totals:
+    short scans within a warp, which cost a fraction of one scan over the
+    flattened block.
+    """
+    taken_count = taken.to(tl.int32)
+    per_row = tl.sum(taken_count, axis=1)
+    row_start = count + tl.cumsum(per_row, axis=0) - per_row
+    slot = row_start[:, None] + tl.cumsum(taken_count, axis=1) - 1
+    tl.store(scratch_logits_ptr + slot, x, mask=taken & (slot < CAPACITY))
+    tl.store(scratch_ids_ptr + slot, ids, mask=taken & (slot < CAPACITY))
+    return count + tl.sum(per_row, axis=0)
+
+
+@triton.jit
 def short_list(
-    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
-    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
+    x,  # [CHUNKS_BLOCK, LIST] fp32: the row's listed logits, -inf: no token
+    ids,  # [CHUNKS_BLOCK, LIST] int32
+    floors,  # [CHUNKS_BLOCK] uint32: the chunks' floors, 0 past the last chunk
     short_logits_ptr,  # [SHORT] fp32 scratch of this row
     short_ids_ptr,  # [SHORT] int32 scratch of this row
-    row,
     row_max,
-    num_chunks,
     capacity,
-    CHUNKS_BLOCK: tl.constexpr,
-    LIST: tl.constexpr,
     SHORT: tl.constexpr,
 ):
     """The row's largest listed logits (at most ``capacity <= SHORT``), their
     ids, and the floor: the list holds every token of the row whose key is
     above it. -inf tokens are never listed (they cannot win)."""
-    chunks = tl.arange(0, CHUNKS_BLOCK)
-    floors = tl.load(chunk_floor_ptr + row + chunks, mask=chunks < num_chunks, other=0)
-    floor = tl.max(floors.to(tl.uint32, bitcast=True), axis=0)
-    lanes = tl.arange(0, CHUNKS_BLOCK * LIST)
-    x = tl.load(
-        listed_logits_ptr + row * LIST + lanes,
-        mask=lanes < num_chunks * LIST,
-        other=float("-inf"),
-    )
+    floor = tl.max(floors, axis=0)
     listed = x > float("-inf")
-    ids = tl.load(listed_ids_ptr + row * LIST + lanes, mask=listed, other=0)
     # Keep at most `capacity` of the largest, raise the floor to the largest
     # one left out, and compact the kept ones through the scratch.
-    chosen = listed
-    if tl.sum(listed.to(tl.int32), axis=0) > capacity:
-        chosen, cut = list_largest(x, listed, row_max, capacity)
-        floor = tl.maximum(floor, cut)
-    slot = tl.cumsum(chosen.to(tl.int32), axis=0) - 1
-    # At most `capacity` are chosen; the bound on the slot guards the scratch.
-    tl.store(short_logits_ptr + slot, x, mask=chosen & (slot < SHORT))
-    tl.store(short_ids_ptr + slot, ids, mask=chosen & (slot < SHORT))
+    chosen, cut = list_largest(x, listed, row_max, capacity)
+    count = append_taken(x, ids, chosen, 0, short_logits_ptr, short_ids_ptr, SHORT)
     tl.debug_barrier()
-    x, ids, keys, listed = load_list(
-        short_logits_ptr, short_ids_ptr, tl.sum(chosen.to(tl.int32), axis=0), SHORT
-    )
-    return x, ids, keys, listed, floor
+    x, ids, keys, listed = load_list(short_logits_ptr, short_ids_ptr, count, SHORT)
+    return x, ids, keys, listed, tl.maximum(floor, cut)
 
 
 @triton.jit
@@ -110,49 +130,11 @@ def load_list(short_logits_ptr, short_ids_ptr, count, SHORT: tl.constexpr):
 
 
 @triton.jit
-def count_and_mass_above(
-    keys,  # [SHORT] uint32, 0 where no token
-    short_logits_ptr,  # [SHORT] fp32: the same tokens, from the scratch
-    count,
-    row_max,
-    PART: tl.constexpr,
-):
-    """For every listed token j: how many listed tokens lie strictly above
-    it, and their mass ``exp(x - row_max)``. The tokens above are streamed
-    from the scratch ``PART`` at a time, which bounds the registers of the
-    ``[SHORT, PART]`` comparison."""
-    num_above = tl.zeros(keys.shape, dtype=tl.int32)
-    mass_above = tl.zeros(keys.shape, dtype=tl.float32)
-    for start in range(0, count, PART):
-        lanes = start + tl.arange(0, PART)
-        part_listed = lanes < count
-        part_x = tl.load(short_logits_ptr + lanes, mask=part_listed, other=float("-inf"))
-        part_mass = tl.where(part_listed, tl.exp(part_x - row_max), 0.0)
-        above = tl.where(part_listed, order_key(part_x), 0)[None, :] > keys[:, None]
-        num_above += tl.sum(above.to(tl.int32), axis=1)
-        mass_above += tl.sum(tl.where(above, part_mass[None, :], 0.0), axis=1)
-    return num_above, mass_above
-
-
-@triton.jit
-def append_taken(x, ids, taken, count, scratch_logits_ptr, scratch_ids_ptr, CAPACITY: tl.constexpr):
-    """Append the ``taken`` lanes to the scratch list of ``count`` tokens, in
-    lane order; returns the new count (lanes past ``CAPACITY`` are counted,
-    not stored)."""
-    slot = count + tl.cumsum(taken.to(tl.int32), axis=0) - 1
-    tl.store(scratch_logits_ptr + slot, x, mask=taken & (slot < CAPACITY))
-    tl.store(scratch_ids_ptr + slot, ids, mask=taken & (slot < CAPACITY))
-    return count + tl.sum(taken.to(tl.int32), axis=0)
-
-
-@triton.jit
 def collect_at_least(
-    x,  # [CHUNKS_BLOCK * LIST] fp32: the row's listed logits, -inf: no token
-    keys,  # [CHUNKS_BLOCK * LIST] uint32 keys of x, 0 where no token
-    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    row,
-    num_chunks,
+    x,  # [CHUNKS_BLOCK, LIST] fp32: the row's listed logits, -inf: no token
+    keys,  # [CHUNKS_BLOCK, LIST] uint32 keys of x, 0 where no token
+    ids,  # [CHUNKS_BLOCK, LIST] int32
+    floors,  # [CHUNKS_BLOCK] uint32: the chunks' floors, 0 past the last chunk
     logits_row_ptr,  # [vocab]: one row of logits
     col_stride,
     temperature,
@@ -160,11 +142,9 @@ def collect_at_least(
     bound,
     scratch_logits_ptr,  # [CAPACITY] fp32 scratch of this row
     scratch_ids_ptr,  # [CAPACITY] int32 scratch of this row
-    CHUNKS_BLOCK: tl.constexpr,
     CHUNK: tl.constexpr,
     LIST: tl.constexpr,
     CAPACITY: tl.constexpr,
-    BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """Every finite token of the row whose key is at least ``bound`` (> 0),
@@ -177,43 +157,36 @@ def collect_at_least(
     so a row usually costs one chunk's walk, not the row's. The order is
     fixed by the row alone: listed tokens, then the walked chunks in order.
     """
-    chunks = tl.arange(0, CHUNKS_BLOCK)
-    floors = tl.load(
-        chunk_floor_ptr + row + chunks, mask=chunks < num_chunks, other=0
-    ).to(tl.uint32, bitcast=True)
-    walk = (chunks < num_chunks) & (floors >= bound)
-    lanes = tl.arange(0, CHUNKS_BLOCK * LIST)
-    lane_floor = tl.load(
-        chunk_floor_ptr + row + lanes // LIST, mask=lanes < num_chunks * LIST, other=0
-    ).to(tl.uint32, bitcast=True)
-    taken = (keys >= bound) & (lane_floor < bound)
-    ids = tl.load(listed_ids_ptr + row * LIST + lanes, mask=taken, other=0)
+    chunks = tl.arange(0, floors.shape[0])
+    walk = floors >= bound
+    taken = (keys >= bound) & ~walk[:, None]
     count = append_taken(x, ids, taken, 0, scratch_logits_ptr, scratch_ids_ptr, CAPACITY)
-    while tl.sum(walk.to(tl.int32), axis=0) > 0:
-        chunk = tl.min(tl.where(walk, chunks, CHUNKS_BLOCK), axis=0)
+    while tl.max(walk.to(tl.int32), axis=0) > 0:
+        chunk = tl.min(tl.where(walk, chunks, floors.shape[0]), axis=0)
         walk = walk & (chunks != chunk)
-        chunk_end = chunk * CHUNK + CHUNK
-        for start in range(chunk * CHUNK, tl.minimum(chunk_end, vocab_size), BLOCK):
-            token_ids, in_vocab, block_x = load_logits_block(
-                logits_row_ptr, col_stride, start, temperature, vocab_size,
-                1, BLOCK, APPLY_TEMPERATURE,
-            )
-            in_chunk = in_vocab & (token_ids < chunk_end)
-            block_taken = in_chunk & (block_x > float("-inf")) & (order_key(block_x) >= bound)
-            count = append_taken(
-                block_x, token_ids, block_taken, count, scratch_logits_ptr, scratch_ids_ptr,
-                CAPACITY,
-            )
+        token_ids, in_vocab, block_x = load_logits_block(
+            logits_row_ptr, col_stride, chunk * CHUNK, temperature, vocab_size,
+            1, CHUNK, APPLY_TEMPERATURE,
+        )
+        block_taken = in_vocab & (block_x > float("-inf")) & (order_key(block_x) >= bound)
+        # The chunk in one block, shaped like the lists (LIST divides CHUNK).
+        block_shape: tl.constexpr = [CHUNK // LIST, LIST]
+        block_x = tl.reshape(block_x, block_shape)
+        token_ids = tl.reshape(token_ids, block_shape)
+        block_taken = tl.reshape(block_taken, block_shape)
+        count = append_taken(
+            block_x, token_ids, block_taken, count, scratch_logits_ptr, scratch_ids_ptr,
+            CAPACITY,
+        )
     tl.debug_barrier()
     return count
 
 
 @triton.jit
 def decide(
-    x,  # [SHORT] fp32: the listed tokens, as in the scratch
+    x,  # [SHORT] fp32: the listed tokens
     keys,
     listed,
-    short_logits_ptr,  # [SHORT] fp32 scratch of this row
     floor,
     row_max,
     filter_k,
@@ -221,7 +194,6 @@ def decide(
     filter_p,
     top_p,
     total_mass,
-    PART: tl.constexpr,
 ):
     """Top-k then top-p on the listed tokens (every token of the row above
     ``floor`` is listed).
@@ -234,11 +206,16 @@ def decide(
     row's (used by top-p alone).
     """
     mass = tl.where(listed, tl.exp(x - row_max), 0.0)
-    # Both tests use "strictly above", so tied tokens stay or go together.
-    # Within the top-k set every token above is in the set, so the
-    # unmasked mass above is the set's.
-    count = tl.sum(listed.to(tl.int32), axis=0)
-    num_above, mass_above = count_and_mass_above(keys, short_logits_ptr, count, row_max, PART)
+    # For every token j, how many listed tokens lie strictly above it, and
+    # their mass: one [SHORT, SHORT] comparison in registers. Both tests use
+    # "strictly above", so tied tokens stay or go together. Within the
+    # top-k set every token above is in the set, so the unmasked mass above
+    # is the set's.
+    # (Laid out [above, token] and summed over axis 0: measured 2-2.5x
+    # faster on an H100 than the transposed block.)
+    above = keys[:, None] > keys[None, :]
+    num_above = tl.sum(above.to(tl.int32), axis=0)
+    mass_above = tl.sum(tl.where(above, mass[:, None], 0.0), axis=0)
     keep = listed
     if filter_k:
         keep = listed & (num_above < top_k)
@@ -269,12 +246,44 @@ def decide(
 
 
 @triton.jit
+def sample_short(
+    x,  # [CHUNKS_BLOCK, LIST] fp32: the row's listed logits, -inf: no token
+    ids,  # [CHUNKS_BLOCK, LIST] int32
+    floors,  # [CHUNKS_BLOCK] uint32: the chunks' floors, 0 past the last chunk
+    short_logits_ptr,  # [LANES] fp32 scratch of this row
+    short_ids_ptr,  # [LANES] int32 scratch of this row
+    row_max,
+    capacity,
+    filter_k,
+    top_k,
+    filter_p,
+    top_p,
+    total_mass,
+    key,
+    vocab_size,
+    LANES: tl.constexpr,
+    USE_FP64: tl.constexpr,
+):
+    """The common step: the short list (at most ``capacity <= LANES``
+    tokens), decided pairwise, and the draw when that decides the row.
+    Returns (token, decided, bound) with ``decide``'s bound."""
+    short_x, short_ids, keys, listed, floor = short_list(
+        x, ids, floors, short_logits_ptr, short_ids_ptr, row_max, capacity, LANES,
+    )
+    keep, decided, bound = decide(
+        short_x, keys, listed, floor, row_max, filter_k, top_k, filter_p, top_p, total_mass,
+    )
+    sampled = tl.full((), 0, tl.int32)
+    if decided:
+        sampled = gumbel_argmax(short_x, short_ids, keep, key, vocab_size, USE_FP64)
+    return sampled, decided, bound
+
+
+@triton.jit
 def sample_wide(
-    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
-    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    row,
-    num_chunks,
+    x,  # [CHUNKS_BLOCK, LIST] fp32: the row's listed logits, -inf: no token
+    ids,  # [CHUNKS_BLOCK, LIST] int32
+    floors,  # [CHUNKS_BLOCK] uint32: the chunks' floors, 0 past the last chunk
     logits_row_ptr,  # [vocab]: this row of logits
     col_stride,
     temperature,
@@ -289,13 +298,10 @@ def sample_wide(
     scratch_logits_ptr,  # [WIDE] fp32 scratch of this row
     scratch_ids_ptr,  # [WIDE] int32 scratch of this row
     key,
-    CHUNKS_BLOCK: tl.constexpr,
     CHUNK: tl.constexpr,
     LIST: tl.constexpr,
     SHORT: tl.constexpr,
-    PART: tl.constexpr,
     WIDE: tl.constexpr,
-    ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     USE_FP64: tl.constexpr,
 ):
@@ -311,21 +317,17 @@ def sample_wide(
     pairwise, as the short list is; up to ``WIDE``, by bit-by-bit searches.
     Returns (token, decided).
     """
-    lanes = tl.arange(0, CHUNKS_BLOCK * LIST)
-    x = tl.load(
-        listed_logits_ptr + row * LIST + lanes,
-        mask=lanes < num_chunks * LIST,
-        other=float("-inf"),
-    )
     listed = x > float("-inf")
     keys = tl.where(listed, order_key(x), 0)
     if bound == 0:
         # The short list could not tell: search the whole list.
+        lanes: tl.constexpr = x.shape[0] * x.shape[1]
+        flat_keys = tl.reshape(keys, [lanes])
         if filter_k:
-            bound = largest_key_reaching(keys, listed.to(tl.int32), top_k)
+            bound = largest_key_reaching(flat_keys, tl.reshape(listed.to(tl.int32), [lanes]), top_k)
         else:
             mass = tl.where(listed, tl.exp(x - row_max), 0.0)
-            bound = largest_key_reaching(keys, mass, top_p * total_mass)
+            bound = largest_key_reaching(flat_keys, tl.reshape(mass, [lanes]), top_p * total_mass)
     # The top token always stays (top_p <= 0 would put the bound above it).
     bound = tl.minimum(bound, order_key(row_max))
     sampled = tl.full((), 0, tl.int32)
@@ -334,9 +336,8 @@ def sample_wide(
         # Every token at or above the bound is collected, and the cuts are at
         # or above it: counts and masses from here are the row's.
         count = collect_at_least(
-            x, keys, listed_ids_ptr, chunk_floor_ptr, row, num_chunks, logits_row_ptr,
-            col_stride, temperature, vocab_size, bound, scratch_logits_ptr, scratch_ids_ptr,
-            CHUNKS_BLOCK, CHUNK, LIST, WIDE, ROW_BLOCK, APPLY_TEMPERATURE,
+            x, keys, ids, floors, logits_row_ptr, col_stride, temperature, vocab_size, bound,
+            scratch_logits_ptr, scratch_ids_ptr, CHUNK, LIST, WIDE, APPLY_TEMPERATURE,
         )
         decided = count <= WIDE
         if count <= SHORT:
@@ -345,8 +346,8 @@ def sample_wide(
                 scratch_logits_ptr, scratch_ids_ptr, count, SHORT
             )
             keep, _, _ = decide(
-                short_x, short_keys, collected, scratch_logits_ptr, bound, row_max,
-                filter_k, top_k, filter_p, top_p, total_mass, PART,
+                short_x, short_keys, collected, bound, row_max,
+                filter_k, top_k, filter_p, top_p, total_mass,
             )
             sampled = gumbel_argmax(short_x, short_ids, keep, key, vocab_size, USE_FP64)
         elif decided:
@@ -374,5 +375,5 @@ def gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64: tl.constexpr):
     """Gumbel-max over the kept lanes: the lowest id among equal scores."""
     score_dtype: tl.constexpr = tl.float64 if USE_FP64 else tl.float32
     score = tl.where(keep, x.to(score_dtype) + gumbel_at(key, ids, USE_FP64), float("-inf"))
-    top = tl.max(score, axis=0)
-    return tl.min(tl.where(keep & (score == top), ids, vocab_size), axis=0)
+    _, sampled = argmax_lowest_id(score, tl.where(keep, ids, vocab_size))
+    return sampled
