@@ -340,16 +340,18 @@ def sample_wide(
             scratch_logits_ptr, scratch_ids_ptr, CHUNK, LIST, WIDE, APPLY_TEMPERATURE,
         )
         decided = count <= WIDE
-        if count <= SHORT:
-            # The usual case (a few tokens at the bound): the pairwise decision.
-            short_x, short_ids, short_keys, collected = load_list(
-                scratch_logits_ptr, scratch_ids_ptr, count, SHORT
+        # The usual case (a few tokens at the bound): the pairwise decision,
+        # on half the short list's lanes when they hold the tokens.
+        if count <= SHORT // 2:
+            sampled = sample_collected(
+                scratch_logits_ptr, scratch_ids_ptr, count, bound, row_max, filter_k, top_k,
+                filter_p, top_p, total_mass, key, vocab_size, SHORT // 2, USE_FP64,
             )
-            keep, _, _ = decide(
-                short_x, short_keys, collected, bound, row_max,
-                filter_k, top_k, filter_p, top_p, total_mass,
+        elif count <= SHORT:
+            sampled = sample_collected(
+                scratch_logits_ptr, scratch_ids_ptr, count, bound, row_max, filter_k, top_k,
+                filter_p, top_p, total_mass, key, vocab_size, SHORT, USE_FP64,
             )
-            sampled = gumbel_argmax(short_x, short_ids, keep, key, vocab_size, USE_FP64)
         elif decided:
             wide_x, wide_ids, wide_keys, collected = load_list(
                 scratch_logits_ptr, scratch_ids_ptr, count, WIDE
@@ -368,6 +370,32 @@ def sample_wide(
             keep = collected & (wide_keys >= threshold)
             sampled = gumbel_argmax(wide_x, wide_ids, keep, key, vocab_size, USE_FP64)
     return sampled, decided
+
+
+@triton.jit
+def sample_collected(
+    scratch_logits_ptr,  # [LANES] fp32: the collected tokens
+    scratch_ids_ptr,  # [LANES] int32
+    count,
+    bound,
+    row_max,
+    filter_k,
+    top_k,
+    filter_p,
+    top_p,
+    total_mass,
+    key,
+    vocab_size,
+    LANES: tl.constexpr,
+    USE_FP64: tl.constexpr,
+):
+    """The draw among ``count <= LANES`` collected tokens: every token of
+    the row at or above ``bound``, which the cuts are known to reach."""
+    x, ids, keys, collected = load_list(scratch_logits_ptr, scratch_ids_ptr, count, LANES)
+    keep, _, _ = decide(
+        x, keys, collected, bound, row_max, filter_k, top_k, filter_p, top_p, total_mass,
+    )
+    return gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64)
 
 
 @triton.jit
