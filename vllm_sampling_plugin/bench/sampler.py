@@ -9,8 +9,12 @@ L2 flushed before every call):
 * ``plugin_fp32`` / ``plugin_fp64``: ``ops.gumbel.gumbel_sample`` as the
   runner calls it (temperature already applied unless ``--apply-temperature``);
 * ``stock_gumbel``: vLLM 0.20's ``gumbel_sample`` (FP64), same arguments;
+* ``fused_topk_topp``: the plugin's fused top-k/top-p path
+  (``ops.topk_topp.top_k_top_p_sample``, FP32, one seed per request), with
+  top_k=50, top_p=0.9 per row: the route the plugin's sampler takes for
+  top-k/top-p batches unless FlashInfer is forced;
 * ``flashinfer_topk_topp``: ``flashinfer.sampling.top_k_top_p_sampling_from_logits``
-  with top_k=50, top_p=0.9 per row (``deterministic=True``, as vLLM calls it);
+  with the same top_k/top_p (``deterministic=True``, as vLLM calls it);
 * ``vllm_topk_topp_pytorch``: vLLM's sort-based ``apply_top_k_top_p_pytorch``
   masking (top_k=50, top_p=0.9), and ``vllm_topk_topp``: ``apply_top_k_top_p``,
   which the V2 runner uses (it switches to a Triton kernel from 8 rows). Both
@@ -49,6 +53,7 @@ from vllm_sampling_plugin.bench.common import (
     write_json,
     write_results,
 )
+from vllm_sampling_plugin.bench.topk_topp import fused_topk_topp
 from vllm_sampling_plugin.ops import gumbel
 from vllm_sampling_plugin.ops.gumbel import GumbelTuning, gumbel_sample
 
@@ -146,12 +151,12 @@ def logits_copy(case: Case):
     return lambda: work.copy_(case.logits)
 
 
-# The columns, in order. Another path (a fused top-k/top-p sampler, say) gets
-# its column by adding a name -> factory entry here.
+# The columns, in order: a name -> factory entry adds one.
 CANDIDATES: dict[str, Candidate] = {
     "plugin_fp32": plugin(use_fp64=False),
     "plugin_fp64": plugin(use_fp64=True),
     "stock_gumbel": stock_gumbel,
+    "fused_topk_topp": fused_topk_topp(use_fp64=False),
     "flashinfer_topk_topp": flashinfer_topk_topp,
     "vllm_topk_topp_pytorch": vllm_masking("apply_top_k_top_p_pytorch"),
     "vllm_topk_topp": vllm_masking("apply_top_k_top_p"),
