@@ -9,7 +9,9 @@ runner's sampler has them) with top_k=50, top_p=0.9 per row it times
 (``triton.testing.do_bench`` median):
 
 * ``fused_fp32`` / ``fused_fp64``: ``ops.topk_topp.top_k_top_p_sample``, one
-  seed per request (every row its own seed: per-request seeds cost nothing);
+  seed per request (every row its own seed); ``fused_fp32_one_seed``: the
+  same with one seed shared by every row, which shows that per-request
+  seeds cost nothing (the kernel reads a seed per request either way);
 * ``masked_plugin_gumbel``: the plugin's other route, ``ops.masking`` then
   ``ops.gumbel.gumbel_sample`` (FP32): the tokens ``fused_fp32`` must equal;
 * ``flashinfer``: ``flashinfer.sampling.top_k_top_p_sampling_from_logits``
@@ -165,9 +167,17 @@ def logits_copy(case: Case):
     return lambda: work.copy_(case.logits)
 
 
+def one_seed(candidate: Callable) -> Callable:
+    """``candidate`` on the case with every request's seed set to the first one."""
+    return lambda case: candidate(
+        dataclasses.replace(case, seeds=case.seeds[:1].expand_as(case.seeds).contiguous())
+    )
+
+
 CANDIDATES: dict[str, Callable] = {
     "fused_fp32": fused_topk_topp(use_fp64=False),
     "fused_fp64": fused_topk_topp(use_fp64=True),
+    "fused_fp32_one_seed": one_seed(fused_topk_topp(use_fp64=False)),
     "masked_plugin_gumbel": masked_plugin_gumbel,
     "flashinfer": flashinfer,
     "vllm_pytorch_gumbel": vllm_pytorch_gumbel,
