@@ -11,11 +11,12 @@ import sys
 LAYOUTS = {
     "rejection": (["B", "K"], ["plugin_fp32", "plugin_fp64", "plugin_synthetic",
                                "stock_probabilistic", "stock_synthetic"]),
-    "topk_topp": (["B", "V"], ["fused_fp32", "fused_fp64", "flashinfer",
+    "topk_topp": (["B", "V"], ["fused_fp32", "fused_fp64", "fused_fp32_one_seed", "flashinfer",
                                "vllm_pytorch_gumbel", "masked_plugin_gumbel", "logits_copy"]),
     "ngram": (["R", "L", "k"], ["plugin", "v1_gpu_compiled", "v1_gpu_eager", "cpu_numba"]),
-    "sampler": (["B", "V"], ["plugin_fp32", "plugin_fp64", "stock_gumbel",
-                             "flashinfer_topk_topp", "vllm_topk_topp_pytorch", "logits_copy"]),
+    "sampler": (["B", "V"], ["plugin_fp32", "plugin_fp64", "stock_gumbel", "fused_topk_topp",
+                             "flashinfer_topk_topp", "vllm_topk_topp_pytorch", "vllm_topk_topp",
+                             "logits_copy"]),
 }
 
 

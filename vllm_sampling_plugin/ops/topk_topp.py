@@ -8,23 +8,23 @@ threshold is an exact search on order keys (``topk_topp_select.py``), so ties
 at a threshold are kept or dropped together. ``docs/ops-topk-topp.md`` has
 the algorithm and its cost.
 
-One kernel launch, ``_top_k_top_p_kernel``, and no host synchronisation.
-It runs one program per (row, chunk of ``CHUNK`` tokens), in two phases:
+No host synchronisation. ``_top_k_top_p_kernel`` runs one program per
+(row, chunk of ``CHUNK`` tokens); the work has two phases:
 
 1. ``_chunk_pass`` reads the chunk's logits once. It lists the
    ``PER_GROUP`` largest logits of every group of ``GROUP`` tokens with
    their ids, and the chunk's *floor*: the largest logit it left out.
    Greedy rows only need the chunk's max and argmax; rows without
    top-k/top-p draw their chunk's Gumbel winner instead.
-2. The row's last chunk to finish (a per-row arrival counter) runs
-   ``_merge_row``, which merges the lists. Above the highest floor they hold
+2. ``_merge_row`` merges a row's lists: in a launch of one wave, the
+   row's last chunk to finish runs it (a per-row arrival counter: one
+   launch); larger launches run it in ``_merge_kernel``, one program per
+   row, since the merge's registers would slow the streaming. Above the highest floor they hold
    every token of the row, so a cut found on them that lies above it is the
    row's. The steps (``topk_topp_row.py``): a pairwise decision on the short
    list (the common case), else collecting every token from a proven bound
    up (from the lists, reading again only the chunks whose floor reaches
    the bound), else the exact whole-row path (``topk_topp_exact.py``).
-   Rows are merged while later rows still stream in, so the merge hides
-   behind the memory traffic.
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ class TopKTopPTuning:
     group: int = 128
     per_group: int = 2
     # Listed tokens the merge keeps and compares pairwise (power of
-    # two): the common rows are decided on it. A row with top-k keeps about
-    # 2 * top_k of them (the pairwise work grows with the count); rows with
-    # top_k beyond about this size take the collect step.
+    # two): the common rows are decided on it. A row with top-k keeps
+    # about k + k/4 of them, and a list that fits in half the lanes is
+    # decided on half (the pairwise work grows with the square); rows with
+    # top_k beyond about 4/5 of this size take the collect step.
     short_list: int = 128
     # Other rows collect every token from a bound up, in one walk over the
     # row, into this many lanes (power of two); rows needing more (top_k in

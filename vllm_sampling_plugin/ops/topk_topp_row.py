@@ -3,10 +3,11 @@
 The merge of a row sees the chunks' lists: the two largest logits of every group
 of tokens, and per chunk a *floor* below which the list is incomplete. It
 
-1. keeps the ``SHORT`` largest listed tokens (``short_list``) and decides
-   top-k, then top-p, by comparing them pairwise (``decide``): exact for
-   every token above the floor, so the row is decided when its cut lies
-   above it. This is the common case.
+1. keeps the largest listed tokens, about ``k + k/4`` of them or ``SHORT``
+   for top-p alone (``short_list``), and decides top-k, then top-p, by
+   comparing them pairwise (``decide``), on half the lanes when they fit
+   (``sample_short``): exact for every token above the floor, so the row is
+   decided when its cut lies above it. This is the common case.
 2. Otherwise (top_k beyond the short list, a wide top-p set, three top
    tokens in one group, ties across groups) it takes a bound the cut is
    known to reach from the lists, collects every token at or above it (from
