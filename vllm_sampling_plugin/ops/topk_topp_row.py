@@ -4,7 +4,7 @@ The merge of a row sees the chunks' lists: the two largest logits of every group
 of tokens, and per chunk a *floor* below which the list is incomplete. It
 
 1. keeps the largest listed tokens, about ``k + k/4`` of them or ``SHORT``
-   for top-p alone (``short_list``), and decides top-k, then top-p, by
+   for top-p alone, and decides top-k, then top-p, by
    comparing them pairwise (``decide``), on half the lanes when they fit
    (``sample_short``): exact for every token above the floor, so the row is
    decided when its cut lies above it. This is the common case.
@@ -92,31 +92,6 @@ def append_taken(x, ids, taken, count, scratch_logits_ptr, scratch_ids_ptr, CAPA
     tl.store(scratch_logits_ptr + slot, x, mask=taken & (slot < CAPACITY))
     tl.store(scratch_ids_ptr + slot, ids, mask=taken & (slot < CAPACITY))
     return count + tl.sum(per_row, axis=0)
-
-
-@triton.jit
-def short_list(
-    x,  # [CHUNKS_BLOCK, LIST] fp32: the row's listed logits, -inf: no token
-    ids,  # [CHUNKS_BLOCK, LIST] int32
-    floors,  # [CHUNKS_BLOCK] uint32: the chunks' floors, 0 past the last chunk
-    short_logits_ptr,  # [SHORT] fp32 scratch of this row
-    short_ids_ptr,  # [SHORT] int32 scratch of this row
-    row_max,
-    capacity,
-    SHORT: tl.constexpr,
-):
-    """The row's largest listed logits (at most ``capacity <= SHORT``), their
-    ids, and the floor: the list holds every token of the row whose key is
-    above it. -inf tokens are never listed (they cannot win)."""
-    floor = tl.max(floors, axis=0)
-    listed = x > float("-inf")
-    # Keep at most `capacity` of the largest, raise the floor to the largest
-    # one left out, and compact the kept ones through the scratch.
-    chosen, cut = list_largest(x, listed, row_max, capacity)
-    count = append_taken(x, ids, chosen, 0, short_logits_ptr, short_ids_ptr, SHORT)
-    tl.debug_barrier()
-    x, ids, keys, listed = load_list(short_logits_ptr, short_ids_ptr, count, SHORT)
-    return x, ids, keys, listed, tl.maximum(floor, cut)
 
 
 @triton.jit
@@ -265,19 +240,21 @@ def sample_short(
     LANES: tl.constexpr,
     USE_FP64: tl.constexpr,
 ):
-    """The common step: the short list (at most ``capacity <= LANES``
-    tokens), decided pairwise, and the draw when that decides the row.
-    Returns (token, decided, bound) with ``decide``'s bound."""
-    short_x, short_ids, keys, listed, floor = short_list(
-        x, ids, floors, short_logits_ptr, short_ids_ptr, row_max, capacity, LANES,
+    """The common step: the short list, the row's largest listed logits (at
+    most ``capacity <= LANES``; -inf tokens are never listed: they cannot
+    win), decided pairwise, and the draw. Returns ``decide_listed``'s
+    (token, decided, bound)."""
+    # The list holds every token of the row above the largest chunk floor.
+    # Keep at most `capacity` of the largest, raise the floor to the
+    # largest one left out, and compact the kept ones through the scratch.
+    floor = tl.max(floors, axis=0)
+    chosen, cut = list_largest(x, x > float("-inf"), row_max, capacity)
+    count = append_taken(x, ids, chosen, 0, short_logits_ptr, short_ids_ptr, LANES)
+    tl.debug_barrier()
+    return decide_listed(
+        short_logits_ptr, short_ids_ptr, count, tl.maximum(floor, cut), row_max, filter_k,
+        top_k, filter_p, top_p, total_mass, key, vocab_size, LANES, USE_FP64,
     )
-    keep, decided, bound = decide(
-        short_x, keys, listed, floor, row_max, filter_k, top_k, filter_p, top_p, total_mass,
-    )
-    sampled = tl.full((), 0, tl.int32)
-    if decided:
-        sampled = gumbel_argmax(short_x, short_ids, keep, key, vocab_size, USE_FP64)
-    return sampled, decided, bound
 
 
 @triton.jit
@@ -344,12 +321,12 @@ def sample_wide(
         # The usual case (a few tokens at the bound): the pairwise decision,
         # on half the short list's lanes when they hold the tokens.
         if count <= SHORT // 2:
-            sampled = sample_collected(
+            sampled, _, _ = decide_listed(
                 scratch_logits_ptr, scratch_ids_ptr, count, bound, row_max, filter_k, top_k,
                 filter_p, top_p, total_mass, key, vocab_size, SHORT // 2, USE_FP64,
             )
         elif count <= SHORT:
-            sampled = sample_collected(
+            sampled, _, _ = decide_listed(
                 scratch_logits_ptr, scratch_ids_ptr, count, bound, row_max, filter_k, top_k,
                 filter_p, top_p, total_mass, key, vocab_size, SHORT, USE_FP64,
             )
@@ -374,11 +351,11 @@ def sample_wide(
 
 
 @triton.jit
-def sample_collected(
-    scratch_logits_ptr,  # [LANES] fp32: the collected tokens
+def decide_listed(
+    scratch_logits_ptr,  # [LANES] fp32: the tokens
     scratch_ids_ptr,  # [LANES] int32
     count,
-    bound,
+    floor,
     row_max,
     filter_k,
     top_k,
@@ -390,13 +367,14 @@ def sample_collected(
     LANES: tl.constexpr,
     USE_FP64: tl.constexpr,
 ):
-    """The draw among ``count <= LANES`` collected tokens: every token of
-    the row at or above ``bound``, which the cuts are known to reach."""
-    x, ids, keys, collected = load_list(scratch_logits_ptr, scratch_ids_ptr, count, LANES)
-    keep, _, _ = decide(
-        x, keys, collected, bound, row_max, filter_k, top_k, filter_p, top_p, total_mass,
+    """``decide`` on the ``count <= LANES`` tokens of a scratch list (every
+    token of the row above ``floor``), and the draw among the survivors.
+    Returns (token, decided, bound); the token is the row's if decided."""
+    x, ids, keys, listed = load_list(scratch_logits_ptr, scratch_ids_ptr, count, LANES)
+    keep, decided, bound = decide(
+        x, keys, listed, floor, row_max, filter_k, top_k, filter_p, top_p, total_mass,
     )
-    return gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64)
+    return gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64), decided, bound
 
 
 @triton.jit
