@@ -19,9 +19,9 @@ No host synchronisation. ``_top_k_top_p_kernel`` runs one program per
 2. ``_merge_row`` merges a row's lists: in a launch of one wave, the
    row's last chunk to finish runs it (a per-row arrival counter: one
    launch); larger launches run it in ``_merge_kernel``, one program per
-   row, since the merge's registers would slow the streaming. Above the highest floor they hold
-   every token of the row, so a cut found on them that lies above it is the
-   row's. The steps (``topk_topp_row.py``): a pairwise decision on the short
+   row, since the merge's registers would slow the streaming. Above the
+   highest floor the lists hold every token of the row, so a cut found on
+   them that lies above it is the row's. The steps (``topk_topp_row.py``): a pairwise decision on the short
    list (the common case), else collecting every token from a proven bound
    up (from the lists, reading again only the chunks whose floor reaches
    the bound), else the exact whole-row path (``topk_topp_exact.py``).
@@ -349,7 +349,9 @@ def _merge_row(
     """Decide row ``token`` from its chunks' results (see the module doc).
 
     Everything the row's merge reads is loaded first, before the first
-    reduction: the loads' latencies overlap instead of adding up.
+    reduction: the loads' latencies overlap instead of adding up. (Greedy
+    and unfiltered rows read their ~20 KB of unwritten lists for nothing:
+    cheaper than making the lists wait for the request's settings.)
     """
     req = tl.load(idx_mapping_ptr + token)
     chunks = tl.arange(0, CHUNKS_BLOCK)
