@@ -24,12 +24,13 @@ runner's sampler has them) with top_k=50, top_p=0.9 per row it times
 
 ``fused_fp32_graph_us`` is ``fused_fp32`` replayed from a CUDA graph: its
 device time without the host's launch time (which is what a small batch
-waits for on a slow host). ``fused_matches_masked`` checks ``fused_fp32`` against ``masked_plugin_gumbel``
-token for token, and ``fused_paths`` counts which step of the merge
-decided the rows (``paths_out``: short list, collected, exact); with
-``--profile`` each case also gets ``fused_kernels_us``, the time of each of
-the fused path's kernels (``torch.profiler``), to see where the time goes. ``bench/sampler.py`` adds ``fused_topk_topp`` (below) as a
-column of its own table. ``--tune`` instead times ``fused_fp32`` over a grid
+waits for on a slow host). ``fused_matches_masked`` checks ``fused_fp32``
+against ``masked_plugin_gumbel`` token for token, and ``fused_paths`` counts
+which step of the merge decided the rows (``paths_out``: short list,
+collected, exact); with ``--profile`` each case also gets
+``fused_kernels_us``, the time of each of the fused path's kernels
+(``torch.profiler``), to see where the time goes. ``bench/sampler.py`` adds
+``fused_topk_topp`` (below) as a column of its own table. ``--tune`` instead times ``fused_fp32`` over a grid
 of ``TopKTopPTuning`` launch shapes (chunk, group, per_group, short_list,
 num_warps) and prints the fastest (tokens may only
 differ between shapes where a top-p mass is within rounding of the

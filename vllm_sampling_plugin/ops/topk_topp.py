@@ -21,10 +21,11 @@ No host synchronisation. ``_top_k_top_p_kernel`` runs one program per
    launch); larger launches run it in ``_merge_kernel``, one program per
    row, since the merge's registers would slow the streaming. Above the
    highest floor the lists hold every token of the row, so a cut found on
-   them that lies above it is the row's. The steps (``topk_topp_row.py``): a pairwise decision on the short
-   list (the common case), else collecting every token from a proven bound
-   up (from the lists, reading again only the chunks whose floor reaches
-   the bound), else the exact whole-row path (``topk_topp_exact.py``).
+   them that lies above it is the row's. The steps (``topk_topp_row.py``):
+   a pairwise decision on the short list (the common case), else
+   collecting every token from a proven bound up (from the lists, reading
+   again only the chunks whose floor reaches the bound), else the exact
+   whole-row path (``topk_topp_exact.py``).
 """
 
 from __future__ import annotations
