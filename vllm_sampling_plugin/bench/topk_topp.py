@@ -30,11 +30,11 @@ which step of the merge decided the rows (``paths_out``: short list,
 collected, exact); with ``--profile`` each case also gets
 ``fused_kernels_us``, the time of each of the fused path's kernels
 (``torch.profiler``), to see where the time goes. ``bench/sampler.py`` adds
-``fused_topk_topp`` (below) as a column of its own table. ``--tune`` instead times ``fused_fp32`` over a grid
-of ``TopKTopPTuning`` launch shapes (chunk, group, per_group, short_list,
-num_warps) and prints the fastest (tokens may only
-differ between shapes where a top-p mass is within rounding of the
-boundary; the count of differing tokens is printed). Writes
+``fused_topk_topp`` (below) as a column of its own table. ``--tune``
+instead times ``fused_fp32`` over a grid of ``TopKTopPTuning`` launch shapes
+(chunk, group, per_group, short_list, num_warps) and prints the fastest
+(tokens may only differ between shapes where a top-p mass is within rounding
+of the boundary; the count of differing tokens is printed). Writes
 ``topk_topp.json`` (or ``tune.json``), and ``topk_topp.png`` when matplotlib
 is importable.
 """
