@@ -204,7 +204,7 @@ def _rejection(
 ) -> None:
     from unittest import mock
 
-    from vllm_sampling_plugin.ops import rejection_kernel
+    from vllm_sampling_plugin.ops.rejection import launcher as rejection_kernel
 
     # Requests with NUM_SPEC_STEPS drafts and a bonus position each, laid out
     # as the V2 runner packs them. The launch plan follows the batch and the

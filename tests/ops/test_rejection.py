@@ -19,12 +19,12 @@ import torch
 from scipy import stats
 
 from vllm_sampling_plugin.ops import (
-    rejection_kernel,
     rejection_sample,
     rejection_sample_packed,
     unconditional_to_conditional_rates,
 )
-from vllm_sampling_plugin.ops.rejection_kernel import RejectionTuning
+from vllm_sampling_plugin.ops.rejection import RejectionTuning
+from vllm_sampling_plugin.ops.rejection import launcher as rejection_kernel
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
@@ -459,7 +459,7 @@ def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
         for name, (tuning, num_sms) in _PLAN_TUNINGS.items():
             monkeypatch.setattr(rejection_kernel, "_num_sms", lambda device, n=num_sms: n)
             monkeypatch.setattr(
-                "vllm_sampling_plugin.ops.rejection.rejection_sample_packed",
+                "vllm_sampling_plugin.ops.rejection.functional.rejection_sample_packed",
                 functools.partial(rejection_kernel.rejection_sample_packed, tuning=tuning),
             )
             out, num = rejection_sample(

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_sampling_plugin.ops.random import gumbel_block, request_key
+from ..random import gumbel_block, request_key
 
 
 @dataclasses.dataclass(frozen=True)

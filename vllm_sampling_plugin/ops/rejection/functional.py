@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .rejection_kernel import MAX_VOCAB_SIZE, rejection_sample_packed
+from .launcher import MAX_VOCAB_SIZE, rejection_sample_packed
 
 __all__ = ["rejection_sample", "rejection_sample_packed", "unconditional_to_conditional_rates"]
 

@@ -21,8 +21,8 @@ deterministic as the rest. The rounding moves the top-p boundary by at most
 import triton
 import triton.language as tl
 
-from vllm_sampling_plugin.ops.random import gumbel_block
-from vllm_sampling_plugin.ops.topk_topp_select import (
+from ..random import gumbel_block
+from .select import (
     load_logits_block,
     order_key,
     pick_digit,

@@ -20,7 +20,7 @@ Rows that even this cannot hold go to ``topk_topp_exact.py``.
 import triton
 import triton.language as tl
 
-from vllm_sampling_plugin.ops.topk_topp_select import (
+from .select import (
     NEG_INF_KEY,
     buckets_within,
     distance_bucket,

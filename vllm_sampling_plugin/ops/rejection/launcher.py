@@ -63,7 +63,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .random import gumbel_block, request_key, uniform
+from ..random import gumbel_block, request_key, uniform
 
 
 @dataclasses.dataclass(frozen=True)

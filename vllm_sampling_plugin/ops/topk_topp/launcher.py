@@ -37,14 +37,14 @@ import torch
 import triton
 import triton.language as tl
 
-from vllm_sampling_plugin.ops.random import gumbel_block, request_key
-from vllm_sampling_plugin.ops.topk_topp_exact import MAX_VOCAB_SIZE, sample_row_exactly
-from vllm_sampling_plugin.ops.topk_topp_row import (
+from ..random import gumbel_block, request_key
+from .exact import MAX_VOCAB_SIZE, sample_row_exactly
+from .row import (
     argmax_lowest_id,
     sample_short,
     sample_wide,
 )
-from vllm_sampling_plugin.ops.topk_topp_select import (
+from .select import (
     RADIX_BINS,
     load_logits_block,
     order_key,

@@ -19,7 +19,7 @@ threshold of 0 keeps everything.
 import triton
 import triton.language as tl
 
-from vllm_sampling_plugin.ops.random import (
+from ..random import (
     _bits_to_uniform_fp32,
     gumbel_fp32_from_uniform,
     gumbel_fp64,
