@@ -1,4 +1,5 @@
 """Gumbel-max sampling: one token per row from ``softmax(logits / temperature)``."""
-from .launcher import TUNING, GumbelTuning, gumbel_sample
+from .launcher import gumbel_sample
+from .plan import TUNING, GumbelTuning
 
 __all__ = ["TUNING", "GumbelTuning", "gumbel_sample"]

@@ -1,6 +1,6 @@
 """The exact whole-row path of the fused top-k/top-p sampler.
 
-``ops/topk_topp.py`` decides nearly every row from the chunks' lists, or from
+``ops/topk_topp`` decides nearly every row from the chunks' lists, or from
 one walk that collects the row's tokens above a bound. A row that neither can
 hold (top_k in the thousands, top-p alone on a flat distribution) is
 finished here by its one program, walking the row several times:

@@ -1,4 +1,4 @@
-"""Selection helpers of the fused top-k/top-p sampler (``ops/topk_topp.py``).
+"""Selection helpers of the fused top-k/top-p sampler (``ops/topk_topp``).
 
 Thresholds are compared on *order keys*: a float32 logit ``x`` maps to a
 uint32 whose unsigned order is the order of the floats, so "the k-th largest
