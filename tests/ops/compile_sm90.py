@@ -142,10 +142,11 @@ def _describe(kernel: JITFunction, kwargs: dict, compiled) -> dict:
 
 
 def launched_kernels() -> list[str]:
-    """Every ``@triton.jit`` kernel that a module of ``ops/`` launches."""
+    """Every ``@triton.jit`` kernel that a module of ``ops/`` (or of its subpackages) launches."""
     names = set()
-    for info in pkgutil.iter_modules(ops_package.__path__):
-        module = importlib.import_module(f"{ops_package.__name__}.{info.name}")
+    prefix = f"{ops_package.__name__}."
+    for info in pkgutil.walk_packages(ops_package.__path__, prefix):
+        module = importlib.import_module(info.name)
         source = inspect.getsource(module)
         for launched in re.findall(r"\b(\w+)\[[^\[\]]*\]\(", source):
             kernel = getattr(module, launched, None)
