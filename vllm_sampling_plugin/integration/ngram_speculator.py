@@ -21,11 +21,8 @@ from typing import Any
 
 import torch
 
-from vllm_sampling_plugin.ops.ngram import (
-    NGRAM_MAX_N,
-    ngram_propose_into,
-    ngram_scratch,
-)
+from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
+from vllm_sampling_plugin.ops.ngram.launcher import NGRAM_MAX_N
 
 
 def ngram_settings(speculative_config: Any) -> tuple[int, int, int]:
