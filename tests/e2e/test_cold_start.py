@@ -56,8 +56,10 @@ print(json.dumps(info))
     [
         "enforce_eager=True",
         "use_fp64_gumbel=True",
-        "speculative_config={'method': 'ngram', 'num_speculative_tokens': 3, "
-        "'prompt_lookup_min': 2, 'prompt_lookup_max': 3}",
+        (
+            "speculative_config={'method': 'ngram', 'num_speculative_tokens': 3, "
+            "'prompt_lookup_min': 2, 'prompt_lookup_max': 3}"
+        ),
         "logprobs_mode='processed_logprobs'",
     ],
 )

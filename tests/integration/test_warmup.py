@@ -21,18 +21,18 @@ import torch
 
 pytest.importorskip("vllm")
 
-import vllm_sampling_plugin.ops as ops_pkg  # noqa: E402
-from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU  # noqa: E402
-from vllm_sampling_plugin.integration.rejection_sampler import (  # noqa: E402
+import vllm_sampling_plugin.ops as ops_pkg
+from vllm_sampling_plugin.integration import warmup
+from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
+from vllm_sampling_plugin.integration.rejection_sampler import (
     PluginRejectionSampler,
 )
-from vllm_sampling_plugin.integration.sampler import (  # noqa: E402
+from vllm_sampling_plugin.integration.sampler import (
     PluginSampler,
     PluginSamplingStates,
     Route,
 )
-from vllm_sampling_plugin.integration import warmup  # noqa: E402
-from vllm_sampling_plugin.integration.warmup import warm_up_sampling  # noqa: E402
+from vllm_sampling_plugin.integration.warmup import warm_up_sampling
 
 VOCAB = 151936
 MAX_NUM_REQS = 64
@@ -192,7 +192,7 @@ def test_warm_up_covers_every_step_variant(compile_keys, spec_method, use_fp64):
     compile_keys.clear()
     engine_steps(runner, np.random.default_rng(0))
     missing = compile_keys - warm_keys
-    assert not missing, f"{len(missing)} step variants not warmed up, e.g. {sorted(missing)[0]}"
+    assert not missing, f"{len(missing)} step variants not warmed up, e.g. {min(missing)}"
 
 
 def test_wrapper_warms_up_after_vllms_dummy_sampler_run(monkeypatch):
