@@ -12,6 +12,7 @@ from vllm_sampling_plugin.integration import speculator
 assert mr.Sampler is PluginSampler, mr.Sampler
 assert mr.RejectionSampler is PluginRejectionSampler, mr.RejectionSampler
 assert mr.init_speculator is speculator.init_speculator, mr.init_speculator
+assert mr.GPUModelRunner._dummy_sampler_run.warms_up_sampling
 """
 
 

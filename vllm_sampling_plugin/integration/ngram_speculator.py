@@ -21,11 +21,8 @@ from typing import Any
 
 import torch
 
-from vllm_sampling_plugin.ops.ngram import (
-    NGRAM_MAX_N,
-    ngram_propose_into,
-    ngram_scratch,
-)
+from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
+from vllm_sampling_plugin.ops.ngram.launcher import NGRAM_MAX_N
 
 
 def ngram_settings(speculative_config: Any) -> tuple[int, int, int]:
@@ -149,10 +146,21 @@ class NgramProposerGPU:
         fill_tokens = (
             last_sampled if last_sampled is not None else req_states.last_sampled_tokens
         )
+        return self.draft(input_batch.idx_mapping, num_sampled, fill_tokens)
+
+    def draft(
+        self,
+        idx_mapping: torch.Tensor,  # [num_reqs] int32
+        num_sampled: torch.Tensor | None,  # [num_reqs] int32
+        fill_tokens: torch.Tensor,  # [max_num_reqs, 1] int64
+    ) -> torch.Tensor:
+        """Drafts ``[num_reqs, k]`` of the n-gram kernels (also what the
+        start-up warm-up runs)."""
+        req_states = self.req_states
         return ngram_propose_into(
             req_states.all_token_ids.gpu,
             req_states.total_len.gpu,
-            input_batch.idx_mapping,
+            idx_mapping,
             self.drafts,
             self.num_drafts,
             self.scratch,

@@ -67,6 +67,7 @@ def _apply_patches() -> None:
         init_speculator,
     )
     from vllm_sampling_plugin.integration.vllm_config import patch_vllm_config
+    from vllm_sampling_plugin.integration.warmup import warming_up_sampling
 
     patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs)
     # Class defaults: ModelConfigs built without the front-end wrapper (draft
@@ -80,3 +81,5 @@ def _apply_patches() -> None:
     model_runner.init_speculator = init_speculator
     runner_cls = model_runner.GPUModelRunner
     runner_cls.__init__ = connecting_speculator(runner_cls.__init__)
+    # The profile run compiles every sampling kernel variant before serving.
+    runner_cls._dummy_sampler_run = warming_up_sampling(runner_cls._dummy_sampler_run)

@@ -49,19 +49,13 @@ class PluginRejectionSampler(RejectionSampler):
             draft_sampled,
             input_batch.expanded_local_pos,
         )
-        states = self.sampler.sampling_states
-        sampled, num_sampled = rejection_sample_packed(
+        sampled, num_sampled = self.draw(
             processed_logits,
             draft_sampled,
             input_batch.cu_num_logits,
-            idx_mapping=input_batch.idx_mapping,
-            pos=pos,
-            temperature=states.temperature.gpu,
-            seeds=states.seeds.gpu,
-            num_speculative_steps=self.num_speculative_steps,
-            draft_logits=None if self.synthetic_mode else draft_logits,
-            synthetic_conditional_rates=self.synthetic_conditional_rates,
-            use_fp64=self.sampler.use_fp64_gumbel,
+            input_batch.idx_mapping,
+            pos,
+            draft_logits,
         )
         logprobs_tensors = self._get_logprobs_tensors(
             input_batch,
@@ -76,4 +70,30 @@ class PluginRejectionSampler(RejectionSampler):
             logprobs_tensors=logprobs_tensors,
             num_nans=num_nans,
             num_sampled=num_sampled,
+        )
+
+    def draw(
+        self,
+        processed_logits: torch.Tensor,  # [num_logits, vocab_size] fp32
+        draft_sampled: torch.Tensor,  # [num_logits]
+        cu_num_logits: torch.Tensor,  # [num_reqs + 1] int32
+        idx_mapping: torch.Tensor,  # [num_reqs] int32
+        pos: torch.Tensor,  # [num_logits] int64
+        draft_logits: torch.Tensor | None,  # [max_num_reqs, k, vocab_size]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(sampled, num_sampled)`` of the rejection kernel (also what the
+        start-up warm-up runs)."""
+        states = self.sampler.sampling_states
+        return rejection_sample_packed(
+            processed_logits,
+            draft_sampled,
+            cu_num_logits,
+            idx_mapping=idx_mapping,
+            pos=pos,
+            temperature=states.temperature.gpu,
+            seeds=states.seeds.gpu,
+            num_speculative_steps=self.num_speculative_steps,
+            draft_logits=None if self.synthetic_mode else draft_logits,
+            synthetic_conditional_rates=self.synthetic_conditional_rates,
+            use_fp64=self.sampler.use_fp64_gumbel,
         )

@@ -181,15 +181,25 @@ class PluginSampler(Sampler):
             expanded_local_pos,
             top_k_top_p=route is Route.MASKED_TOP_K_TOP_P,
         )
+        return self.draw(route, processed_logits, expanded_idx_mapping, pos), processed_logits
+
+    def draw(
+        self,
+        route: Route,
+        processed_logits: torch.Tensor,  # [num_tokens, vocab_size] fp32
+        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int32
+        pos: torch.Tensor,  # [num_tokens] int64
+    ) -> torch.Tensor:
+        """The tokens of ``route``'s kernel (also what the start-up warm-up runs)."""
         states = self.sampling_states
         if route is Route.FLASHINFER:
-            sampled = flashinfer_top_k_top_p_sample(
+            return flashinfer_top_k_top_p_sample(
                 processed_logits,
                 states.top_k.gpu[expanded_idx_mapping],
                 states.top_p.gpu[expanded_idx_mapping],
             )
-        elif route is Route.FUSED_TOP_K_TOP_P:
-            sampled = top_k_top_p_sample(
+        if route is Route.FUSED_TOP_K_TOP_P:
+            return top_k_top_p_sample(
                 processed_logits,
                 expanded_idx_mapping,
                 states.temperature.gpu,
@@ -200,14 +210,12 @@ class PluginSampler(Sampler):
                 apply_temperature=False,
                 use_fp64=self.use_fp64_gumbel,
             )
-        else:
-            sampled = gumbel_sample(
-                processed_logits,
-                expanded_idx_mapping,
-                states.temperature.gpu,
-                states.seeds.gpu,
-                pos,
-                apply_temperature=False,
-                use_fp64=self.use_fp64_gumbel,
-            )
-        return sampled, processed_logits
+        return gumbel_sample(
+            processed_logits,
+            expanded_idx_mapping,
+            states.temperature.gpu,
+            states.seeds.gpu,
+            pos,
+            apply_temperature=False,
+            use_fp64=self.use_fp64_gumbel,
+        )

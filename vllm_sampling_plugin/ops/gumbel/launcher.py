@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..host_math import next_power_of_2
 from ..random import gumbel_block, request_key
 from ..reduce import max_lowest_id
 from .plan import plan_launch
@@ -331,7 +332,7 @@ def gumbel_sample(
         partial_ids,
         plan.num_chunks,
         vocab_size,
-        BLOCK=triton.next_power_of_2(plan.num_chunks),
+        BLOCK=next_power_of_2(plan.num_chunks),
         num_warps=1,
     )
     return sampled

@@ -5,7 +5,8 @@ import dataclasses
 import functools
 
 import torch
-import triton
+
+from ..host_math import cdiv, next_power_of_2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,15 +61,15 @@ def plan_launch(
     num_tokens: int, vocab_size: int, use_fp64: bool, device: torch.device
 ) -> LaunchPlan:
     tuning = TUNING[use_fp64]
-    tile = min(tuning.tile, max(triton.next_power_of_2(vocab_size), _MIN_TILE))
-    num_tiles = triton.cdiv(vocab_size, tile)
+    tile = min(tuning.tile, max(next_power_of_2(vocab_size), _MIN_TILE))
+    num_tiles = cdiv(vocab_size, tile)
     target_programs = tuning.programs_per_sm * num_sms_of(device)
     tiles_per_chunk = (num_tokens * num_tiles) // target_programs
     tiles_per_chunk = max(1, min(tiles_per_chunk, tuning.max_tiles_per_chunk, num_tiles))
     return LaunchPlan(
         tile=tile,
         tiles_per_chunk=tiles_per_chunk,
-        num_chunks=triton.cdiv(num_tiles, tiles_per_chunk),
+        num_chunks=cdiv(num_tiles, tiles_per_chunk),
         num_warps=max(1, min(tuning.num_warps, tile // _TOKENS_PER_WARP)),
         num_stages=tuning.num_stages,
     )

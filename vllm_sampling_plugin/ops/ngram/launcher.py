@@ -34,6 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..host_math import cdiv, next_power_of_2
+
 # Candidate positions one scan iteration tests.
 _SCAN_BLOCK = 1024
 # Upper bound on the programs one request's scan is split over; the scratch
@@ -186,12 +188,12 @@ def _num_sms(device: torch.device) -> int:
 def _scan_shape(num_reqs: int, max_len: int, device: torch.device) -> tuple[int, int]:
     """(block, splits): enough scan programs per request to fill the GPU, with
     the blocks of a full-length row spread evenly over them."""
-    block = min(_SCAN_BLOCK, triton.next_power_of_2(max(max_len, 16)))
-    num_blocks = triton.cdiv(max(max_len, 1), block)
+    block = min(_SCAN_BLOCK, next_power_of_2(max(max_len, 16)))
+    num_blocks = cdiv(max(max_len, 1), block)
     target = _num_sms(device) * _PROGRAMS_PER_SM
-    splits = min(triton.cdiv(target, max(num_reqs, 1)), num_blocks, NGRAM_MAX_SPLITS)
-    blocks_per_split = triton.cdiv(num_blocks, splits)
-    return block, triton.cdiv(num_blocks, blocks_per_split)
+    splits = min(cdiv(target, max(num_reqs, 1)), num_blocks, NGRAM_MAX_SPLITS)
+    blocks_per_split = cdiv(num_blocks, splits)
+    return block, cdiv(num_blocks, blocks_per_split)
 
 
 def _launch(
@@ -248,8 +250,8 @@ def _launch(
         max_model_len,
         MIN_N=min_n,
         K=k,
-        K_PAD=triton.next_power_of_2(k),
-        SPLITS_PAD=triton.next_power_of_2(NGRAM_MAX_SPLITS),
+        K_PAD=next_power_of_2(k),
+        SPLITS_PAD=next_power_of_2(NGRAM_MAX_SPLITS),
         HAS_IDX_MAPPING=idx_mapping is not None,
         HAS_NUM_SAMPLED=num_sampled is not None,
         HAS_FILL_TOKENS=fill_tokens is not None,

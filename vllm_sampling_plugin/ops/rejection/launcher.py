@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..host_math import cdiv, next_power_of_2
 from .draws import MAX_VOCAB_SIZE
 from .emit import emit_row
 from .plan import TUNING, RejectionTuning, fixed_point_bits, plan_launch, stats_tile
@@ -385,7 +386,7 @@ def rejection_sample_packed(
 
     plan = plan_launch(num_reqs, vocab_size, tuning or TUNING[use_fp64], _num_sms(device))
     tile = stats_tile(vocab_size)
-    num_tiles = triton.cdiv(vocab_size, tile)
+    num_tiles = cdiv(vocab_size, tile)
     fixed_bits = fixed_point_bits(vocab_size)
     has_draft_logits = draft_logits is not None
     work = workspace_for(
@@ -427,7 +428,7 @@ def rejection_sample_packed(
         "CHUNK": plan.chunk,
         "SAMPLE_CHUNK": plan.sample_chunk,
         "STATS_TILE": tile,
-        "NUM_TILES_PAD": triton.next_power_of_2(num_tiles),
+        "NUM_TILES_PAD": next_power_of_2(num_tiles),
         "SYNTHETIC_MODE": synthetic_conditional_rates is not None,
         "HAS_DRAFT_LOGITS": has_draft_logits,
         "USE_FP64": use_fp64,
@@ -435,8 +436,8 @@ def rejection_sample_packed(
         "num_warps": plan.num_warps,
     }
     emit_constants = {
-        "NUM_BLOCKS_PAD": triton.next_power_of_2(plan.num_blocks),
-        "OUT_PAD": triton.next_power_of_2(num_speculative_steps + 1),
+        "NUM_BLOCKS_PAD": next_power_of_2(plan.num_blocks),
+        "OUT_PAD": next_power_of_2(num_speculative_steps + 1),
     }
     if plan.single_launch:
         _rejection_kernel[(num_reqs * plan.num_blocks,)](

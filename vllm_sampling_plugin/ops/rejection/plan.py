@@ -8,7 +8,7 @@ tile and the fixed-point bits depend on the vocabulary size only.
 
 import dataclasses
 
-import triton
+from ..host_math import cdiv, next_power_of_2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ _TOKENS_PER_WARP = 128
 
 def stats_tile(vocab_size: int) -> int:
     """Tokens per stats tile: a function of the vocabulary only."""
-    quarter = triton.next_power_of_2(triton.cdiv(vocab_size, 4))
+    quarter = next_power_of_2(cdiv(vocab_size, 4))
     return min(_MAX_STATS_TILE, max(_MIN_STATS_TILE, quarter))
 
 
@@ -85,7 +85,7 @@ def plan_launch(
 ) -> LaunchPlan:
     """Block, chunks, warps and launch style for ``num_reqs`` requests; ``num_sms=None``: CPU."""
     tile = stats_tile(vocab_size)
-    whole_row = tile * triton.next_power_of_2(triton.cdiv(vocab_size, tile))
+    whole_row = tile * next_power_of_2(cdiv(vocab_size, tile))
     if num_sms is None:
         # The interpreter runs programs one after another, each costing tens
         # of milliseconds, so a block could never wait for a later one: the
@@ -96,7 +96,7 @@ def plan_launch(
         block = whole_row if single_launch else tile
         return LaunchPlan(
             block=block,
-            num_blocks=triton.cdiv(vocab_size, block),
+            num_blocks=cdiv(vocab_size, block),
             chunk=tile,
             sample_chunk=min(tile, tuning.sample_chunk),
             num_warps=1,
@@ -110,10 +110,10 @@ def plan_launch(
     # they must fit on the GPU together, one per SM at the least (see
     # _rejection_kernel).
     single_block = block
-    while triton.cdiv(vocab_size, single_block) > num_sms:
+    while cdiv(vocab_size, single_block) > num_sms:
         single_block *= 2
     single_launch = (
-        num_reqs * triton.cdiv(vocab_size, single_block)
+        num_reqs * cdiv(vocab_size, single_block)
         <= tuning.single_launch_programs_per_sm * num_sms
     )
     if single_launch:
@@ -122,7 +122,7 @@ def plan_launch(
     sample_chunk = min(block, tuning.sample_chunk)
     return LaunchPlan(
         block=block,
-        num_blocks=triton.cdiv(vocab_size, block),
+        num_blocks=cdiv(vocab_size, block),
         chunk=chunk,
         sample_chunk=sample_chunk,
         num_warps=max(1, min(tuning.num_warps, min(chunk, sample_chunk) // _TOKENS_PER_WARP)),

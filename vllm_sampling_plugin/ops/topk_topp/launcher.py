@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..host_math import next_power_of_2
 from .chunk import chunk_pass
 from .exact import MAX_VOCAB_SIZE
 from .merge import merge_row
@@ -282,7 +283,7 @@ def top_k_top_p_sample(
     )
     merge_shape = dict(
         NUM_CHUNKS=shape.num_chunks,
-        CHUNKS_BLOCK=triton.next_power_of_2(shape.num_chunks),
+        CHUNKS_BLOCK=next_power_of_2(shape.num_chunks),
         LIST=list_len,
         SHORT=tuning.short_list,
         WIDE=tuning.wide_list,

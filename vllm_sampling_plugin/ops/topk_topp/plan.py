@@ -4,7 +4,7 @@ per-vocabulary shape (chunk, group, listed tokens) that keeps tokens batch invar
 import dataclasses
 import functools
 
-import triton
+from ..host_math import cdiv, next_power_of_2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +54,7 @@ GUMBEL_TILE = 1024
 def check_tuning(tuning: TopKTopPTuning) -> None:
     for name in ("chunk", "group", "per_group", "short_list", "wide_list", "row_block"):
         value = getattr(tuning, name)
-        if value < 2 or triton.next_power_of_2(value) != value:
+        if value < 2 or next_power_of_2(value) != value:
             raise ValueError(f"tuning.{name} must be a power of two >= 2, got {value}")
     if not 4 <= tuning.group * 2 <= tuning.chunk:
         raise ValueError(
@@ -85,13 +85,13 @@ def launch_shape(vocab_size: int, tuning: TopKTopPTuning) -> LaunchShape:
     """From the vocabulary size only (never the batch): tokens are batch invariant."""
     if vocab_size <= tuning.short_list:
         # One chunk of pairs lists every token: the row is decided from the lists.
-        chunk = max(triton.next_power_of_2(vocab_size), 4)
+        chunk = max(next_power_of_2(vocab_size), 4)
         return LaunchShape(chunk=chunk, group=2, per_group=2, num_chunks=1)
-    chunk = min(tuning.chunk, triton.next_power_of_2(vocab_size))
+    chunk = min(tuning.chunk, next_power_of_2(vocab_size))
     group = min(tuning.group, chunk // 2)
     return LaunchShape(
         chunk=chunk,
         group=group,
         per_group=min(tuning.per_group, group),
-        num_chunks=triton.cdiv(vocab_size, chunk),
+        num_chunks=cdiv(vocab_size, chunk),
     )

@@ -1,0 +1,168 @@
+"""Host (Python) time per sampling step of the plugin's runner paths, next to stock vLLM's.
+
+Every Triton kernel is replaced by a no-op and the launch plans are an H100's
+(132 SMs), so what is timed is exactly the per-step host work the plugin adds
+around its launches: argument checks, launch plans, allocations, the draw
+dispatch. A real Triton launch adds its own binding cost on top (the same for
+stock's kernel). Runs on CPU: ``python3 scripts/profile_host_path.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+import triton
+
+import vllm_sampling_plugin.ops as ops_pkg
+from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
+from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
+from vllm_sampling_plugin.integration.sampler import (
+    PluginSampler,
+    PluginSamplingStates,
+    Route,
+)
+
+H100_SMS = 132
+K = 3
+
+
+class NoOpKernel:
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def stub_kernels(modules) -> None:
+    """No-op every launched kernel and give every plan an H100's SM count."""
+    for module in modules:
+        for name, obj in list(vars(module).items()):
+            if name.endswith("_kernel") and hasattr(obj, "fn"):
+                setattr(module, name, NoOpKernel())
+            elif "num_sms" in name and callable(obj):
+                setattr(module, name, lambda device: H100_SMS)
+
+
+def plugin_modules():
+    return [
+        importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(ops_pkg.__path__, ops_pkg.__name__ + ".")
+    ]
+
+
+def state(values, dtype):
+    return SimpleNamespace(np=np.array(values), gpu=torch.tensor(values, dtype=dtype))
+
+
+def make_components(max_num_reqs: int, vocab: int):
+    states = object.__new__(PluginSamplingStates)
+    states.vocab_size = vocab
+    states.temperature = state([0.7] * max_num_reqs, torch.float32)
+    states.seeds = state(list(range(max_num_reqs)), torch.int64)
+    states.top_k = state([50] * max_num_reqs, torch.int32)
+    states.top_p = state([0.9] * max_num_reqs, torch.float32)
+    states.has_explicit_seed = np.zeros(max_num_reqs, dtype=bool)
+    states.num_logprobs = np.full(max_num_reqs, -1, dtype=np.int32)
+    sampler = object.__new__(PluginSampler)
+    sampler.sampling_states = states
+    sampler.use_flashinfer = False
+    sampler.use_fp64_gumbel = False
+    sampler.logprobs_mode = "raw_logprobs"
+    rejection = object.__new__(PluginRejectionSampler)
+    rejection.sampler = sampler
+    rejection.num_speculative_steps = K
+    rejection.synthetic_mode = False
+    rejection.synthetic_conditional_rates = None
+    speculator = object.__new__(NgramProposerGPU)
+    speculator.min_n, speculator.max_n, speculator.k = 2, 4, K
+    speculator.drafts = torch.zeros(max_num_reqs, K, dtype=torch.int64)
+    speculator.num_drafts = torch.zeros(max_num_reqs, dtype=torch.int32)
+    speculator.scratch = torch.zeros(max_num_reqs, 64, dtype=torch.int64)
+    speculator.req_states = SimpleNamespace(
+        all_token_ids=SimpleNamespace(gpu=torch.zeros(max_num_reqs, 4096, dtype=torch.int32)),
+        total_len=SimpleNamespace(gpu=torch.zeros(max_num_reqs, dtype=torch.int32)),
+        max_model_len=4096,
+        last_sampled_tokens=torch.zeros(max_num_reqs, 1, dtype=torch.int64),
+    )
+    return sampler, rejection, speculator
+
+
+def step_cases(sampler, rejection, speculator, stock_gumbel, n: int, vocab: int):
+    """(name, call) of every host path at batch size ``n``."""
+    logits = torch.empty(n, vocab, dtype=torch.float32)
+    slots = torch.arange(n, dtype=torch.int32)
+    pos = torch.zeros(n, dtype=torch.int64)
+    batch_np = np.arange(n)
+    states = sampler.sampling_states
+    return [
+        ("route()", lambda: sampler.route(batch_np)),
+        ("draw gumbel", lambda: sampler.draw(Route.GUMBEL, logits, slots, pos)),
+        (
+            "draw fused top-k/top-p",
+            lambda: sampler.draw(Route.FUSED_TOP_K_TOP_P, logits, slots, pos),
+        ),
+        (
+            "stock gumbel_sample",
+            lambda: stock_gumbel.gumbel_sample(
+                logits, slots, states.temperature.gpu, states.seeds.gpu, pos,
+                apply_temperature=False,
+            ),
+        ),
+        (
+            "rejection draw",
+            lambda: rejection.draw(
+                logits, torch.zeros(n, dtype=torch.int32),
+                torch.arange(n + 1, dtype=torch.int32), slots, pos, None,
+            ),
+        ),
+        (
+            "n-gram draft",
+            lambda: speculator.draft(
+                slots, torch.ones(n, dtype=torch.int32), speculator.req_states.last_sampled_tokens
+            ),
+        ),
+    ]
+
+
+def per_call_us(fn, repeats: int) -> float:
+    for _ in range(repeats // 10):
+        fn()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, default=151936)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 256])
+    parser.add_argument("--repeats", type=int, default=2000)
+    args = parser.parse_args()
+
+    stub_kernels(plugin_modules())
+    from vllm.v1.worker.gpu.sample import gumbel as stock_gumbel
+
+    stock_gumbel._gumbel_sample_kernel = NoOpKernel()
+    # Without a GPU driver vLLM swaps Triton for a placeholder; on a GPU its
+    # launcher calls the real triton.cdiv.
+    stock_gumbel.triton = triton
+    max_num_reqs = max(args.batch)
+    sampler, rejection, speculator = make_components(max_num_reqs, args.vocab)
+    # Only shapes and dtypes matter to the host path: a narrow logits tensor
+    # stands in for [n, vocab] (plans read the vocabulary from the states).
+    print(f"{'path':<28}" + "".join(f"{f'B={n}':>10}" for n in args.batch) + "   (us per call)")
+    rows: dict[str, list[float]] = {}
+    for n in args.batch:
+        for name, fn in step_cases(sampler, rejection, speculator, stock_gumbel, n, args.vocab):
+            rows.setdefault(name, []).append(per_call_us(fn, args.repeats))
+    for name, values in rows.items():
+        print(f"{name:<28}" + "".join(f"{v:>10.1f}" for v in values))
+
+
+if __name__ == "__main__":
+    main()
