@@ -245,6 +245,24 @@ def plot_latency(
     return True
 
 
+def host_copy(output: object) -> object:
+    """A candidate's output (a tensor, or a tuple of them) copied to the host."""
+    if isinstance(output, torch.Tensor):
+        return output.cpu()
+    if isinstance(output, (tuple, list)):
+        return tuple(host_copy(o) for o in output)
+    return output
+
+
+def dump_tokens(path: str, tokens: dict[str, dict[str, object]]) -> None:
+    """``tokens = {case label: {column: host_copy(output)}}`` saved with
+    ``torch.save`` at ``path`` (``--dump-tokens``), so that the tokens of two
+    versions of the code on the same inputs can be compared
+    (``scripts/bench_compare.py``)."""
+    torch.save(tokens, path)
+    print(f"wrote the tokens of {len(tokens)} cases to {path}")
+
+
 def write_json(out_dir: str, filename: str, report: dict) -> None:
     """``report`` as indented JSON at ``out_dir/filename``."""
     with open(os.path.join(out_dir, filename), "w") as f:

@@ -32,6 +32,7 @@ import torch
 import triton
 
 from vllm_sampling_plugin.bench.common import (
+    dump_tokens,
     median_us,
     pct_of_copy_bandwidth,
     plot_latency,
@@ -117,7 +118,7 @@ def v1_gpu_search():
     return run
 
 
-def bench_case(data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth):
+def bench_case(data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth, tokens=None):
     tokens_np, lens_np = data[length]
     tokens_np, lens_np = tokens_np[:num_rows], lens_np[:num_rows]
     max_model_len = length + 1024
@@ -170,6 +171,16 @@ def bench_case(data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth)
             )
         )
         row["rows_with_drafts"] = int((ref_num > 0).sum())
+    if tokens is not None:
+        plugin()
+        tokens[f"R={num_rows},L={length},k={k}"] = {
+            "plugin": (drafts.cpu(), num_drafts.cpu())
+        }
+        if cpu is not None:
+            tokens[f"R={num_rows},L={length},k={k}"]["cpu_numba"] = (
+                torch.from_numpy(ref_drafts),
+                torch.from_numpy(ref_num),
+            )
     for name, search in (("v1_gpu_eager", v1_eager), ("v1_gpu_compiled", v1_compiled)):
         if search is None:
             continue
@@ -214,6 +225,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--no-compile", action="store_true", help="skip the torch.compile'd V1 search"
     )
+    parser.add_argument(
+        "--dump-tokens",
+        metavar="FILE",
+        help="also save the plugin's drafts per case (torch.save)",
+    )
     args = parser.parse_args(argv)
     gpu, bandwidth = start_run("n-gram", args.out)
 
@@ -249,6 +265,7 @@ def main(argv=None) -> int:
         data[length] = (tokens, lens)
 
     results = []
+    tokens: dict | None = {} if args.dump_tokens else None
     header = (
         f"{'R':>4} {'L':>6} {'k':>2} {'plugin us':>10} {'%copy bw':>8} "
         f"{'v1 eager':>10} {'v1 comp':>10} {'cpu numba':>11}  ok"
@@ -259,7 +276,7 @@ def main(argv=None) -> int:
         for num_rows in args.requests:
             for k in args.ks:
                 row = bench_case(
-                    data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth
+                    data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth, tokens
                 )
                 results.append(row)
                 print(
@@ -272,6 +289,8 @@ def main(argv=None) -> int:
                     f"{row.get('matches_cpu', '-')}"
                 )
 
+    if tokens is not None:
+        dump_tokens(args.dump_tokens, tokens)
     report = {
         "benchmark": "ngram",
         "gpu": gpu,

@@ -49,6 +49,8 @@ import torch
 
 from vllm_sampling_plugin.bench.common import (
     build_columns,
+    dump_tokens,
+    host_copy,
     fastest_per_case,
     median_us,
     plot_latency,
@@ -214,7 +216,9 @@ def unconditional_acceptance(num_sampled: torch.Tensor, num_spec: int) -> list[f
     return [float((accepted > i).float().mean()) for i in range(num_spec)]
 
 
-def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> dict:
+def bench_case(
+    case: Case, names: list[str], bandwidth: float, notes: dict, tokens: dict | None = None
+) -> dict:
     row: dict = {
         "B": case.idx_mapping.numel(),
         "K": case.num_spec,
@@ -232,8 +236,14 @@ def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> d
     row["synthetic_mean_emitted"] = float(synthetic_num_sampled.float().mean())
 
     input_bytes = (case.target_logits.numel() + case.draft_logits.numel()) * 4
-    for name, call in build_columns(CANDIDATES, names, case, notes).items():
+    calls = build_columns(CANDIDATES, names, case, notes)
+    for name, call in calls.items():
         record_timing(row, name, call, bytes_read=input_bytes, bandwidth_gbps=bandwidth)
+    if tokens is not None:
+        # Every column returns (sampled tokens, count per request).
+        tokens[f"B={row['B']},K={row['K']}"] = {
+            name: host_copy(call()) for name, call in calls.items()
+        }
     if "plugin_fp32_us" in row and "stock_probabilistic_us" in row:
         row["speedup"] = row["stock_probabilistic_us"] / row["plugin_fp32_us"]
     if "plugin_fp32_us" in row and "plugin_synthetic_us" in row:
@@ -362,6 +372,11 @@ def main(argv=None) -> int:
         help="draft logits = target logits + N(0, noise^2); sets the acceptance rate",
     )
     parser.add_argument(
+        "--dump-tokens",
+        metavar="FILE",
+        help="also save every token-producing column's output per case (torch.save)",
+    )
+    parser.add_argument(
         "--tune", action="store_true", help="sweep ops.rejection_kernel.TUNING instead"
     )
     parser.add_argument("--tune-rep-ms", type=int, default=25, help="do_bench rep per setting")
@@ -382,14 +397,17 @@ def main(argv=None) -> int:
         return 0
 
     notes: dict = {}
+    tokens: dict | None = {} if args.dump_tokens else None
     results = []
     for num_spec in args.num_spec:
         for num_reqs in args.batch_sizes:
             case = make_case(num_reqs, num_spec, args.vocab_size, args)
-            results.append(bench_case(case, args.columns, bandwidth, notes))
+            results.append(bench_case(case, args.columns, bandwidth, notes, tokens))
             del case
             torch.cuda.empty_cache()
     print_table(results, args.columns)
+    if tokens is not None:
+        dump_tokens(args.dump_tokens, tokens)
     for name, note in notes.items():
         print(f"{name}: {note}")
     report = {

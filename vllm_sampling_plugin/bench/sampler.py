@@ -42,6 +42,8 @@ import torch
 
 from vllm_sampling_plugin.bench.common import (
     build_columns,
+    dump_tokens,
+    host_copy,
     median_us,
     plot_latency,
     record_timing,
@@ -164,7 +166,14 @@ CANDIDATES: dict[str, Candidate] = {
 }
 
 
-def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> dict:
+# The columns whose outputs are tokens (``--dump-tokens``); FlashInfer draws
+# from its own generator, so its tokens differ from run to run.
+TOKEN_COLUMNS = ("plugin_fp32", "plugin_fp64", "stock_gumbel", "fused_topk_topp")
+
+
+def bench_case(
+    case: Case, names: list[str], bandwidth: float, notes: dict, tokens: dict | None = None
+) -> dict:
     num_rows, vocab_size = case.logits.shape
     row: dict = {"B": num_rows, "V": vocab_size}
     logits_bytes = case.logits.numel() * case.logits.element_size()
@@ -175,6 +184,10 @@ def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> d
         row["fp64_matches_stock"] = bool(
             torch.equal(calls["plugin_fp64"](), calls["stock_gumbel"]())
         )
+    if tokens is not None:
+        tokens[f"B={num_rows},V={vocab_size}"] = {
+            name: host_copy(calls[name]()) for name in TOKEN_COLUMNS if name in calls
+        }
     return row
 
 
@@ -262,6 +275,11 @@ def main(argv=None) -> int:
         help="divide by the temperature inside the Gumbel kernels (the runner "
         "applies it beforehand, so the default is not to)",
     )
+    parser.add_argument(
+        "--dump-tokens",
+        metavar="FILE",
+        help="also save every token-producing column's output per case (torch.save)",
+    )
     parser.add_argument("--tune", action="store_true", help="sweep ops.gumbel.TUNING")
     parser.add_argument("--tune-vocab-size", type=int, default=151936)
     args = parser.parse_args(argv)
@@ -279,14 +297,17 @@ def main(argv=None) -> int:
         return 0
 
     notes: dict = {}
+    tokens: dict | None = {} if args.dump_tokens else None
     results = []
     for vocab_size in args.vocab_sizes:
         for num_rows in args.batch_sizes:
             case = make_case(num_rows, vocab_size, args.apply_temperature)
-            results.append(bench_case(case, args.columns, bandwidth, notes))
+            results.append(bench_case(case, args.columns, bandwidth, notes, tokens))
             del case
             torch.cuda.empty_cache()
     print_table(results, args.columns)
+    if tokens is not None:
+        dump_tokens(args.dump_tokens, tokens)
     for name, note in notes.items():
         print(f"{name}: {note}")
     mismatches = [(r["B"], r["V"]) for r in results if r.get("fp64_matches_stock") is False]

@@ -50,6 +50,8 @@ import torch
 
 from vllm_sampling_plugin.bench.common import (
     build_columns,
+    dump_tokens,
+    host_copy,
     median_us,
     plot_latency,
     record_timing,
@@ -236,8 +238,24 @@ def kernel_times_us(call, reps: int = 20) -> dict:
     }
 
 
+# The columns whose outputs are tokens (``--dump-tokens``); FlashInfer draws
+# from its own generator, so its tokens differ from run to run.
+TOKEN_COLUMNS = (
+    "fused_fp32",
+    "fused_fp64",
+    "fused_fp32_one_seed",
+    "masked_plugin_gumbel",
+    "vllm_pytorch_gumbel",
+)
+
+
 def bench_case(
-    case: Case, names: list[str], bandwidth: float, notes: dict, profile: bool = False
+    case: Case,
+    names: list[str],
+    bandwidth: float,
+    notes: dict,
+    profile: bool = False,
+    tokens: dict | None = None,
 ) -> dict:
     num_rows, vocab_size = case.logits.shape
     logits_bytes = case.logits.numel() * case.logits.element_size()
@@ -254,6 +272,10 @@ def bench_case(
         row["fused_paths"] = fused_paths(case)
         if profile:
             row["fused_kernels_us"] = kernel_times_us(calls["fused_fp32"])
+    if tokens is not None:
+        tokens[f"B={num_rows},V={vocab_size}"] = {
+            name: host_copy(calls[name]()) for name in TOKEN_COLUMNS if name in calls
+        }
     return row
 
 
@@ -350,6 +372,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--columns", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES)
     )
+    parser.add_argument(
+        "--dump-tokens",
+        metavar="FILE",
+        help="also save every token-producing column's output per case (torch.save)",
+    )
     parser.add_argument("--tune", action="store_true", help="sweep TopKTopPTuning")
     parser.add_argument(
         "--profile",
@@ -368,14 +395,17 @@ def main(argv=None) -> int:
         write_json(args.out, "tune.json", report)
         return 0
     notes: dict = {}
+    tokens: dict | None = {} if args.dump_tokens else None
     results = []
     for vocab_size in args.vocab_sizes:
         for num_rows in args.batch_sizes:
             case = make_case(num_rows, vocab_size, args.top_k, args.top_p, args.logit_scale)
-            results.append(bench_case(case, args.columns, bandwidth, notes, args.profile))
+            results.append(bench_case(case, args.columns, bandwidth, notes, args.profile, tokens))
             del case
             torch.cuda.empty_cache()
     print_table(results, args.columns)
+    if tokens is not None:
+        dump_tokens(args.dump_tokens, tokens)
     for name, note in notes.items():
         print(f"{name}: {note}")
     report = {
