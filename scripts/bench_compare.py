@@ -23,7 +23,9 @@ def compare_timings(old: dict, new: dict, tolerance_pct: float, columns=None) ->
     """Lines describing every shared timing; the ones off by more than
     ``tolerance_pct`` end in ``OUT OF TOLERANCE``."""
     if len(old["results"]) != len(new["results"]):
-        return [f"row counts differ: {len(old['results'])} vs {len(new['results'])} OUT OF TOLERANCE"]
+        return [
+            f"row counts differ: {len(old['results'])} vs {len(new['results'])} OUT OF TOLERANCE"
+        ]
     lines = []
     for i, (a, b) in enumerate(zip(old["results"], new["results"])):
         keys = {k: v for k, v in a.items() if not isinstance(v, (float, dict, list))}
@@ -56,7 +58,9 @@ def compare_tokens(old: dict, new: dict) -> list[str]:
             continue
         for column in sorted(old[case].keys() | new[case].keys()):
             if column not in old[case] or column not in new[case]:
-                problems.append(f"{case} {column}: only in {'new' if column in new[case] else 'old'}")
+                problems.append(
+                    f"{case} {column}: only in {'new' if column in new[case] else 'old'}"
+                )
             elif not equal_outputs(old[case][column], new[case][column]):
                 problems.append(f"{case} {column}: tokens differ")
     return problems
@@ -76,7 +80,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.what == "timings":
         with open(args.old) as f_old, open(args.new) as f_new:
-            lines = compare_timings(json.load(f_old), json.load(f_new), args.tolerance, args.columns)
+            lines = compare_timings(
+                json.load(f_old), json.load(f_new), args.tolerance, args.columns
+            )
         print("\n".join(lines))
         return int(any(line.endswith("OUT OF TOLERANCE") for line in lines))
     problems = compare_tokens(torch.load(args.old), torch.load(args.new))

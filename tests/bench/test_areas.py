@@ -54,7 +54,10 @@ def test_ngram_flags_skip_columns():
 
 def test_ngram_drafts_agree_only_within_the_draft_count():
     plugin = (torch.tensor([[5, 6, 9], [7, 9, 9]]), torch.tensor([2, 0], dtype=torch.int32))
-    cpu = (torch.tensor([[5, 6, 0], [0, 0, 0]], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32))
+    cpu = (
+        torch.tensor([[5, 6, 0], [0, 0, 0]], dtype=torch.int32),
+        torch.tensor([2, 0], dtype=torch.int32),
+    )
     assert ngram.drafts_agree(plugin, cpu)
     assert not ngram.drafts_agree((plugin[0], torch.tensor([1, 0], dtype=torch.int32)), cpu)
     assert not ngram.drafts_agree((torch.tensor([[5, 7, 9], [7, 9, 9]]), plugin[1]), cpu)
@@ -108,16 +111,32 @@ def test_compare_tokens_reports_differences_and_missing(tmp_path):
         "B=2: only in new",
     ]
     # dtype counts: int32 and int64 tokens are not the same output.
-    assert bench_compare.compare_tokens({"c": {"t": torch.tensor([1])}}, {"c": {"t": torch.tensor([1], dtype=torch.int32)}})
+    assert bench_compare.compare_tokens(
+        {"c": {"t": torch.tensor([1])}}, {"c": {"t": torch.tensor([1], dtype=torch.int32)}}
+    )
     torch.save(old, tmp_path / "old.pt")
     torch.save(changed, tmp_path / "new.pt")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_compare.py"), "tokens", str(tmp_path / "old.pt"), str(tmp_path / "old.pt")],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_compare.py"),
+            "tokens",
+            str(tmp_path / "old.pt"),
+            str(tmp_path / "old.pt"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0 and "tokens identical in all 1 cases" in proc.stdout
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_compare.py"), "tokens", str(tmp_path / "old.pt"), str(tmp_path / "new.pt")],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_compare.py"),
+            "tokens",
+            str(tmp_path / "old.pt"),
+            str(tmp_path / "new.pt"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 1 and "B=1 p: tokens differ" in proc.stdout

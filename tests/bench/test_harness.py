@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from vllm_sampling_plugin.bench import harness, report, tuning
+from vllm_sampling_plugin.bench import harness, report
 from vllm_sampling_plugin.bench.harness import Area, Candidate, Ratio, Timers, TokenCheck
 from vllm_sampling_plugin.bench.report import Plot
 
@@ -70,7 +70,9 @@ def make_area(**changes) -> Area:
         description="a fake benchmark",
         keys=("B", "V"),
         candidates={
-            "plugin": Candidate(plugin_tokens, tokens=True, graph_replay=True, profile="plugin_kernels_us"),
+            "plugin": Candidate(
+                plugin_tokens, tokens=True, graph_replay=True, profile="plugin_kernels_us"
+            ),
             "stock": Candidate(argmax_tokens, tokens=True),
             "wrong": Candidate(wrong_tokens, tokens=True),
             "missing": Candidate(missing_library),
@@ -85,7 +87,9 @@ def make_area(**changes) -> Area:
         ),
         ratios=(Ratio("speedup", "stock", "plugin"), Ratio("never", "stock", "missing")),
         plot=Plot(title="fake ({gpu})", x="B", xlabel="B", panel_title="V={V}", columns="V"),
-        add_arguments=lambda parser: parser.add_argument("--rows", type=int, nargs="+", default=[2, 3]),
+        add_arguments=lambda parser: parser.add_argument(
+            "--rows", type=int, nargs="+", default=[2, 3]
+        ),
         settings=lambda args: {"rows": args.rows},
     )
     declaration.update(changes)
@@ -155,7 +159,11 @@ def test_error_text_is_cut():
 def test_columns_and_skipped_select_candidates():
     area = make_area(skipped=lambda args: ["wrong"])
     results, _, _ = run_fake(area, "--columns", "plugin", "stock", "wrong")
-    assert {k for k in results[0] if k.endswith("_us")} == {"plugin_us", "stock_us", "plugin_graph_us"}
+    assert {k for k in results[0] if k.endswith("_us")} == {
+        "plugin_us",
+        "stock_us",
+        "plugin_graph_us",
+    }
     assert "wrong_matches_stock" not in results[0]
     with pytest.raises(SystemExit):
         area.parser().parse_args(["--columns", "nope"])
@@ -164,7 +172,12 @@ def test_columns_and_skipped_select_candidates():
 def test_prepare_runs_before_timing_and_annotate_after():
     events = []
     area = make_area(
-        candidates={"plugin": Candidate(lambda case: timed(1.0, lambda: events.append("call") or case.argmax(-1)), tokens=True)},
+        candidates={
+            "plugin": Candidate(
+                lambda case: timed(1.0, lambda: events.append("call") or case.argmax(-1)),
+                tokens=True,
+            )
+        },
         checks=(),
         prepare=lambda case, row: events.append(("prepare", dict(row))),
         annotate=lambda case, row, tokens: events.append(("annotate", sorted(row), sorted(tokens))),
@@ -192,10 +205,19 @@ def test_profile_flag_only_where_a_candidate_profiles():
 def test_main_writes_report_and_tokens(tmp_path, capsys):
     dump = tmp_path / "tokens.pt"
     area = make_area()
-    assert area.main(["--out", str(tmp_path / "out"), "--dump-tokens", str(dump)], fake_timers()) == 0
+    assert (
+        area.main(["--out", str(tmp_path / "out"), "--dump-tokens", str(dump)], fake_timers()) == 0
+    )
     data = json.loads((tmp_path / "out" / "fake.json").read_text())
     assert list(data) == [
-        "benchmark", "gpu", "copy_bandwidth_gbps", "torch", "triton", "rows", "notes", "results",
+        "benchmark",
+        "gpu",
+        "torch",
+        "triton",
+        "copy_bandwidth_gbps",
+        "rows",
+        "notes",
+        "results",
     ]
     assert data["benchmark"] == "fake"
     assert data["copy_bandwidth_gbps"] == BANDWIDTH_GBPS
@@ -234,7 +256,10 @@ def test_ngram_style_tokens_from_case_buffers():
 
     def cases(args):
         values = torch.arange(4)
-        yield {"B": 4, "V": 1}, argparse.Namespace(values=values, buffer=torch.zeros(4, dtype=torch.long))
+        yield (
+            {"B": 4, "V": 1},
+            argparse.Namespace(values=values, buffer=torch.zeros(4, dtype=torch.long)),
+        )
 
     area = make_area(
         candidates={
@@ -275,14 +300,27 @@ def test_repeat_pairs_interleaves_and_summarize_repeats():
     assert row["stock_tok_s_min"] == 10.0 and row["stock_tok_s_max"] == 14.0
     assert row["stock_tok_s_spread_pct"] == pytest.approx(100 * 4 / 12)
     assert row["plugin_tok_s_samples"] == [5.0, 4.0, 6.0]
-    harness.record_ratios(row, [Ratio("speedup", "plugin", "stock"), Ratio("x", "plugin", "e2e")], unit="tok_s")
+    assert report.console_table([row], (), ("stock", "plugin"), unit="tok_s") == (
+        "    stock   plugin\n12.0tok_s 5.0tok_s"
+    )
+    harness.record_ratios(
+        row, [Ratio("speedup", "plugin", "stock"), Ratio("x", "plugin", "e2e")], unit="tok_s"
+    )
     assert row["speedup"] == pytest.approx(5.0 / 12.0)
     assert "x" not in row
 
 
 def test_console_and_markdown_tables():
     rows = [
-        {"B": 1, "V": 8, "a_us": 12.34, "a_pct_copy_bw": 45.6, "b_us": 3.0, "ok": True, "speedup": 2.5},
+        {
+            "B": 1,
+            "V": 8,
+            "a_us": 12.34,
+            "a_pct_copy_bw": 45.6,
+            "b_us": 3.0,
+            "ok": True,
+            "speedup": 2.5,
+        },
         {"B": 64, "V": 8, "a_error": "boom", "b_us": 30.0, "ok": False},
     ]
     assert report.console_table(rows, ("B", "V"), ("a", "b", "c"), ("ok",), ("speedup",)) == (

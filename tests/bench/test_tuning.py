@@ -49,13 +49,21 @@ def test_exact_sweep_times_and_ranks_every_setting():
     sweep = tuning.run_sweep(
         cases, grid, sweep_calls({2: 0, 4: 0, 8: 0}), rep_ms=7, exact=True, timer=fake_timer
     )
-    assert sweep.times == {Setting(4): [8.0, 16.0], Setting(2): [4.0, 8.0], Setting(8): [16.0, 32.0]}
+    assert sweep.times == {
+        Setting(4): [8.0, 16.0],
+        Setting(2): [4.0, 8.0],
+        Setting(8): [16.0, 32.0],
+    }
     assert sweep.ranked == [Setting(2), Setting(4), Setting(8)]
     report = sweep.report(Setting(4))
     assert report["best"] == {"tile": 2}
     assert report["current"] == {"tile": 4}
     assert [r["tuning"] for r in report["results"]] == [{"tile": 2}, {"tile": 4}, {"tile": 8}]
-    assert report["results"][1] == {"tuning": {"tile": 4}, "us": [8.0, 16.0], "score": pytest.approx(2.0)}
+    assert report["results"][1] == {
+        "tuning": {"tile": 4},
+        "us": [8.0, 16.0],
+        "score": pytest.approx(2.0),
+    }
 
 
 def test_exact_sweep_refuses_changed_tokens():

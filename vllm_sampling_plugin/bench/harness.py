@@ -2,7 +2,8 @@
 the harness times them in one run, pairs stock with plugin, checks tokens
 and writes the report.
 
-Declaring an area (``bench/sampler.py`` is the model)::
+Declaring an area (``bench/sampler.py`` is a full one; ``bench/rejection.py``
+adds ratios and a ``prepare`` step)::
 
     AREA = Area(
         name="sampler",                       # JSON/PNG stem, --out default
@@ -39,11 +40,16 @@ Pairing repeated measurements (an end-to-end benchmark): ``repeat_pairs``
 runs each named measurement N times, interleaved so that drift hits stock
 and plugin alike; ``summarize_repeats`` turns the samples into a row
 (``<name>_<unit>`` the median, ``_min``, ``_max``, ``_spread_pct``,
-``_samples``) and ``record_ratios`` adds ``Ratio`` keys to it::
+``_samples``), ``record_ratios`` adds ``Ratio`` keys to it, and ``run_header``,
+``report.console_table`` and ``report.write_json`` print and write it like
+every other report::
 
     samples = repeat_pairs({"stock": run_stock, "plugin": run_plugin}, repeats=5)
-    row = summarize_repeats(samples, unit="tok_s")
+    row = {"model": name, **summarize_repeats(samples, unit="tok_s")}
     record_ratios(row, [Ratio("speedup", "plugin", "stock")], unit="tok_s")
+    print(report.console_table([row], ("model",), ("stock", "plugin"),
+                               ratios=("speedup",), unit="tok_s"))
+    report.write_json(path, {**run_header("e2e", repeats=5), "results": [row]})
 """
 
 from __future__ import annotations
@@ -130,6 +136,18 @@ class Timers:
     graph: Callable[[Callable[[], object]], float] = timing.graph_replay_us
     kernels: Callable[[Callable[[], object]], dict] = timing.kernel_times_us
     copy_bandwidth_gbps: Callable[[], float] = timing.copy_bandwidth_gbps
+
+
+def run_header(benchmark: str, **settings: Any) -> dict:
+    """The fields a report starts with: ``benchmark``, ``gpu`` (the device's
+    name), ``torch`` and ``triton`` versions, then ``settings`` as given."""
+    return {
+        "benchmark": benchmark,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        **settings,
+    }
 
 
 def record_ratios(row: dict, ratios: Iterable[Ratio], unit: str = "us") -> None:
@@ -229,19 +247,13 @@ class Area:
                 raise SystemExit(f"the {self.name} benchmark needs a CUDA GPU")
             timers = Timers()
         os.makedirs(args.out, exist_ok=True)
-        gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
         bandwidth = timers.copy_bandwidth_gbps()
-        print(f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write)")
-        header = {
-            "benchmark": self.name,
-            "gpu": gpu,
-            "copy_bandwidth_gbps": bandwidth,
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            **self.settings(args),
-        }
+        header = run_header(self.name, copy_bandwidth_gbps=bandwidth, **self.settings(args))
+        print(f"{header['gpu']}: copy bandwidth {bandwidth:.0f} GB/s (read + write)")
         if getattr(args, "tune", False):
-            report.write_json(os.path.join(args.out, "tune.json"), {**header, **self.tune(args, timers)})
+            report.write_json(
+                os.path.join(args.out, "tune.json"), {**header, **self.tune(args, timers)}
+            )
             print(f"wrote {args.out}/tune.json")
             return 0
         results, notes, tokens = self.run(args, bandwidth, timers)
@@ -251,7 +263,7 @@ class Area:
         full = {**header, "notes": notes, "results": results}
         stem = os.path.join(args.out, self.name)
         report.write_json(f"{stem}.json", full)
-        title = self.plot.title.format(gpu=gpu, **vars(args))
+        title = self.plot.title.format(gpu=header["gpu"], **vars(args))
         if report.plot_latency(results, self.selected(args), f"{stem}.png", self.plot, title):
             print(f"wrote {stem}.json and {stem}.png")
         else:

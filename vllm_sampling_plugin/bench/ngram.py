@@ -185,7 +185,9 @@ def v1_gpu_compiled_search():
 
 def v1_gpu(search):
     def make(case: Case):
-        return functools.partial(search(), case.history, case.total_len, case.num_drafts_per_request)
+        return functools.partial(
+            search(), case.history, case.total_len, case.num_drafts_per_request
+        )
 
     return make
 
@@ -222,9 +224,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192, 32768])
     parser.add_argument("--ks", type=int, nargs="+", default=[3, 5])
     parser.add_argument("--no-cpu", action="store_true", help="skip the CPU numba proposer")
-    parser.add_argument(
-        "--no-v1-gpu", action="store_true", help="skip vLLM's V1 ngram_gpu search"
-    )
+    parser.add_argument("--no-v1-gpu", action="store_true", help="skip vLLM's V1 ngram_gpu search")
     parser.add_argument(
         "--no-compile", action="store_true", help="skip the torch.compile'd V1 search"
     )

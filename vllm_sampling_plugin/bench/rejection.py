@@ -191,8 +191,9 @@ def stock_synthetic(case: Case):
 def cases(args):
     for num_spec in args.num_spec:
         for num_reqs in args.batch_sizes:
-            yield {"B": num_reqs, "K": num_spec, "V": args.vocab_size}, make_case(
-                num_reqs, num_spec, args.vocab_size, args
+            yield (
+                {"B": num_reqs, "K": num_spec, "V": args.vocab_size},
+                make_case(num_reqs, num_spec, args.vocab_size, args),
             )
 
 

@@ -11,7 +11,6 @@ and annotations. Importing this module needs neither a GPU nor matplotlib.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,7 +33,9 @@ class Plot:
     panel_size: tuple[float, float] = (5, 4)
 
 
-def plot_latency(results: list[dict], names: Sequence[str], path: str, plot: Plot, title: str) -> bool:
+def plot_latency(
+    results: list[dict], names: Sequence[str], path: str, plot: Plot, title: str
+) -> bool:
     """Draw ``plot`` for ``results`` into the PNG at ``path``; returns False,
     drawing nothing, when matplotlib is not importable."""
     try:
@@ -116,18 +117,18 @@ def case_label(row: dict, keys: Sequence[str]) -> str:
     return ",".join(f"{key}={row[key]}" for key in keys)
 
 
-def timed_columns(results: list[dict], names: Sequence[str]) -> list[str]:
-    """The names, in order, that have a time in at least one row."""
-    return [n for n in names if any(f"{n}_us" in r for r in results)]
+def timed_columns(results: list[dict], names: Sequence[str], unit: str = "us") -> list[str]:
+    """The names, in order, that have a ``<name>_<unit>`` value in at least one row."""
+    return [n for n in names if any(f"{n}_{unit}" in r for r in results)]
 
 
-def timing_text(row: dict, name: str) -> str:
+def timing_text(row: dict, name: str, unit: str = "us") -> str:
     """``"12.3us (45%)"``, ``"12.3us"`` without a rate, or ``"-"``."""
-    us = row.get(f"{name}_us")
-    if us is None:
+    value = row.get(f"{name}_{unit}")
+    if value is None:
         return "-"
     pct = row.get(f"{name}_pct_copy_bw")
-    return f"{us:.1f}us" + ("" if pct is None else f" ({pct:.0f}%)")
+    return f"{value:.1f}{unit}" + ("" if pct is None else f" ({pct:.0f}%)")
 
 
 def check_text(value: bool | None) -> str:
@@ -140,14 +141,16 @@ def console_table(
     names: Sequence[str],
     checks: Sequence[str] = (),
     ratios: Sequence[str] = (),
+    unit: str = "us",
 ) -> str:
-    """The run's table as aligned text: key columns, one timing cell per timed
-    name, then a yes/NO cell per check and an ``x.xx`` cell per ratio."""
-    shown = timed_columns(results, names)
+    """The run's table as aligned text: key columns, one cell per name with a
+    ``<name>_<unit>`` value, then a yes/NO cell per check and an ``x.xx``
+    cell per ratio."""
+    shown = timed_columns(results, names, unit)
     header = [*keys, *shown, *checks, *ratios]
     rows = [
         [str(r[k]) for k in keys]
-        + [timing_text(r, n) for n in shown]
+        + [timing_text(r, n, unit) for n in shown]
         + [check_text(r.get(c)) for c in checks]
         + [f"{r[q]:.2f}" if q in r else "-" for q in ratios]
         for r in results

@@ -82,8 +82,9 @@ def make_case(num_rows: int, vocab_size: int, apply_temperature: bool) -> Case:
 def cases(args):
     for vocab_size in args.vocab_sizes:
         for num_rows in args.batch_sizes:
-            yield {"B": num_rows, "V": vocab_size}, make_case(
-                num_rows, vocab_size, args.apply_temperature
+            yield (
+                {"B": num_rows, "V": vocab_size},
+                make_case(num_rows, vocab_size, args.apply_temperature),
             )
 
 
@@ -172,7 +173,9 @@ def tune(args, timers) -> dict:
             sweep = run_sweep(sweep_cases, tuning_grid(use_fp64), call_with, rep_ms=40, exact=True)
         finally:
             gumbel.TUNING[use_fp64] = current
-        print_ranking(sweep, current, f"{label}: V={args.tune_vocab_size}, us at B={args.batch_sizes}")
+        print_ranking(
+            sweep, current, f"{label}: V={args.tune_vocab_size}, us at B={args.batch_sizes}"
+        )
         report[label] = {
             "batch_sizes": args.batch_sizes,
             "vocab_size": args.tune_vocab_size,

@@ -87,8 +87,9 @@ def make_case(num_rows: int, vocab_size: int, top_k: int, top_p: float, scale: f
 def cases(args):
     for vocab_size in args.vocab_sizes:
         for num_rows in args.batch_sizes:
-            yield {"B": num_rows, "V": vocab_size}, make_case(
-                num_rows, vocab_size, args.top_k, args.top_p, args.logit_scale
+            yield (
+                {"B": num_rows, "V": vocab_size},
+                make_case(num_rows, vocab_size, args.top_k, args.top_p, args.logit_scale),
             )
 
 
@@ -220,7 +221,9 @@ def tune(args, timers) -> dict:
     sweep = run_sweep(
         sweep_cases,
         tuning_grid(),
-        lambda case, setting: fused_topk_topp(tuning=DEFAULT_TUNING if setting is None else setting)(case),
+        lambda case, setting: fused_topk_topp(
+            tuning=DEFAULT_TUNING if setting is None else setting
+        )(case),
         rep_ms=40,
         exact=False,
     )
@@ -259,7 +262,9 @@ AREA = Area(
     # FlashInfer draws from its own generator: its tokens differ from run to run.
     candidates={
         "fused_fp32": Candidate(
-            fused_topk_topp(use_fp64=False), tokens=True, graph_replay=True,
+            fused_topk_topp(use_fp64=False),
+            tokens=True,
+            graph_replay=True,
             profile="fused_kernels_us",
         ),
         "fused_fp64": Candidate(fused_topk_topp(use_fp64=True), tokens=True),
