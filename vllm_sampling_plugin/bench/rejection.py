@@ -31,7 +31,7 @@ plugin_fp32, ``synthetic_over_standard`` = plugin_synthetic / plugin_fp32.
 Writes ``rejection.json``, and ``rejection.png`` when matplotlib is importable.
 
 ``--tune`` instead sweeps the launch parameters (``tuning_grid``) of
-``ops.rejection_kernel.TUNING`` for standard mode with draft logits, per
+``ops.rejection.TUNING`` for standard mode with draft logits, per
 precision, over the same B and K at ``--vocab-size``; checks that every
 setting returns exactly the default's tokens; prints the fastest settings
 (lowest geometric mean of time / fastest time over the cases) as lines to
@@ -55,11 +55,11 @@ from vllm_sampling_plugin.bench.tuning import (
     tuning_by_precision,
 )
 from vllm_sampling_plugin.ops.rejection import (
+    TUNING,
     RejectionTuning,
     rejection_sample_packed,
     unconditional_to_conditional_rates,
 )
-from vllm_sampling_plugin.ops.rejection import launcher as rejection_kernel
 
 
 @dataclasses.dataclass
@@ -232,7 +232,7 @@ def tuning_grid(use_fp64: bool) -> list[RejectionTuning]:
         for b, c, s, w, p in grid
         if c <= b and s <= b
     ]
-    default = rejection_kernel.TUNING[use_fp64]
+    default = TUNING[use_fp64]
     return candidates + ([default] if default not in candidates else [])
 
 
@@ -242,7 +242,7 @@ def tune(args, timers) -> dict:
     report = {}
     for use_fp64 in (False, True):
         label = "fp64" if use_fp64 else "fp32"
-        current = rejection_kernel.TUNING[use_fp64]
+        current = TUNING[use_fp64]
         pairs = [(b, k) for k in args.num_spec for b in args.batch_sizes]
         sweep_cases = (
             (f"{label} B={b} K={k}", make_case(b, k, args.vocab_size, args)) for b, k in pairs
@@ -256,7 +256,7 @@ def tune(args, timers) -> dict:
         )
         print_ranking(sweep, current, f"{label}: V={args.vocab_size}, us at (B, K) = {pairs}")
         print(
-            f"best {label}, for TUNING in ops/rejection_kernel.py:\n"
+            f"best {label}, for TUNING in ops/rejection/plan.py:\n"
             f"    {use_fp64}: {sweep.ranked[0]},"
         )
         report[label] = {
@@ -316,7 +316,7 @@ AREA = Area(
     ),
     add_arguments=add_arguments,
     settings=lambda args: {
-        "tuning": tuning_by_precision(rejection_kernel.TUNING),
+        "tuning": tuning_by_precision(TUNING),
         "temperature": args.temperature,
         "logit_scale": args.logit_scale,
         "draft_noise": args.draft_noise,
