@@ -1,13 +1,15 @@
 """Compare two runs of a benchmark: timings row by row, and dumped tokens.
 
-    python3 scripts/bench_compare.py timings OLD.json NEW.json [--tolerance 3]
+    python3 scripts/bench_compare.py timings OLD.json NEW.json [--tolerance 3] [--min-us 50]
     python3 scripts/bench_compare.py tokens OLD.pt NEW.pt
 
 ``timings`` pairs the ``results`` rows of two JSON reports by their position
 (the same command line gives the same rows in the same order), prints the
 new/old ratio of every ``<column>_us`` the two share, and exits 1 when a
 column listed with ``--columns`` (default: every shared one) is more than
-``--tolerance`` percent slower or faster. ``tokens`` compares two
+``--tolerance`` percent slower or faster; ``--min-us`` leaves out timings
+whose old value is below it (host launch time dominates those, and it varies
+by more than a few percent from run to run). ``tokens`` compares two
 ``--dump-tokens`` files case by case and column by column (``torch.equal``)
 and exits 1 on any difference or on a case or column only one of them has.
 """
@@ -19,23 +21,28 @@ import sys
 import torch
 
 
-def compare_timings(old: dict, new: dict, tolerance_pct: float, columns=None) -> list[str]:
-    """Lines describing every shared timing; the ones off by more than
-    ``tolerance_pct`` end in ``OUT OF TOLERANCE``."""
+def compare_timings(
+    old: dict, new: dict, tolerance_pct: float, columns=None, min_us: float = 0.0
+) -> list[str]:
+    """One line per timing both reports have (``<column>_us``, a number, old
+    value at least ``min_us``); the ones off by more than ``tolerance_pct``
+    end in ``OUT OF TOLERANCE``."""
     if len(old["results"]) != len(new["results"]):
         return [
             f"row counts differ: {len(old['results'])} vs {len(new['results'])} OUT OF TOLERANCE"
         ]
     lines = []
     for i, (a, b) in enumerate(zip(old["results"], new["results"])):
-        keys = {k: v for k, v in a.items() if not isinstance(v, (float, dict, list))}
-        for key in sorted(k for k in a if k.endswith("_us") and k in b):
-            if columns is not None and key[: -len("_us")] not in columns:
+        case = {k: v for k, v in a.items() if type(v) in (int, str)}
+        for key in sorted(a):
+            if not (key.endswith("_us") and key in b and isinstance(a[key], float)):
+                continue
+            if columns is not None and key[: -len("_us")] not in columns or a[key] < min_us:
                 continue
             ratio = b[key] / a[key]
             off = abs(ratio - 1) * 100 > tolerance_pct
             lines.append(
-                f"row {i} {keys}: {key} {a[key]:.2f} -> {b[key]:.2f} us (x{ratio:.3f})"
+                f"row {i} {case}: {key} {a[key]:.2f} -> {b[key]:.2f} us (x{ratio:.3f})"
                 + (" OUT OF TOLERANCE" if off else "")
             )
     return lines
@@ -74,6 +81,7 @@ def main(argv=None) -> int:
     timings.add_argument("new")
     timings.add_argument("--tolerance", type=float, default=3.0, help="percent")
     timings.add_argument("--columns", nargs="+")
+    timings.add_argument("--min-us", type=float, default=0.0, help="skip faster old timings")
     tokens = sub.add_parser("tokens")
     tokens.add_argument("old")
     tokens.add_argument("new")
@@ -81,13 +89,15 @@ def main(argv=None) -> int:
     if args.what == "timings":
         with open(args.old) as f_old, open(args.new) as f_new:
             lines = compare_timings(
-                json.load(f_old), json.load(f_new), args.tolerance, args.columns
+                json.load(f_old), json.load(f_new), args.tolerance, args.columns, args.min_us
             )
+        off = sum(line.endswith("OUT OF TOLERANCE") for line in lines)
         print("\n".join(lines))
-        return int(any(line.endswith("OUT OF TOLERANCE") for line in lines))
-    problems = compare_tokens(torch.load(args.old), torch.load(args.new))
-    old_cases = len(torch.load(args.old))
-    print("\n".join(problems) or f"tokens identical in all {old_cases} cases")
+        print(f"{len(lines)} timings compared, {off} off by more than {args.tolerance}%")
+        return int(off > 0)
+    old, new = torch.load(args.old), torch.load(args.new)
+    problems = compare_tokens(old, new)
+    print("\n".join(problems) or f"tokens identical in all {len(old)} cases")
     return int(bool(problems))
 
 

@@ -93,6 +93,12 @@ def test_compare_timings_flags_only_what_is_out_of_tolerance():
         "row 0 {'B': 1}: b_us 10.00 -> 10.50 us (x1.050) OUT OF TOLERANCE",
     ]
     assert bench_compare.compare_timings(old, new, 3.0, columns=["a"]) == lines[:1]
+    assert bench_compare.compare_timings(old, new, 3.0, min_us=50) == lines[:1]
+    # Only numeric timings count: a per-kernel dict ending in _us is skipped.
+    kernels = {"results": [{"B": 1, "k_us": {"x": 1.0}, "a_us": 1.0}]}
+    assert bench_compare.compare_timings(kernels, kernels, 3.0) == [
+        "row 0 {'B': 1}: a_us 1.00 -> 1.00 us (x1.000)"
+    ]
     assert bench_compare.compare_timings(old, {"results": []}, 3.0)[0].endswith("OUT OF TOLERANCE")
 
 
