@@ -2,8 +2,8 @@
 the harness times them in one run, pairs stock with plugin, checks tokens
 and writes the report.
 
-Declaring an area (``bench/sampler.py`` is a full one; ``bench/rejection.py``
-adds ratios and a ``prepare`` step)::
+Declaring an area, for example (the real declarations close each area
+module; ``bench/rejection.py`` has ratios and a ``prepare`` step)::
 
     AREA = Area(
         name="sampler",                       # JSON/PNG stem, --out default
@@ -131,7 +131,8 @@ class TokenCheck:
 class Timers:
     """The measuring functions, replaceable by fakes in tests."""
 
-    device: Callable[[Callable[[], object]], float] = timing.median_us
+    # (call) or (call, rep_ms) -> microseconds; tuning sweeps pass a shorter rep_ms.
+    device: Callable[..., float] = timing.median_us
     host: Callable[[Callable[[], object]], float] = timing.host_median_us
     graph: Callable[[Callable[[], object]], float] = timing.graph_replay_us
     kernels: Callable[[Callable[[], object]], dict] = timing.kernel_times_us
@@ -195,7 +196,8 @@ class Area:
     skipped: ``args -> names`` dropped from ``--columns`` (``--no-cpu``).
     table_columns: the Markdown table's columns (default: every candidate).
     details: row fields printed under the table, one line per row.
-    tune: ``(args, timers) -> report`` for ``--tune`` (written to tune.json).
+    tune: ``(args, timers) -> report`` for ``--tune`` (written to tune.json);
+        it times with ``timers.device``.
     """
 
     name: str

@@ -253,6 +253,7 @@ def tune(args, timers) -> dict:
             lambda case, setting, use_fp64=use_fp64: plugin(use_fp64, tuning=setting)(case),
             rep_ms=args.tune_rep_ms,
             exact=True,
+            timer=timers.device,
         )
         print_ranking(sweep, current, f"{label}: V={args.vocab_size}, us at (B, K) = {pairs}")
         print(

@@ -170,7 +170,14 @@ def tune(args, timers) -> dict:
             for b in args.batch_sizes
         )
         try:
-            sweep = run_sweep(sweep_cases, tuning_grid(use_fp64), call_with, rep_ms=40, exact=True)
+            sweep = run_sweep(
+                sweep_cases,
+                tuning_grid(use_fp64),
+                call_with,
+                rep_ms=40,
+                exact=True,
+                timer=timers.device,
+            )
         finally:
             gumbel.TUNING[use_fp64] = current
         print_ranking(

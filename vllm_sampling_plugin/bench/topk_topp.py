@@ -226,6 +226,7 @@ def tune(args, timers) -> dict:
         )(case),
         rep_ms=40,
         exact=False,
+        timer=timers.device,
     )
     print_ranking(
         sweep,

@@ -2,9 +2,9 @@
 grid on every case, check the tokens against the default setting's, and rank
 the settings by their geometric-mean slowdown over the cases.
 
-    sweep = run_sweep(cases, grid, call_with, rep_ms=40, exact=True)
+    sweep = run_sweep(cases, grid, call_with, rep_ms=40, exact=True, timer=median_us)
     print_ranking(sweep, current, "fp32: V=151936, us at B=[1, 64]")
-    report = {"best": ..., **sweep.report(current)}
+    report = {"batch_sizes": [1, 64], **sweep.report(current)}
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import torch
 
 from vllm_sampling_plugin.bench.harness import outputs_equal
 from vllm_sampling_plugin.bench.report import host_copy
-from vllm_sampling_plugin.bench.timing import median_us
 
 
 def fastest_per_case(times: dict[Hashable, list[float]]) -> list[float]:
@@ -81,14 +80,15 @@ def run_sweep(
     *,
     rep_ms: int,
     exact: bool,
-    timer: Callable[..., float] = median_us,
+    timer: Callable[[Callable[[], object], int], float],
 ) -> Sweep:
-    """Time ``call_with(case, setting)`` for every setting on every case.
+    """Time ``call_with(case, setting)`` for every setting on every case with
+    ``timer(call, rep_ms)`` (``timing.median_us`` on a GPU).
 
-    ``call_with(case, None)`` is the default setting's call, whose tokens
-    every setting's are checked against: with ``exact`` a difference raises
-    AssertionError (settings may only change the speed); otherwise the
-    differing tokens are counted (top-p boundaries within rounding).
+        ``call_with(case, None)`` is the default setting's call, whose tokens
+        every setting's are checked against: with ``exact`` a difference raises
+        AssertionError (settings may only change the speed); otherwise the
+        differing tokens are counted (top-p boundaries within rounding).
     """
     times: dict[Hashable, list[float]] = {setting: [] for setting in grid}
     differing: dict[Hashable, int] = {}
