@@ -51,7 +51,7 @@ def _rejection_kernel(
     arrivals_ptr,
     # The step body's arguments, as ``rejection_step`` documents them:
     winners,  # 4 x [num_reqs, num_blocks]
-    row_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
+    tile_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
     target_logits,  # ([num_logits, V], row stride)
     draft_logits,  # ([max_num_reqs, num_spec_steps, V], two strides)
     requests,  # per-logit and per-slot request state
@@ -109,7 +109,7 @@ def _rejection_kernel(
                 temp,
                 seed,
                 winners,
-                row_stats,
+                tile_stats,
                 target_logits,
                 draft_logits,
                 requests,
@@ -168,7 +168,7 @@ def _rejection_step_kernel(
     num_accepted_ptr,
     # The step body's arguments, as ``rejection_step`` documents them:
     winners,  # 4 x [num_reqs, num_blocks]
-    row_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
+    tile_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
     target_logits,  # ([num_logits, V], row stride)
     draft_logits,  # ([max_num_reqs, num_spec_steps, V], two strides)
     requests,  # per-logit and per-slot request state
@@ -216,7 +216,7 @@ def _rejection_step_kernel(
             tl.load(temperature_ptr + state_idx).to(tl.float32),
             tl.load(seeds_ptr + state_idx),
             winners,
-            row_stats,
+            tile_stats,
             target_logits,
             draft_logits,
             requests,
@@ -399,7 +399,7 @@ def rejection_sample_packed(
     )
     step_inputs = (
         work.winners,
-        work.row_stats,
+        work.tile_stats,
         (target_logits, target_logits.stride(0)),
         (
             (draft_logits, draft_logits.stride(0), draft_logits.stride(1))

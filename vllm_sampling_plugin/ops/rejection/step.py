@@ -28,7 +28,7 @@ def rejection_step(
     winners,
     # [num_reqs, num_spec_steps, num_tiles] each: (target_max, target_argmax,
     # target_sumexp, draft_max, draft_sumexp); the sums are fixed point (int64)
-    row_stats,
+    tile_stats,
     # (logits [num_logits, V], row stride)
     target_logits,
     # (logits [max_num_reqs, num_spec_steps, V], its two outer strides)
@@ -57,7 +57,7 @@ def rejection_step(
     draft ``step - 1`` was accepted (always at step 0).
     """
     winner_value_ptr, winner_token_ptr, fallback_value_ptr, fallback_token_ptr = winners
-    target_max_ptr, target_argmax_ptr, target_sumexp_ptr, draft_max_ptr, draft_sumexp_ptr = row_stats
+    target_max_ptr, target_argmax_ptr, target_sumexp_ptr, draft_max_ptr, draft_sumexp_ptr = tile_stats
     target_logits_ptr, target_logits_stride = target_logits
     draft_logits_ptr, draft_stride_0, draft_stride_1 = draft_logits
     draft_tokens_ptr, _, _, pos_ptr, _, _, conditional_rates_ptr = requests

@@ -36,8 +36,8 @@ class Workspace:
         return (self.winner_value, self.winner_token, self.fallback_value, self.fallback_token)
 
     @property
-    def row_stats(self) -> tuple[torch.Tensor, ...]:
-        """The kernels' ``row_stats`` argument."""
+    def tile_stats(self) -> tuple[torch.Tensor, ...]:
+        """The kernels' ``tile_stats`` argument."""
         return (
             self.target_max,
             self.target_argmax,
