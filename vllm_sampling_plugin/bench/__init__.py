@@ -1,1 +1,7 @@
-"""GPU benchmarks: `vllm-sampling-plugin bench AREA` (each module has main(argv))."""
+"""GPU benchmarks: `vllm-sampling-plugin bench AREA` (each area module has main(argv)).
+
+``harness`` runs an area (cases, candidates, stock/plugin ratios, token
+checks, the report) and documents how to declare one; ``timing`` measures,
+``report`` writes JSON, PNG and tables, ``tuning`` runs ``--tune`` sweeps.
+``sampler``, ``topk_topp``, ``rejection`` and ``ngram`` only declare their cases.
+"""

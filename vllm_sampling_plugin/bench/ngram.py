@@ -16,29 +16,21 @@ For R requests with L-token histories, k draft slots and n in [2, 5] it times:
 The histories mix fresh random tokens with copies of earlier spans, so most
 requests find a match, as in code editing or RAG. ``plugin_pct_copy_bw`` is the
 history bytes scanned per second as a share of a measured device-to-device copy.
-Every case also checks the plugin's drafts against the CPU proposer's.
-Writes ``ngram.json`` (and ``ngram.png`` when matplotlib is importable).
+Every case also checks the plugin's drafts against the CPU proposer's
+(``matches_cpu``). Writes ``ngram.json`` (and ``ngram.png`` when matplotlib is
+importable).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import functools
-import statistics
-import time
 
 import numpy as np
 import torch
-import triton
 
-from vllm_sampling_plugin.bench.common import (
-    median_us,
-    pct_of_copy_bandwidth,
-    plot_latency,
-    record_timing,
-    start_run,
-    write_results,
-)
+from vllm_sampling_plugin.bench.harness import Area, Candidate, TokenCheck
+from vllm_sampling_plugin.bench.report import Plot
 from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
 
 MIN_N, MAX_N = 2, 5
@@ -63,46 +55,114 @@ def make_histories(rng: np.random.Generator, num_rows: int, length: int) -> np.n
     return rows
 
 
-def time_host(fn, max_reps: int = 20, budget_s: float = 2.0) -> float:
-    """Median wall time of ``fn`` in microseconds."""
-    fn()
-    samples = []
-    start = time.perf_counter()
-    while len(samples) < max_reps and (
-        len(samples) < 3 or time.perf_counter() - start < budget_s
-    ):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) * 1e6
+@dataclasses.dataclass
+class Case:
+    """R requests' histories on the host and in runner-style GPU buffers."""
+
+    tokens: np.ndarray  # [R, L] int32
+    lens: np.ndarray  # [R] int32
+    num_drafts_per_request: int  # k
+    max_model_len: int
+    history: torch.Tensor  # [R, L] int32
+    total_len: torch.Tensor  # [R] int32
+    idx_mapping: torch.Tensor  # [R] int32
+    num_sampled: torch.Tensor  # [R] int32
+    fill_tokens: torch.Tensor  # [R, 1] int64: each row's last token
+    drafts: torch.Tensor  # [R, k] int64, written by the plugin
+    num_drafts: torch.Tensor  # [R] int32, written by the plugin
+    scratch: torch.Tensor  # [R, NGRAM_MAX_SPLITS] int64
 
 
-class CpuNumbaProposer:
-    """vLLM 0.20's V1 ``ngram`` batch proposer, called as NgramProposer calls it."""
+def make_case(tokens: np.ndarray, lens: np.ndarray, k: int) -> Case:
+    num_rows, length = tokens.shape
+    history = torch.from_numpy(tokens).cuda()
+    total_len = torch.from_numpy(lens).cuda()
+    last = history[torch.arange(num_rows, device="cuda"), total_len.long() - 1]
+    return Case(
+        tokens=tokens,
+        lens=lens,
+        num_drafts_per_request=k,
+        max_model_len=length + 1024,
+        history=history,
+        total_len=total_len,
+        idx_mapping=torch.arange(num_rows, dtype=torch.int32, device="cuda"),
+        num_sampled=torch.ones(num_rows, dtype=torch.int32, device="cuda"),
+        fill_tokens=last.long().unsqueeze(1),
+        drafts=torch.zeros(num_rows, k, dtype=torch.int64, device="cuda"),
+        num_drafts=torch.zeros(num_rows, dtype=torch.int32, device="cuda"),
+        scratch=ngram_scratch(num_rows, "cuda"),
+    )
 
-    def __init__(self):
-        from vllm.v1.spec_decode import ngram_proposer
 
-        self.module = ngram_proposer
+def cases(args):
+    """Histories for the most requests at every length (one seeded stream,
+    drawn before any case runs); a case takes the first R of them."""
+    rng = np.random.default_rng(0)
+    max_rows = max(args.requests)
+    data = {}
+    for length in args.lengths:
+        tokens = make_histories(rng, max_rows, length)
+        # Slightly different lengths per request; never below half the context.
+        lens = (length - rng.integers(0, min(64, length // 2), max_rows)).astype(np.int32)
+        data[length] = (tokens, lens)
+    for length in args.lengths:
+        for num_rows in args.requests:
+            for k in args.ks:
+                tokens, lens = data[length]
+                keys = {"R": num_rows, "L": length, "k": k, "min_n": MIN_N, "max_n": MAX_N}
+                yield keys, make_case(tokens[:num_rows], lens[:num_rows], k)
 
-    def __call__(
-        self, tokens: np.ndarray, lens: np.ndarray, k: int, max_model_len: int
-    ):
-        num_rows = tokens.shape[0]
+
+def plugin(case: Case):
+    return lambda: ngram_propose_into(
+        case.history,
+        case.total_len,
+        case.idx_mapping,
+        case.drafts,
+        case.num_drafts,
+        case.scratch,
+        min_n=MIN_N,
+        max_n=MAX_N,
+        max_model_len=case.max_model_len,
+        num_sampled=case.num_sampled,
+        fill_tokens=case.fill_tokens,
+    )
+
+
+@functools.cache
+def numba_proposer_module():
+    """vLLM 0.20's V1 ``ngram`` proposer module, numba on one thread as
+    vLLM's NgramProposer runs it."""
+    import numba
+    from vllm.v1.spec_decode import ngram_proposer
+
+    numba.set_num_threads(1)
+    return ngram_proposer
+
+
+def cpu_numba(case: Case):
+    """``batch_propose_numba`` called as NgramProposer calls it; returns
+    ``(drafts [R, k], num_drafts [R])`` int32 arrays."""
+    module = numba_proposer_module()
+    num_rows, k = case.tokens.shape[0], case.num_drafts_per_request
+
+    def call():
         drafts = np.zeros((num_rows, k), dtype=np.int32)
         num_drafts = np.zeros(num_rows, dtype=np.int32)
-        self.module.batch_propose_numba(
+        module.batch_propose_numba(
             list(range(num_rows)),
-            lens,
-            tokens,
+            case.lens,
+            case.tokens,
             MIN_N,
             MAX_N,
-            max_model_len,
+            case.max_model_len,
             k,
             drafts,
             num_drafts,
         )
         return drafts, num_drafts
+
+    return call
 
 
 def v1_gpu_search():
@@ -117,173 +177,96 @@ def v1_gpu_search():
     return run
 
 
-def bench_case(data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth):
-    tokens_np, lens_np = data[length]
-    tokens_np, lens_np = tokens_np[:num_rows], lens_np[:num_rows]
-    max_model_len = length + 1024
-    history = torch.from_numpy(tokens_np).cuda()
-    total_len = torch.from_numpy(lens_np).cuda()
-    idx_mapping = torch.arange(num_rows, dtype=torch.int32, device="cuda")
-    num_sampled = torch.ones(num_rows, dtype=torch.int32, device="cuda")
-    fill = (
-        history[torch.arange(num_rows, device="cuda"), total_len.long() - 1]
-        .long()
-        .unsqueeze(1)
+@functools.cache
+def v1_gpu_compiled_search():
+    # One dynamic-shape graph, as vLLM compiles it for the V1 runner.
+    return torch.compile(v1_gpu_search(), dynamic=True)
+
+
+def v1_gpu(search):
+    def make(case: Case):
+        return functools.partial(
+            search(), case.history, case.total_len, case.num_drafts_per_request
+        )
+
+    return make
+
+
+def drafts_agree(plugin_tokens, cpu_tokens) -> bool:
+    """Same draft count per request and the same drafts within it (the slots
+    past the count hold fill tokens on the plugin's side, zeros on the CPU's)."""
+    (plugin_drafts, plugin_num), (cpu_drafts, cpu_num) = plugin_tokens, cpu_tokens
+    return torch.equal(plugin_num, cpu_num) and all(
+        torch.equal(plugin_drafts[r, :n], cpu_drafts[r, :n].long())
+        for r, n in enumerate(cpu_num.tolist())
     )
-    drafts = torch.zeros(num_rows, k, dtype=torch.int64, device="cuda")
-    num_drafts = torch.zeros(num_rows, dtype=torch.int32, device="cuda")
-    scratch = ngram_scratch(num_rows, "cuda")
-
-    def plugin():
-        return ngram_propose_into(
-            history,
-            total_len,
-            idx_mapping,
-            drafts,
-            num_drafts,
-            scratch,
-            min_n=MIN_N,
-            max_n=MAX_N,
-            max_model_len=max_model_len,
-            num_sampled=num_sampled,
-            fill_tokens=fill,
-        )
-
-    row = {"R": num_rows, "L": length, "k": k, "min_n": MIN_N, "max_n": MAX_N}
-    # Unguarded, unlike the v1 columns: a failing plugin kernel should end the run.
-    row["plugin_us"] = median_us(plugin)
-    scanned_bytes = int(lens_np.astype(np.int64).sum()) * 4
-    row["plugin_pct_copy_bw"] = pct_of_copy_bandwidth(scanned_bytes, row["plugin_us"], bandwidth)
-
-    if cpu is not None:
-        ref_drafts, ref_num = cpu(tokens_np, lens_np, k, max_model_len)
-        row["cpu_numba_us"] = time_host(
-            lambda: cpu(tokens_np, lens_np, k, max_model_len)
-        )
-        plugin()
-        got_drafts, got_num = drafts.cpu().numpy(), num_drafts.cpu().numpy()
-        row["matches_cpu"] = bool(
-            np.array_equal(got_num, ref_num)
-            and all(
-                (got_drafts[r, :n] == ref_drafts[r, :n]).all()
-                for r, n in enumerate(ref_num)
-            )
-        )
-        row["rows_with_drafts"] = int((ref_num > 0).sum())
-    for name, search in (("v1_gpu_eager", v1_eager), ("v1_gpu_compiled", v1_compiled)):
-        if search is None:
-            continue
-        record_timing(
-            row, name, functools.partial(search, history, total_len, k), error_chars=200
-        )
-    return row
 
 
-def cell(row, key, width):
-    return f"{row[key]:{width}.1f}" if key in row else f"{'-':>{width}}"
+def count_rows_with_drafts(case: Case, row: dict, tokens: dict) -> None:
+    if "cpu_numba" in tokens:
+        row["rows_with_drafts"] = int((tokens["cpu_numba"][1] > 0).sum())
 
 
-def plot(results, gpu, path):
-    """A grid of panels, k down and R across, latency against context length."""
-    return plot_latency(
-        results,
-        ("plugin", "v1_gpu_eager", "v1_gpu_compiled", "cpu_numba"),
-        path,
-        title=f"n-gram proposer latency, n in [{MIN_N}, {MAX_N}] ({gpu})",
+def scanned_bytes(case: Case) -> int:
+    return int(case.lens.astype(np.int64).sum()) * 4
+
+
+def skipped(args) -> list[str]:
+    return (
+        (["cpu_numba"] if args.no_cpu else [])
+        + (["v1_gpu_eager", "v1_gpu_compiled"] if args.no_v1_gpu else [])
+        + (["v1_gpu_compiled"] if args.no_compile else [])
+    )
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--requests", type=int, nargs="+", default=[1, 64, 256])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192, 32768])
+    parser.add_argument("--ks", type=int, nargs="+", default=[3, 5])
+    parser.add_argument("--no-cpu", action="store_true", help="skip the CPU numba proposer")
+    parser.add_argument("--no-v1-gpu", action="store_true", help="skip vLLM's V1 ngram_gpu search")
+    parser.add_argument(
+        "--no-compile", action="store_true", help="skip the torch.compile'd V1 search"
+    )
+
+
+AREA = Area(
+    name="ngram",
+    description=__doc__.split("\n")[0],
+    keys=("R", "L", "k"),
+    candidates={
+        # A failing plugin kernel ends the run; the stock columns only get an error.
+        "plugin": Candidate(
+            plugin, tokens=lambda case, _: (case.drafts, case.num_drafts), required=True
+        ),
+        "cpu_numba": Candidate(
+            cpu_numba,
+            tokens=lambda case, out: tuple(map(torch.from_numpy, out)),
+            host=True,
+            counts_bytes=False,
+        ),
+        "v1_gpu_eager": Candidate(v1_gpu(v1_gpu_search), counts_bytes=False),
+        "v1_gpu_compiled": Candidate(v1_gpu(v1_gpu_compiled_search), counts_bytes=False),
+    },
+    cases=cases,
+    bytes_read=scanned_bytes,
+    checks=(TokenCheck("matches_cpu", "plugin", "cpu_numba", equal=drafts_agree),),
+    annotate=count_rows_with_drafts,
+    plot=Plot(
+        title=f"n-gram proposer latency, n in [{MIN_N}, {MAX_N}] ({{gpu}})",
         x="L",
         xlabel="context L",
         panel_title="R={R}, k={k}",
         columns="R",
         rows="k",
         panel_size=(4.5, 3.6),
-    )
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="bench-results/ngram", help="output directory")
-    parser.add_argument("--requests", type=int, nargs="+", default=[1, 64, 256])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192, 32768])
-    parser.add_argument("--ks", type=int, nargs="+", default=[3, 5])
-    parser.add_argument(
-        "--no-cpu", action="store_true", help="skip the CPU numba proposer"
-    )
-    parser.add_argument(
-        "--no-v1-gpu", action="store_true", help="skip vLLM's V1 ngram_gpu search"
-    )
-    parser.add_argument(
-        "--no-compile", action="store_true", help="skip the torch.compile'd V1 search"
-    )
-    args = parser.parse_args(argv)
-    gpu, bandwidth = start_run("n-gram", args.out)
-
-    cpu = v1_eager = v1_compiled = None
-    notes = {}
-    if not args.no_cpu:
-        try:
-            import numba
-
-            cpu = CpuNumbaProposer()
-            # vLLM 0.20's NgramProposer runs numba on at most one thread.
-            numba.set_num_threads(1)
-        except Exception as exc:
-            notes["cpu_numba"] = f"unavailable: {exc}"
-    if not args.no_v1_gpu:
-        try:
-            v1_eager = v1_gpu_search()
-            if not args.no_compile:
-                # One dynamic-shape graph, as vLLM compiles it for the V1 runner.
-                v1_compiled = torch.compile(v1_gpu_search(), dynamic=True)
-        except Exception as exc:
-            notes["v1_gpu"] = f"unavailable: {exc}"
-
-    rng = np.random.default_rng(0)
-    max_rows = max(args.requests)
-    data = {}
-    for length in args.lengths:
-        tokens = make_histories(rng, max_rows, length)
-        # Slightly different lengths per request; never below half the context.
-        lens = (length - rng.integers(0, min(64, length // 2), max_rows)).astype(
-            np.int32
-        )
-        data[length] = (tokens, lens)
-
-    results = []
-    header = (
-        f"{'R':>4} {'L':>6} {'k':>2} {'plugin us':>10} {'%copy bw':>8} "
-        f"{'v1 eager':>10} {'v1 comp':>10} {'cpu numba':>11}  ok"
-    )
-    print(f"GPU: {gpu}; copy bandwidth {bandwidth:.0f} GB/s; n in [{MIN_N}, {MAX_N}]")
-    print(header)
-    for length in args.lengths:
-        for num_rows in args.requests:
-            for k in args.ks:
-                row = bench_case(
-                    data, num_rows, length, k, cpu, v1_eager, v1_compiled, bandwidth
-                )
-                results.append(row)
-                print(
-                    f"{num_rows:>4} {length:>6} {k:>2} "
-                    f"{cell(row, 'plugin_us', 10)} "
-                    f"{cell(row, 'plugin_pct_copy_bw', 8)} "
-                    f"{cell(row, 'v1_gpu_eager_us', 10)} "
-                    f"{cell(row, 'v1_gpu_compiled_us', 10)} "
-                    f"{cell(row, 'cpu_numba_us', 11)}  "
-                    f"{row.get('matches_cpu', '-')}"
-                )
-
-    report = {
-        "benchmark": "ngram",
-        "gpu": gpu,
-        "copy_bandwidth_GBps": bandwidth,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "notes": notes,
-        "results": results,
-    }
-    write_results(args.out, "ngram", report, lambda path: plot(results, gpu, path))
-    return 0
-
+    ),
+    add_arguments=add_arguments,
+    skipped=skipped,
+    table_columns=("plugin", "v1_gpu_compiled", "v1_gpu_eager", "cpu_numba"),
+    tune=None,
+)
+main = AREA.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -31,7 +31,7 @@ plugin_fp32, ``synthetic_over_standard`` = plugin_synthetic / plugin_fp32.
 Writes ``rejection.json``, and ``rejection.png`` when matplotlib is importable.
 
 ``--tune`` instead sweeps the launch parameters (``tuning_grid``) of
-``ops.rejection_kernel.TUNING`` for standard mode with draft logits, per
+``ops.rejection.TUNING`` for standard mode with draft logits, per
 precision, over the same B and K at ``--vocab-size``; checks that every
 setting returns exactly the default's tokens; prints the fastest settings
 (lowest geometric mean of time / fastest time over the cases) as lines to
@@ -40,33 +40,26 @@ paste into ``TUNING``; and writes ``tune.json``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 from collections.abc import Callable
 
 import torch
 
-from vllm_sampling_plugin.bench.common import (
-    build_columns,
+from vllm_sampling_plugin.bench.harness import Area, Candidate, Ratio
+from vllm_sampling_plugin.bench.report import Plot
+from vllm_sampling_plugin.bench.tuning import (
     fastest_per_case,
-    median_us,
-    plot_latency,
-    record_timing,
-    slowdown_scores,
-    start_run,
-    timed_columns,
-    timing_cell,
+    print_ranking,
+    run_sweep,
     tuning_by_precision,
-    write_json,
-    write_results,
 )
 from vllm_sampling_plugin.ops.rejection import (
+    TUNING,
     RejectionTuning,
     rejection_sample_packed,
     unconditional_to_conditional_rates,
 )
-from vllm_sampling_plugin.ops.rejection import launcher as rejection_kernel
 
 
 @dataclasses.dataclass
@@ -121,15 +114,12 @@ def make_case(num_reqs: int, num_spec: int, vocab_size: int, args) -> Case:
     )
 
 
-Candidate = Callable[[Case], Callable[[], object]]
-
-
 def plugin(
     use_fp64: bool = False,
     synthetic: bool = False,
     draft_logits: bool = True,
     tuning: RejectionTuning | None = None,
-) -> Candidate:
+) -> Callable:
     def make(case: Case):
         return lambda: rejection_sample_packed(
             case.target_logits,
@@ -198,14 +188,13 @@ def stock_synthetic(case: Case):
     return run
 
 
-CANDIDATES: dict[str, Candidate] = {
-    "plugin_fp32": plugin(),
-    "plugin_fp64": plugin(use_fp64=True),
-    "plugin_synthetic": plugin(synthetic=True),
-    "plugin_fp32_point": plugin(draft_logits=False),
-    "stock_probabilistic": stock_probabilistic,
-    "stock_synthetic": stock_synthetic,
-}
+def cases(args):
+    for num_spec in args.num_spec:
+        for num_reqs in args.batch_sizes:
+            yield (
+                {"B": num_reqs, "K": num_spec, "V": args.vocab_size},
+                make_case(num_reqs, num_spec, args.vocab_size, args),
+            )
 
 
 def unconditional_acceptance(num_sampled: torch.Tensor, num_spec: int) -> list[float]:
@@ -214,13 +203,9 @@ def unconditional_acceptance(num_sampled: torch.Tensor, num_spec: int) -> list[f
     return [float((accepted > i).float().mean()) for i in range(num_spec)]
 
 
-def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> dict:
-    row: dict = {
-        "B": case.idx_mapping.numel(),
-        "K": case.num_spec,
-        "V": case.target_logits.shape[1],
-    }
-    # The acceptance that synthetic mode is asked to reproduce.
+def measure_acceptance(case: Case, row: dict) -> None:
+    """The acceptance ``plugin_fp32`` reaches on ``case``, which synthetic
+    mode is then asked to reproduce (``case.conditional_rates``)."""
     _, num_sampled = plugin()(case)()
     rates = unconditional_acceptance(num_sampled, case.num_spec)
     row["acceptance"] = rates
@@ -231,50 +216,10 @@ def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> d
     _, synthetic_num_sampled = plugin(synthetic=True)(case)()
     row["synthetic_mean_emitted"] = float(synthetic_num_sampled.float().mean())
 
-    input_bytes = (case.target_logits.numel() + case.draft_logits.numel()) * 4
-    for name, call in build_columns(CANDIDATES, names, case, notes).items():
-        record_timing(row, name, call, bytes_read=input_bytes, bandwidth_gbps=bandwidth)
-    if "plugin_fp32_us" in row and "stock_probabilistic_us" in row:
-        row["speedup"] = row["stock_probabilistic_us"] / row["plugin_fp32_us"]
-    if "plugin_fp32_us" in row and "plugin_synthetic_us" in row:
-        row["synthetic_over_standard"] = row["plugin_synthetic_us"] / row["plugin_fp32_us"]
-    return row
 
-
-def print_table(results: list[dict], names: list[str]) -> None:
-    shown = timed_columns(results, names)
-    print(
-        f"{'B':>4} {'K':>2} {'emitted':>7} "
-        + " ".join(f"{n:>21}" for n in shown)
-        + "  speedup  synth/std"
-    )
-    for r in results:
-        cells = [timing_cell(r, n, 21) for n in shown]
-        speedup = f"{r['speedup']:>8.2f}x" if "speedup" in r else f"{'-':>9}"
-        ratio = (
-            f"{r['synthetic_over_standard']:>9.2f}"
-            if "synthetic_over_standard" in r
-            else f"{'-':>10}"
-        )
-        print(
-            f"{r['B']:>4} {r['K']:>2} {r['mean_emitted']:>7.2f} "
-            + " ".join(cells)
-            + f" {speedup} {ratio}"
-        )
-
-
-def plot(results: list[dict], names: list[str], gpu: str, path: str) -> bool:
-    """One panel per draft count K, latency against the number of requests."""
-    return plot_latency(
-        results,
-        names,
-        path,
-        title=f"Rejection sampling step, median ({gpu})",
-        x="B",
-        xlabel="requests B",
-        panel_title="K={K}, V={V}",
-        columns="K",
-    )
+def logits_bytes(case: Case) -> int:
+    """The target and draft logits, read once."""
+    return (case.target_logits.numel() + case.draft_logits.numel()) * 4
 
 
 def tuning_grid(use_fp64: bool) -> list[RejectionTuning]:
@@ -287,70 +232,49 @@ def tuning_grid(use_fp64: bool) -> list[RejectionTuning]:
         for b, c, s, w, p in grid
         if c <= b and s <= b
     ]
-    default = rejection_kernel.TUNING[use_fp64]
+    default = TUNING[use_fp64]
     return candidates + ([default] if default not in candidates else [])
 
 
-def tune(args) -> dict:
-    """Time every setting of ``tuning_grid`` on every (B, K); best = lowest
-    geometric mean of (time / fastest time) over the cases."""
+def tune(args, timers) -> dict:
+    """Sweep ``tuning_grid`` per precision on every (B, K); every setting must
+    return the default's tokens."""
     report = {}
     for use_fp64 in (False, True):
         label = "fp64" if use_fp64 else "fp32"
-        default = rejection_kernel.TUNING[use_fp64]
-        grid = tuning_grid(use_fp64)
-        times: dict[RejectionTuning, list[float]] = {setting: [] for setting in grid}
-        cases = []
-        for num_spec in args.num_spec:
-            for num_reqs in args.batch_sizes:
-                cases.append((num_reqs, num_spec))
-                case = make_case(num_reqs, num_spec, args.vocab_size, args)
-                expected = plugin(use_fp64)(case)()
-                for setting in grid:
-                    call = plugin(use_fp64, tuning=setting)(case)
-                    sampled, num_sampled = call()
-                    if not (
-                        torch.equal(sampled, expected[0]) and torch.equal(num_sampled, expected[1])
-                    ):
-                        raise AssertionError(
-                            f"{label} B={num_reqs} K={num_spec}: tokens changed with {setting}"
-                        )
-                    times[setting].append(median_us(call, rep_ms=args.tune_rep_ms))
-                print(f"{label} B={num_reqs} K={num_spec}: {len(grid)} settings, same tokens")
-                del case
-                torch.cuda.empty_cache()
-        fastest = fastest_per_case(times)
-        scores = slowdown_scores(times)
-        ranked = sorted(grid, key=scores.__getitem__)
-        print(f"\n{label}: V={args.vocab_size}, us at (B, K) = {cases}")
-        for setting in ranked[:10] + ([default] if default not in ranked[:10] else []):
-            mark = "  (current)" if setting == default else ""
-            cells = " ".join(f"{t:7.1f}" for t in times[setting])
-            print(f"  x{scores[setting]:5.3f} {cells}  {setting}{mark}")
-        print(f"best {label}, for TUNING in ops/rejection_kernel.py:\n    {use_fp64}: {ranked[0]},")
+        current = TUNING[use_fp64]
+        pairs = [(b, k) for k in args.num_spec for b in args.batch_sizes]
+        sweep_cases = (
+            (f"{label} B={b} K={k}", make_case(b, k, args.vocab_size, args)) for b, k in pairs
+        )
+        sweep = run_sweep(
+            sweep_cases,
+            tuning_grid(use_fp64),
+            lambda case, setting, use_fp64=use_fp64: plugin(use_fp64, tuning=setting)(case),
+            rep_ms=args.tune_rep_ms,
+            exact=True,
+            timer=timers.device,
+        )
+        print_ranking(sweep, current, f"{label}: V={args.vocab_size}, us at (B, K) = {pairs}")
+        print(
+            f"best {label}, for TUNING in ops/rejection/plan.py:\n"
+            f"    {use_fp64}: {sweep.ranked[0]},"
+        )
         report[label] = {
-            "cases": [{"B": b, "K": k} for b, k in cases],
+            "cases": [{"B": b, "K": k} for b, k in pairs],
             "vocab_size": args.vocab_size,
-            "best": dataclasses.asdict(ranked[0]),
-            "current": dataclasses.asdict(default),
-            "fastest_us": fastest,
-            "results": [
-                {"tuning": dataclasses.asdict(s), "us": times[s], "score": scores[s]}
-                for s in ranked
-            ],
+            "fastest_us": fastest_per_case(sweep.times),
+            **sweep.report(current),
         }
     return report
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="bench-results/rejection", help="output directory")
+def add_arguments(parser) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256])
     parser.add_argument(
         "--num-spec", type=int, nargs="+", default=[1, 3, 5], help="drafts per request (K)"
     )
     parser.add_argument("--vocab-size", type=int, default=151936)
-    parser.add_argument("--columns", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument(
         "--logit-scale", type=float, default=3.0, help="target logits ~ N(0, scale^2)"
@@ -361,52 +285,54 @@ def main(argv=None) -> int:
         default=0.5,
         help="draft logits = target logits + N(0, noise^2); sets the acceptance rate",
     )
-    parser.add_argument(
-        "--tune", action="store_true", help="sweep ops.rejection_kernel.TUNING instead"
-    )
     parser.add_argument("--tune-rep-ms", type=int, default=25, help="do_bench rep per setting")
-    args = parser.parse_args(argv)
-    gpu, bandwidth = start_run("rejection", args.out)
-    print(f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write)")
-    if args.tune:
-        report = {
-            "gpu": gpu,
-            "copy_bandwidth_gbps": bandwidth,
-            "temperature": args.temperature,
-            "logit_scale": args.logit_scale,
-            "draft_noise": args.draft_noise,
-            **tune(args),
-        }
-        write_json(args.out, "tune.json", report)
-        print(f"wrote {args.out}/tune.json")
-        return 0
 
-    notes: dict = {}
-    results = []
-    for num_spec in args.num_spec:
-        for num_reqs in args.batch_sizes:
-            case = make_case(num_reqs, num_spec, args.vocab_size, args)
-            results.append(bench_case(case, args.columns, bandwidth, notes))
-            del case
-            torch.cuda.empty_cache()
-    print_table(results, args.columns)
-    for name, note in notes.items():
-        print(f"{name}: {note}")
-    report = {
-        "gpu": gpu,
-        "copy_bandwidth_gbps": bandwidth,
-        "tuning": tuning_by_precision(rejection_kernel.TUNING),
+
+AREA = Area(
+    name="rejection",
+    description=__doc__.split("\n")[0],
+    keys=("B", "K"),
+    # Every column returns (sampled tokens, count per request).
+    candidates={
+        "plugin_fp32": Candidate(plugin(), tokens=True),
+        "plugin_fp64": Candidate(plugin(use_fp64=True), tokens=True),
+        "plugin_synthetic": Candidate(plugin(synthetic=True), tokens=True),
+        "plugin_fp32_point": Candidate(plugin(draft_logits=False), tokens=True),
+        "stock_probabilistic": Candidate(stock_probabilistic, tokens=True),
+        "stock_synthetic": Candidate(stock_synthetic, tokens=True),
+    },
+    cases=cases,
+    bytes_read=logits_bytes,
+    prepare=measure_acceptance,
+    ratios=(
+        Ratio("speedup", "stock_probabilistic", "plugin_fp32"),
+        Ratio("synthetic_over_standard", "plugin_synthetic", "plugin_fp32"),
+    ),
+    plot=Plot(
+        title="Rejection sampling step, median ({gpu})",
+        x="B",
+        xlabel="requests B",
+        panel_title="K={K}, V={V}",
+        columns="K",
+    ),
+    add_arguments=add_arguments,
+    settings=lambda args: {
+        "tuning": tuning_by_precision(TUNING),
         "temperature": args.temperature,
         "logit_scale": args.logit_scale,
         "draft_noise": args.draft_noise,
-        "notes": notes,
-        "results": results,
-    }
-    write_results(
-        args.out, "rejection", report, lambda path: plot(results, args.columns, gpu, path)
-    )
-    return 0
-
+    },
+    table_columns=(
+        "plugin_fp32",
+        "plugin_fp64",
+        "plugin_synthetic",
+        "stock_probabilistic",
+        "stock_synthetic",
+    ),
+    details=("mean_emitted", "synthetic_mean_emitted"),
+    tune=tune,
+)
+main = AREA.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -24,36 +24,23 @@ L2 flushed before every call):
   per call, as a share of a device-to-device copy measured in the same run.
 
 ``fp64_matches_stock`` checks that ``plugin_fp64`` returns stock's tokens.
-To add a column, add a factory to ``CANDIDATES``. ``--tune`` sweeps
-``ops.gumbel.TUNING`` instead and prints the fastest settings per precision
-(the tokens must not change with them; that is checked too).
-Writes ``sampler.json`` (or ``tune.json``), and ``sampler.png`` when
-matplotlib is importable.
+``--tune`` sweeps ``ops.gumbel.TUNING`` instead and prints the fastest
+settings per precision (the tokens must not change with them; that is
+checked too). Writes ``sampler.json`` (or ``tune.json``), and
+``sampler.png`` when matplotlib is importable.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
-from collections.abc import Callable
 
 import torch
 
-from vllm_sampling_plugin.bench.common import (
-    build_columns,
-    median_us,
-    plot_latency,
-    record_timing,
-    slowdown_scores,
-    start_run,
-    timed_columns,
-    timing_cell,
-    tuning_by_precision,
-    write_json,
-    write_results,
-)
+from vllm_sampling_plugin.bench.harness import Area, Candidate, TokenCheck
+from vllm_sampling_plugin.bench.report import Plot
 from vllm_sampling_plugin.bench.topk_topp import fused_topk_topp
+from vllm_sampling_plugin.bench.tuning import print_ranking, run_sweep, tuning_by_precision
 from vllm_sampling_plugin.ops import gumbel
 from vllm_sampling_plugin.ops.gumbel import GumbelTuning, gumbel_sample
 
@@ -84,9 +71,7 @@ def make_case(num_rows: int, vocab_size: int, apply_temperature: bool) -> Case:
         logits=torch.randn(num_rows, vocab_size, generator=gen, device="cuda") * 3,
         idx_mapping=torch.arange(num_rows, dtype=torch.int32, device="cuda"),
         temperature=rand(num_rows) + 0.5,
-        seeds=torch.randint(
-            -(2**63), 2**63 - 1, (num_rows,), generator=gen, device="cuda"
-        ),
+        seeds=torch.randint(-(2**63), 2**63 - 1, (num_rows,), generator=gen, device="cuda"),
         pos=torch.randint(0, 1 << 16, (num_rows,), generator=gen, device="cuda"),
         top_k=torch.full((num_rows,), TOP_K, dtype=torch.int32, device="cuda"),
         top_p=torch.full((num_rows,), TOP_P, dtype=torch.float32, device="cuda"),
@@ -94,12 +79,16 @@ def make_case(num_rows: int, vocab_size: int, apply_temperature: bool) -> Case:
     )
 
 
-# A candidate turns a Case into the zero-argument call to time; raising
-# (an ImportError, say) marks the column unavailable.
-Candidate = Callable[[Case], Callable[[], object]]
+def cases(args):
+    for vocab_size in args.vocab_sizes:
+        for num_rows in args.batch_sizes:
+            yield (
+                {"B": num_rows, "V": vocab_size},
+                make_case(num_rows, vocab_size, args.apply_temperature),
+            )
 
 
-def plugin(use_fp64: bool) -> Candidate:
+def plugin(use_fp64: bool):
     def make(case: Case):
         return lambda: gumbel_sample(
             case.logits,
@@ -135,7 +124,7 @@ def flashinfer_topk_topp(case: Case):
     )
 
 
-def vllm_masking(function_name: str) -> Candidate:
+def vllm_masking(function_name: str):
     def make(case: Case):
         from vllm.v1.sample.ops import topk_topp_sampler
 
@@ -151,52 +140,8 @@ def logits_copy(case: Case):
     return lambda: work.copy_(case.logits)
 
 
-# The columns, in order: a name -> factory entry adds one.
-CANDIDATES: dict[str, Candidate] = {
-    "plugin_fp32": plugin(use_fp64=False),
-    "plugin_fp64": plugin(use_fp64=True),
-    "stock_gumbel": stock_gumbel,
-    "fused_topk_topp": fused_topk_topp(use_fp64=False),
-    "flashinfer_topk_topp": flashinfer_topk_topp,
-    "vllm_topk_topp_pytorch": vllm_masking("apply_top_k_top_p_pytorch"),
-    "vllm_topk_topp": vllm_masking("apply_top_k_top_p"),
-    "logits_copy": logits_copy,
-}
-
-
-def bench_case(case: Case, names: list[str], bandwidth: float, notes: dict) -> dict:
-    num_rows, vocab_size = case.logits.shape
-    row: dict = {"B": num_rows, "V": vocab_size}
-    logits_bytes = case.logits.numel() * case.logits.element_size()
-    calls = build_columns(CANDIDATES, names, case, notes)
-    for name, call in calls.items():
-        record_timing(row, name, call, bytes_read=logits_bytes, bandwidth_gbps=bandwidth)
-    if "plugin_fp64" in calls and "stock_gumbel" in calls:
-        row["fp64_matches_stock"] = bool(
-            torch.equal(calls["plugin_fp64"](), calls["stock_gumbel"]())
-        )
-    return row
-
-
-def print_table(results: list[dict], names: list[str]) -> None:
-    shown = timed_columns(results, names)
-    print(f"{'B':>5} {'V':>7} " + " ".join(f"{n:>24}" for n in shown))
-    for r in results:
-        print(f"{r['B']:>5} {r['V']:>7} " + " ".join(timing_cell(r, n, 24) for n in shown))
-
-
-def plot(results: list[dict], names: list[str], gpu: str, path: str) -> bool:
-    """One panel per vocabulary size, latency against batch size."""
-    return plot_latency(
-        results,
-        names,
-        path,
-        title=f"Sampling step latency, median ({gpu})",
-        x="B",
-        xlabel="batch B",
-        panel_title="V={V}",
-        columns="V",
-    )
+def logits_bytes(case: Case) -> int:
+    return case.logits.numel() * case.logits.element_size()
 
 
 def tuning_grid(use_fp64: bool) -> list[GumbelTuning]:
@@ -208,102 +153,91 @@ def tuning_grid(use_fp64: bool) -> list[GumbelTuning]:
     ]
 
 
-def tune(args) -> dict:
-    """Time every setting of ``tuning_grid``; best = lowest geometric mean of
-    (time / fastest time) over the batch sizes."""
+def tune(args, timers) -> dict:
+    """Sweep ``tuning_grid`` per precision (``ops.gumbel.TUNING`` is global, so
+    each setting is installed there for its calls and the default restored)."""
     report = {}
     for use_fp64 in (False, True):
         label = "fp64" if use_fp64 else "fp32"
-        default = gumbel.TUNING[use_fp64]
-        times: dict[GumbelTuning, list[float]] = {}
+        current = gumbel.TUNING[use_fp64]
+
+        def call_with(case, setting, use_fp64=use_fp64, current=current):
+            gumbel.TUNING[use_fp64] = current if setting is None else setting
+            return plugin(use_fp64)(case)
+
+        sweep_cases = (
+            (f"{label} B={b}", make_case(b, args.tune_vocab_size, args.apply_temperature))
+            for b in args.batch_sizes
+        )
         try:
-            for num_rows in args.batch_sizes:
-                case = make_case(num_rows, args.tune_vocab_size, args.apply_temperature)
-                call = plugin(use_fp64)(case)
-                expected = call()
-                for setting in tuning_grid(use_fp64):
-                    gumbel.TUNING[use_fp64] = setting
-                    if not torch.equal(call(), expected):
-                        raise AssertionError(f"tokens changed with {setting}")
-                    times.setdefault(setting, []).append(median_us(call, rep_ms=40))
+            sweep = run_sweep(
+                sweep_cases,
+                tuning_grid(use_fp64),
+                call_with,
+                rep_ms=40,
+                exact=True,
+                timer=timers.device,
+            )
         finally:
-            gumbel.TUNING[use_fp64] = default
-        scores = slowdown_scores(times)
-        ranked = sorted(times, key=scores.__getitem__)
-        print(f"\n{label}: V={args.tune_vocab_size}, us at B={args.batch_sizes}")
-        for setting in ranked[:10] + ([default] if default in times else []):
-            mark = "  (current)" if setting == default else ""
-            cells = " ".join(f"{t:8.1f}" for t in times[setting])
-            print(f"  x{scores[setting]:5.3f} {cells}  {setting}{mark}")
+            gumbel.TUNING[use_fp64] = current
+        print_ranking(
+            sweep, current, f"{label}: V={args.tune_vocab_size}, us at B={args.batch_sizes}"
+        )
         report[label] = {
             "batch_sizes": args.batch_sizes,
             "vocab_size": args.tune_vocab_size,
-            "best": dataclasses.asdict(ranked[0]),
-            "current": dataclasses.asdict(default),
-            "results": [
-                {"tuning": dataclasses.asdict(s), "us": times[s], "score": scores[s]}
-                for s in ranked
-            ],
+            **sweep.report(current),
         }
     return report
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="bench-results/sampler", help="output directory")
+def add_arguments(parser) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256, 1024])
     parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[32000, 128256, 151936])
-    parser.add_argument(
-        "--columns", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES)
-    )
     parser.add_argument(
         "--apply-temperature",
         action="store_true",
         help="divide by the temperature inside the Gumbel kernels (the runner "
         "applies it beforehand, so the default is not to)",
     )
-    parser.add_argument("--tune", action="store_true", help="sweep ops.gumbel.TUNING")
     parser.add_argument("--tune-vocab-size", type=int, default=151936)
-    args = parser.parse_args(argv)
-    gpu, bandwidth = start_run("sampler", args.out)
-    header = {
-        "gpu": gpu,
-        "copy_bandwidth_gbps": bandwidth,
+
+
+AREA = Area(
+    name="sampler",
+    description=__doc__.split("\n")[0],
+    keys=("B", "V"),
+    # FlashInfer draws from its own generator: its tokens differ from run to run.
+    candidates={
+        "plugin_fp32": Candidate(plugin(use_fp64=False), tokens=True),
+        "plugin_fp64": Candidate(plugin(use_fp64=True), tokens=True),
+        "stock_gumbel": Candidate(stock_gumbel, tokens=True),
+        "fused_topk_topp": Candidate(fused_topk_topp(use_fp64=False), tokens=True),
+        "flashinfer_topk_topp": Candidate(flashinfer_topk_topp),
+        "vllm_topk_topp_pytorch": Candidate(vllm_masking("apply_top_k_top_p_pytorch")),
+        "vllm_topk_topp": Candidate(vllm_masking("apply_top_k_top_p")),
+        "logits_copy": Candidate(logits_copy),
+    },
+    cases=cases,
+    bytes_read=logits_bytes,
+    checks=(TokenCheck("fp64_matches_stock", "plugin_fp64", "stock_gumbel"),),
+    plot=Plot(
+        title="Sampling step latency, median ({gpu})",
+        x="B",
+        xlabel="batch B",
+        panel_title="V={V}",
+        columns="V",
+    ),
+    add_arguments=add_arguments,
+    settings=lambda args: {
         "apply_temperature": args.apply_temperature,
         "tuning": tuning_by_precision(gumbel.TUNING),
-    }
-    print(f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write)")
-
-    if args.tune:
-        write_json(args.out, "tune.json", {**header, **tune(args)})
-        return 0
-
-    notes: dict = {}
-    results = []
-    for vocab_size in args.vocab_sizes:
-        for num_rows in args.batch_sizes:
-            case = make_case(num_rows, vocab_size, args.apply_temperature)
-            results.append(bench_case(case, args.columns, bandwidth, notes))
-            del case
-            torch.cuda.empty_cache()
-    print_table(results, args.columns)
-    for name, note in notes.items():
-        print(f"{name}: {note}")
-    mismatches = [(r["B"], r["V"]) for r in results if r.get("fp64_matches_stock") is False]
-    if mismatches:
-        print(f"WARNING: plugin_fp64 differs from stock at (B, V) = {mismatches}")
-    report = {
-        **header,
         "top_k": TOP_K,
         "top_p": TOP_P,
-        "notes": notes,
-        "results": results,
-    }
-    write_results(
-        args.out, "sampler", report, lambda path: plot(results, args.columns, gpu, path)
-    )
-    return 0
-
+    },
+    tune=tune,
+)
+main = AREA.main
 
 if __name__ == "__main__":
     raise SystemExit(main())

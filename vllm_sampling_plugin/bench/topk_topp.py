@@ -41,25 +41,15 @@ is importable.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 from collections.abc import Callable
 
 import torch
 
-from vllm_sampling_plugin.bench.common import (
-    build_columns,
-    median_us,
-    plot_latency,
-    record_timing,
-    slowdown_scores,
-    start_run,
-    timed_columns,
-    timing_cell,
-    write_json,
-    write_results,
-)
+from vllm_sampling_plugin.bench.harness import Area, Candidate, TokenCheck
+from vllm_sampling_plugin.bench.report import Plot
+from vllm_sampling_plugin.bench.tuning import print_ranking, run_sweep
 from vllm_sampling_plugin.ops.topk_topp import (
     DEFAULT_TUNING,
     TopKTopPTuning,
@@ -94,8 +84,17 @@ def make_case(num_rows: int, vocab_size: int, top_k: int, top_p: float, scale: f
     )
 
 
+def cases(args):
+    for vocab_size in args.vocab_sizes:
+        for num_rows in args.batch_sizes:
+            yield (
+                {"B": num_rows, "V": vocab_size},
+                make_case(num_rows, vocab_size, args.top_k, args.top_p, args.logit_scale),
+            )
+
+
 def fused_topk_topp(use_fp64: bool = False, tuning: TopKTopPTuning = DEFAULT_TUNING) -> Callable:
-    """A benchmark candidate: turns a case with the attributes of ``Case``
+    """A candidate's factory: turns a case with the attributes of ``Case``
     (``bench/sampler.py``'s has them) into the zero-argument call to time."""
 
     def make(case):
@@ -175,22 +174,17 @@ def one_seed(candidate: Callable) -> Callable:
     )
 
 
-CANDIDATES: dict[str, Callable] = {
-    "fused_fp32": fused_topk_topp(use_fp64=False),
-    "fused_fp64": fused_topk_topp(use_fp64=True),
-    "fused_fp32_one_seed": one_seed(fused_topk_topp(use_fp64=False)),
-    "masked_plugin_gumbel": masked_plugin_gumbel,
-    "flashinfer": flashinfer,
-    "vllm_pytorch_gumbel": vllm_pytorch_gumbel,
-    "logits_copy": logits_copy,
-}
+def logits_bytes(case: Case) -> int:
+    return case.logits.numel() * case.logits.element_size()
 
 
 PATH_NAMES = ("no_filter", "short_list", "collected", "exact")
 
 
-def fused_paths(case: Case) -> dict:
-    """How many rows each step of the merge decided (``paths_out``)."""
+def count_fused_paths(case: Case, row: dict, tokens: dict) -> None:
+    """``row["fused_paths"]``: how many rows each step of the merge decided."""
+    if "fused_fp32_us" not in row:
+        return
     paths = torch.empty(case.logits.shape[0], dtype=torch.int32, device=case.logits.device)
     top_k_top_p_sample(
         case.logits,
@@ -204,88 +198,7 @@ def fused_paths(case: Case) -> dict:
         paths_out=paths,
     )
     counts = torch.bincount(paths.long(), minlength=len(PATH_NAMES)).tolist()
-    return dict(zip(PATH_NAMES, counts))
-
-
-def graph_replay_us(call) -> float:
-    """Median of ``call`` replayed from a CUDA graph: the device time alone,
-    without the host's Python and launch time, which bounds small batches
-    on a slow host (do_bench then times the host)."""
-    call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    return median_us(graph.replay)
-
-
-def kernel_times_us(call, reps: int = 20) -> dict:
-    """Mean device time of each kernel ``call`` launches, from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    call()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            call()
-        torch.cuda.synchronize()
-    return {
-        event.key[:40]: event.device_time_total / reps
-        for event in prof.key_averages()
-        if event.device_time_total > 0
-    }
-
-
-def bench_case(
-    case: Case, names: list[str], bandwidth: float, notes: dict, profile: bool = False
-) -> dict:
-    num_rows, vocab_size = case.logits.shape
-    logits_bytes = case.logits.numel() * case.logits.element_size()
-    row: dict = {"B": num_rows, "V": vocab_size}
-    calls = build_columns(CANDIDATES, names, case, notes)
-    for name, call in calls.items():
-        record_timing(row, name, call, bytes_read=logits_bytes, bandwidth_gbps=bandwidth)
-    if "fused_fp32" in calls and "masked_plugin_gumbel" in calls:
-        row["fused_matches_masked"] = bool(
-            torch.equal(calls["fused_fp32"](), calls["masked_plugin_gumbel"]())
-        )
-    if "fused_fp32" in calls:
-        row["fused_fp32_graph_us"] = graph_replay_us(calls["fused_fp32"])
-        row["fused_paths"] = fused_paths(case)
-        if profile:
-            row["fused_kernels_us"] = kernel_times_us(calls["fused_fp32"])
-    return row
-
-
-def print_table(results: list[dict], names: list[str]) -> None:
-    shown = timed_columns(results, names)
-    print(f"{'B':>5} {'V':>7} " + " ".join(f"{n:>22}" for n in shown) + "  matches")
-    for r in results:
-        cells = [timing_cell(r, n, 22) for n in shown]
-        match = {True: "yes", False: "NO", None: "-"}[r.get("fused_matches_masked")]
-        graph = r.get("fused_fp32_graph_us")
-        graph_cell = f"  fused_fp32 graph {graph:.1f} us" if graph is not None else ""
-        print(f"{r['B']:>5} {r['V']:>7} " + " ".join(cells) + f"  {match:>7}{graph_cell}")
-    for r in results:
-        if "fused_paths" in r:
-            kernels = r.get("fused_kernels_us", {})
-            times = ", ".join(f"{name} {us:.1f}us" for name, us in kernels.items())
-            print(f"B={r['B']} V={r['V']}: fused rows by step {r['fused_paths']}"
-                  + (f"; kernels: {times}" if times else ""))
-
-
-def plot(results: list[dict], names: list[str], title: str, path: str) -> bool:
-    """One panel per vocabulary size, latency against batch size."""
-    return plot_latency(
-        results,
-        names,
-        path,
-        title=title,
-        x="B",
-        xlabel="batch B",
-        panel_title="V={V}",
-        columns="V",
-    )
+    row["fused_paths"] = dict(zip(PATH_NAMES, counts))
 
 
 def tuning_grid() -> list[TopKTopPTuning]:
@@ -298,44 +211,37 @@ def tuning_grid() -> list[TopKTopPTuning]:
     ]
 
 
-def tune(args) -> dict:
-    """Time ``fused_fp32`` for every setting of ``tuning_grid``; best = lowest
-    geometric mean of (time / fastest time) over the batch sizes."""
-    times: dict[TopKTopPTuning, list[float]] = {}
-    differing: dict[TopKTopPTuning, int] = {}
-    for num_rows in args.batch_sizes:
-        case = make_case(num_rows, args.tune_vocab_size, args.top_k, args.top_p, args.logit_scale)
-        expected = fused_topk_topp()(case)()
-        for setting in tuning_grid():
-            call = fused_topk_topp(tuning=setting)(case)
-            differing[setting] = differing.get(setting, 0) + int((call() != expected).sum())
-            times.setdefault(setting, []).append(median_us(call, rep_ms=40))
-    scores = slowdown_scores(times)
-    ranked = sorted(times, key=scores.__getitem__)
-    print(
-        f"V={args.tune_vocab_size}, us at B={args.batch_sizes} "
-        "(tokens differing from the default)"
+def tune(args, timers) -> dict:
+    """Sweep ``tuning_grid`` for ``fused_fp32``, counting the tokens that
+    differ from the default shape's."""
+    sweep_cases = (
+        (f"B={b}", make_case(b, args.tune_vocab_size, args.top_k, args.top_p, args.logit_scale))
+        for b in args.batch_sizes
     )
-    for setting in ranked[:10] + [DEFAULT_TUNING]:
-        mark = "  (default)" if setting == DEFAULT_TUNING else ""
-        cells = " ".join(f"{t:8.1f}" for t in times[setting])
-        print(f"  x{scores[setting]:5.3f} {cells}  ({differing[setting]}) {setting}{mark}")
+    sweep = run_sweep(
+        sweep_cases,
+        tuning_grid(),
+        lambda case, setting: fused_topk_topp(
+            tuning=DEFAULT_TUNING if setting is None else setting
+        )(case),
+        rep_ms=40,
+        exact=False,
+        timer=timers.device,
+    )
+    print_ranking(
+        sweep,
+        DEFAULT_TUNING,
+        f"V={args.tune_vocab_size}, us at B={args.batch_sizes} (tokens differing from the default)",
+        mark="default",
+    )
     return {
         "batch_sizes": args.batch_sizes,
         "vocab_size": args.tune_vocab_size,
-        "best": dataclasses.asdict(ranked[0]),
-        "default": dataclasses.asdict(DEFAULT_TUNING),
-        "results": [
-            {"tuning": dataclasses.asdict(t), "us": times[t], "score": scores[t],
-             "tokens_differing": differing[t]}
-            for t in ranked
-        ],
+        **sweep.report(DEFAULT_TUNING, current_key="default"),
     }
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="bench-results/topk_topp", help="output directory")
+def add_arguments(parser) -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64, 256, 1024])
     parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[151936])
     parser.add_argument("--top-k", type=int, default=50, help="per row; 0 turns top-k off")
@@ -347,53 +253,59 @@ def main(argv=None) -> int:
         help="logits are N(0, scale^2); a small scale flattens the distribution "
         "(top-p alone then needs the exact whole-row path)",
     )
-    parser.add_argument(
-        "--columns", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES)
-    )
-    parser.add_argument("--tune", action="store_true", help="sweep TopKTopPTuning")
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="also time each kernel of fused_fp32 with torch.profiler",
-    )
     parser.add_argument("--tune-vocab-size", type=int, default=151936)
-    args = parser.parse_args(argv)
-    gpu, bandwidth = start_run("top-k/top-p", args.out)
-    print(
-        f"{gpu}: copy bandwidth {bandwidth:.0f} GB/s (read + write); "
-        f"top_k={args.top_k}, top_p={args.top_p}, logits ~ N(0, {args.logit_scale}^2)"
-    )
-    if args.tune:
-        report = {"gpu": gpu, "top_k": args.top_k, "top_p": args.top_p, **tune(args)}
-        write_json(args.out, "tune.json", report)
-        return 0
-    notes: dict = {}
-    results = []
-    for vocab_size in args.vocab_sizes:
-        for num_rows in args.batch_sizes:
-            case = make_case(num_rows, vocab_size, args.top_k, args.top_p, args.logit_scale)
-            results.append(bench_case(case, args.columns, bandwidth, notes, args.profile))
-            del case
-            torch.cuda.empty_cache()
-    print_table(results, args.columns)
-    for name, note in notes.items():
-        print(f"{name}: {note}")
-    report = {
-        "gpu": gpu,
-        "copy_bandwidth_gbps": bandwidth,
+
+
+AREA = Area(
+    name="topk_topp",
+    description=__doc__.split("\n")[0],
+    keys=("B", "V"),
+    # FlashInfer draws from its own generator: its tokens differ from run to run.
+    candidates={
+        "fused_fp32": Candidate(
+            fused_topk_topp(use_fp64=False),
+            tokens=True,
+            graph_replay=True,
+            profile="fused_kernels_us",
+        ),
+        "fused_fp64": Candidate(fused_topk_topp(use_fp64=True), tokens=True),
+        "fused_fp32_one_seed": Candidate(one_seed(fused_topk_topp(use_fp64=False)), tokens=True),
+        "masked_plugin_gumbel": Candidate(masked_plugin_gumbel, tokens=True),
+        "flashinfer": Candidate(flashinfer),
+        "vllm_pytorch_gumbel": Candidate(vllm_pytorch_gumbel, tokens=True),
+        "logits_copy": Candidate(logits_copy),
+    },
+    cases=cases,
+    bytes_read=logits_bytes,
+    checks=(TokenCheck("fused_matches_masked", "fused_fp32", "masked_plugin_gumbel"),),
+    annotate=count_fused_paths,
+    plot=Plot(
+        title="top-k {top_k} / top-p {top_p} sampling, median ({gpu})",
+        x="B",
+        xlabel="batch B",
+        panel_title="V={V}",
+        columns="V",
+    ),
+    add_arguments=add_arguments,
+    settings=lambda args: {
         "top_k": args.top_k,
         "top_p": args.top_p,
         "logit_scale": args.logit_scale,
         "tuning": dataclasses.asdict(DEFAULT_TUNING),
-        "notes": notes,
-        "results": results,
-    }
-    title = f"top-k {args.top_k} / top-p {args.top_p} sampling, median ({gpu})"
-    write_results(
-        args.out, "topk_topp", report, lambda path: plot(results, args.columns, title, path)
-    )
-    return 0
-
+    },
+    table_columns=(
+        "fused_fp32",
+        "fused_fp64",
+        "fused_fp32_one_seed",
+        "flashinfer",
+        "vllm_pytorch_gumbel",
+        "masked_plugin_gumbel",
+        "logits_copy",
+    ),
+    details=("fused_fp32_graph_us", "fused_paths", "fused_kernels_us"),
+    tune=tune,
+)
+main = AREA.main
 
 if __name__ == "__main__":
     raise SystemExit(main())
