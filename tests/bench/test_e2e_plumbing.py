@@ -18,6 +18,7 @@ def test_defaults_cover_the_issue_cells():
     assert (args.pairs, args.num_requests, args.prompt_len, args.output_len) == (3, 1024, 64, 256)
     assert args.max_num_seqs == [64, 256]
     assert args.ngram_k == 3
+    assert args.breakdown_mixes == ["topk_topp", "ngram"]
 
 
 def test_arguments_parse_lists():
@@ -164,6 +165,19 @@ def test_identity_report_explains_differences_with_either_run():
     assert result["all_differences_near_ties"] is False
     same = report.identity_report(nospec, nospec)
     assert same["identical"] == 4 and same["all_differences_near_ties"] is True
+
+
+def test_sampling_ceilings_pair_stock_with_plugin():
+    base = {"model": "m", "mix": "topk_topp", "max_num_seqs": 256, "steps": 5}
+    rows = report.sampling_ceilings([
+        {**base, "role": "stock", "step_gpu_ms": 10.0, "sampling_gpu_ms": 2.0},
+        {**base, "role": "plugin", "step_gpu_ms": 8.6, "sampling_gpu_ms": 0.5},
+        {**base, "role": "stock", "max_num_seqs": 64, "step_gpu_ms": 5.0,
+         "sampling_gpu_ms": 1.0},
+    ])
+    assert len(rows) == 1
+    assert rows[0]["expected"] == pytest.approx(10 / 8.5)
+    assert rows[0]["ceiling"] == pytest.approx(1.25)
 
 
 def test_quantiles():

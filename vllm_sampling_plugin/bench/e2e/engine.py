@@ -188,24 +188,29 @@ class _EngineServer:
         seconds = time.perf_counter() - start
         return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds}
 
-    def greedy_tokens(self, prompts: list[list[int]], output_len: int) -> dict:
-        """Greedy continuations, the top-1 probability of each token, and the
-        speculative-decoding counters' change over the call."""
+    def greedy_tokens(self, prompts: list[list[int]], output_len: int,
+                      with_probabilities: bool = False) -> dict:
+        """Greedy continuations and the speculative-decoding counters' change
+        over the call; with ``with_probabilities`` also the probability of
+        every generated (top-1) token, from the raw logits."""
         before = self._spec_counters()
-        params = self._params("greedy", len(prompts), output_len, logprobs=0)
-        outputs = self._generate(prompts, params)
+        extra = {"logprobs": 0} if with_probabilities else {}
+        outputs = self._generate(prompts, self._params("greedy", len(prompts), output_len,
+                                                       **extra))
         after = self._spec_counters()
-        top1 = []
-        for o in outputs:
-            for token, position in zip(o.outputs[0].token_ids, o.outputs[0].logprobs or []):
-                top1.append(math.exp(position[token].logprob))
+        top1 = [math.exp(position[token].logprob)
+                for o in outputs if with_probabilities
+                for token, position in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
         return {"tokens": [list(o.outputs[0].token_ids) for o in outputs],
                 "top1_probability": top1,
                 "spec": {k: after[k] - before[k] for k in after}}
 
     def top2_logits(self, prompts: list[list[int]]) -> dict:
-        """The top-2 raw logits of the next token after each prompt (one
-        request at a time, so each recorded row belongs to its prompt)."""
+        """The top-2 raw logits of the next token after each prompt.
+
+        One request at a time with ``max_tokens=1``: the first row the sampler
+        sees after ``start_top2`` is that prompt's prefill (no drafts yet).
+        """
         from vllm_sampling_plugin.bench.e2e import hooks
 
         rows = []
@@ -214,7 +219,7 @@ class _EngineServer:
             for prompt in prompts:
                 self.llm.collective_rpc(hooks.start_top2)
                 self._generate([prompt], self._params("greedy", 1, 1))
-                rows.append(self.llm.collective_rpc(hooks.take_top2)[0][-1])
+                rows.append(self.llm.collective_rpc(hooks.take_top2)[0][0])
         finally:
             self.llm.collective_rpc(hooks.remove_timers)
         return {"top2": rows}

@@ -63,7 +63,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--max-num-seqs", type=_int_list, default=[64, 256],
                         help="batch sizes (requests in flight), comma list; default 64,256")
-    parser.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp"],
+    parser.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp", "ngram"],
                         help="mixes to time inside the engine per step ('none': skip)")
     parser.add_argument("--breakdown-output-len", type=int, default=64)
     parser.add_argument("--ngram-k", type=int, default=3)
@@ -157,13 +157,17 @@ class Run:
                          f"ratio {cell['ratio']:.3f}")
 
     def breakdowns(self, model: str, vocab: int, engines: dict[str, Engine],
-                   mixes: list[str]) -> None:
+                   mixes: list[str], waves: list[int] | None = None,
+                   prompts: list[list[int]] | None = None) -> None:
+        """One instrumented wave per engine, mix and batch size (on ``prompts``,
+        by default random ones)."""
         a = self.args
         for mix in mixes:
-            for wave in a.max_num_seqs:
-                prompts = workload.random_prompts(wave, a.prompt_len, vocab, seed=wave)
+            for wave in waves or a.max_num_seqs:
+                wave_prompts = (prompts or workload.random_prompts(
+                    wave, a.prompt_len, vocab, seed=wave))[:wave]
                 for role, engine in engines.items():
-                    summary = engine.call("breakdown", mix=mix, prompts=prompts,
+                    summary = engine.call("breakdown", mix=mix, prompts=wave_prompts,
                                           output_len=a.breakdown_output_len, wave=wave)
                     self.results["breakdown"].append(
                         {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
@@ -174,7 +178,8 @@ class Run:
     def peakedness(self, model: str, vocab: int, engine: Engine) -> None:
         prompts = workload.random_prompts(PEAKEDNESS_PROMPTS, self.args.prompt_len, vocab,
                                           seed=99)
-        result = engine.call("greedy_tokens", prompts=prompts, output_len=PEAKEDNESS_TOKENS)
+        result = engine.call("greedy_tokens", prompts=prompts, output_len=PEAKEDNESS_TOKENS,
+                             with_probabilities=True)
         summary = report.quantiles(result["top1_probability"])
         self.results["models"][model]["top1_probability"] = summary
         self.save()
@@ -208,6 +213,9 @@ class Run:
                     "identity": report.identity_report(base["tokens"], drafted["tokens"],
                                                        top2["nospec"], top2["spec"])}
             cell["speedup"] = cell["spec"]["median"] / cell["nospec"]["median"]
+            if "ngram" in a.breakdown_mixes:
+                self.breakdowns(model, vocab, engines, ["ngram"], waves=[wave],
+                                prompts=prompts)
             self.results["ngram"].append(cell)
             self.save()
             ident = cell["identity"]
