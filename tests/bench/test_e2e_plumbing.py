@@ -249,3 +249,64 @@ def test_plot_writes_a_png(tmp_path):
 def test_model_list_type():
     with pytest.raises(argparse.ArgumentTypeError):
         run._model_list("8b:big")
+
+
+class FakeLLM:
+    """Answers generate() like vLLM's LLM: token i of request r is r + i, with
+    log-probability log(0.5); spec-decode counters grow by one draft per call."""
+
+    def __init__(self):
+        self.calls = []
+        self.counter = 0
+
+    def generate(self, inputs, params, use_tqdm):
+        import math
+        from types import SimpleNamespace
+
+        self.calls.append((len(inputs), [p.max_tokens for p in params]))
+        self.counter += 1
+        outputs = []
+        for r, p in enumerate(params):
+            ids = [r + i for i in range(p.max_tokens)]
+            logprobs = ([{t: SimpleNamespace(logprob=math.log(0.5))} for t in ids]
+                        if p.logprobs is not None else None)
+            outputs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids,
+                                                                    logprobs=logprobs)]))
+        return outputs
+
+    def get_metrics(self):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name="vllm:spec_decode_num_drafts", value=self.counter),
+                SimpleNamespace(name="vllm:spec_decode_num_draft_tokens", value=3 * self.counter),
+                SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens", value=self.counter),
+                SimpleNamespace(name="vllm:other")]
+
+
+def _server():
+    server = engine._EngineServer.__new__(engine._EngineServer)
+    server.llm, server.vocab = FakeLLM(), 1000
+    return server
+
+
+def test_throughput_sends_waves_and_counts_tokens():
+    server = _server()
+    result = server.throughput("mixed", workload.random_prompts(10, 4, 1000), 6, wave=4)
+    assert server.llm.calls == [(4, [6] * 4), (4, [6] * 4), (2, [6] * 2)]
+    assert result["tokens"] == 60 and result["tok_s"] == pytest.approx(60 / result["seconds"])
+
+
+def test_greedy_tokens_reports_probabilities_and_counter_deltas():
+    server = _server()
+    result = server.greedy_tokens([[5, 6]] * 2, 3, with_probabilities=True)
+    assert result["tokens"] == [[0, 1, 2], [1, 2, 3]]
+    assert result["top1_probability"] == pytest.approx([0.5] * 6)
+    assert result["spec"] == {"drafts": 1, "drafted": 3, "accepted": 1}
+    assert server.greedy_tokens([[5, 6]], 2)["top1_probability"] == []
+
+
+def test_cold_start_times_the_first_topk_topp_request_apart():
+    server = _server()
+    result = server._cold_start()
+    assert set(result) == {"cold_ttft_ms", "warm_ttft_ms"}
+    assert server.llm.calls == [(1, [1])] * 6
