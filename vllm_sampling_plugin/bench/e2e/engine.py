@@ -209,7 +209,8 @@ class _EngineServer:
         """The top-2 raw logits of the next token after each prompt.
 
         One request at a time with ``max_tokens=1``: the first row the sampler
-        sees after ``start_top2`` is that prompt's prefill (no drafts yet).
+        sees after ``start_top2`` is that prompt's prefill (no drafts yet);
+        None where the sampler saw no row.
         """
         from vllm_sampling_plugin.bench.e2e import hooks
 
@@ -219,7 +220,8 @@ class _EngineServer:
             for prompt in prompts:
                 self.llm.collective_rpc(hooks.start_top2)
                 self._generate([prompt], self._params("greedy", 1, 1))
-                rows.append(self.llm.collective_rpc(hooks.take_top2)[0][0])
+                seen = self.llm.collective_rpc(hooks.take_top2)[0]
+                rows.append(seen[0] if seen else None)
         finally:
             self.llm.collective_rpc(hooks.remove_timers)
         return {"top2": rows}
