@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from vllm_sampling_plugin.ops.flashinfer import FlashInferSupport, probe_flashinfer
+from vllm_sampling_plugin.ops.topk_topp.flashinfer import FlashInferSupport, probe_flashinfer
 from vllm_sampling_plugin.selection import use_flashinfer_sampler
 
 SUPPORTED = FlashInferSupport(True, True)

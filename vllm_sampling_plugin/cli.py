@@ -52,7 +52,7 @@ def _plugin_status() -> str:
 
 
 def info() -> int:
-    from vllm_sampling_plugin.ops.flashinfer import probe_flashinfer
+    from vllm_sampling_plugin.ops.topk_topp.flashinfer import probe_flashinfer
     from vllm_sampling_plugin.selection import decide_flashinfer
 
     rows = [

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_sampling_plugin.config import FLASHINFER_ENV
-from vllm_sampling_plugin.ops.flashinfer import FlashInferSupport, probe_flashinfer
+from vllm_sampling_plugin.ops.topk_topp.flashinfer import FlashInferSupport, probe_flashinfer
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 

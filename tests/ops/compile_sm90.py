@@ -142,10 +142,11 @@ def _describe(kernel: JITFunction, kwargs: dict, compiled) -> dict:
 
 
 def launched_kernels() -> list[str]:
-    """Every ``@triton.jit`` kernel that a module of ``ops/`` launches."""
+    """Every ``@triton.jit`` kernel that a module of ``ops/`` (or of its subpackages) launches."""
     names = set()
-    for info in pkgutil.iter_modules(ops_package.__path__):
-        module = importlib.import_module(f"{ops_package.__name__}.{info.name}")
+    prefix = f"{ops_package.__name__}."
+    for info in pkgutil.walk_packages(ops_package.__path__, prefix):
+        module = importlib.import_module(info.name)
         source = inspect.getsource(module)
         for launched in re.findall(r"\b(\w+)\[[^\[\]]*\]\(", source):
             kernel = getattr(module, launched, None)
@@ -204,7 +205,7 @@ def _rejection(
 ) -> None:
     from unittest import mock
 
-    from vllm_sampling_plugin.ops import rejection_kernel
+    from vllm_sampling_plugin.ops.rejection import launcher as rejection_kernel
 
     # Requests with NUM_SPEC_STEPS drafts and a bonus position each, laid out
     # as the V2 runner packs them. The launch plan follows the batch and the

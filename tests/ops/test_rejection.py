@@ -19,12 +19,13 @@ import torch
 from scipy import stats
 
 from vllm_sampling_plugin.ops import (
-    rejection_kernel,
     rejection_sample,
     rejection_sample_packed,
     unconditional_to_conditional_rates,
 )
-from vllm_sampling_plugin.ops.rejection_kernel import RejectionTuning
+from vllm_sampling_plugin.ops.rejection import RejectionTuning
+from vllm_sampling_plugin.ops.rejection import launcher as rejection_kernel
+from vllm_sampling_plugin.ops.rejection.plan import plan_launch
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
@@ -369,7 +370,7 @@ def test_deterministic_and_batch_invariant(device):
 
 
 # Launch plans that differ in every parameter, as (tuning, SM count) for
-# _plan_launch at V=1000, whose stats tile is 256 tokens (None: the CPU
+# plan_launch at V=1000, whose stats tile is 256 tokens (None: the CPU
 # planner): the single launch with one block per request (the CPU default);
 # one-tile blocks, one launch per step; one program per row walking two
 # tiles per chunk with 64-token sampling chunks, in a single launch; and two
@@ -441,7 +442,7 @@ def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
     inputs = _plan_inputs(6, num_drafts, vocab, generator, device)
     target_logits, drafts, draft_probs, temperature, seeds, positions = inputs
     plans = {
-        rejection_kernel._plan_launch(6, vocab, tuning or rejection_kernel.TUNING[False], num_sms)
+        plan_launch(6, vocab, tuning or rejection_kernel.TUNING[False], num_sms)
         for tuning, num_sms in _PLAN_TUNINGS.values()
     }
     assert len({(p.block, p.chunk, p.sample_chunk, p.num_warps) for p in plans}) == 4
@@ -459,7 +460,7 @@ def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
         for name, (tuning, num_sms) in _PLAN_TUNINGS.items():
             monkeypatch.setattr(rejection_kernel, "_num_sms", lambda device, n=num_sms: n)
             monkeypatch.setattr(
-                "vllm_sampling_plugin.ops.rejection.rejection_sample_packed",
+                "vllm_sampling_plugin.ops.rejection.functional.rejection_sample_packed",
                 functools.partial(rejection_kernel.rejection_sample_packed, tuning=tuning),
             )
             out, num = rejection_sample(

@@ -61,12 +61,12 @@ from vllm_sampling_plugin.bench.common import (
     write_json,
     write_results,
 )
-from vllm_sampling_plugin.ops import rejection_kernel
 from vllm_sampling_plugin.ops.rejection import (
+    RejectionTuning,
     rejection_sample_packed,
     unconditional_to_conditional_rates,
 )
-from vllm_sampling_plugin.ops.rejection_kernel import RejectionTuning
+from vllm_sampling_plugin.ops.rejection import launcher as rejection_kernel
 
 
 @dataclasses.dataclass

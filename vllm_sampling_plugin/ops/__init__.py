@@ -2,8 +2,20 @@
 
 Plain tensors in, plain tensors out. This package imports ``torch`` and
 ``triton`` only, never ``vllm``: every op runs on the GPU without vLLM and on
-CPU tensors under ``TRITON_INTERPRET=1``.
+CPU tensors under ``TRITON_INTERPRET=1``. One subpackage per capability
+(``gumbel``, ``topk_topp``, ``rejection``, ``ngram``); ``random`` and
+``masking`` are what they share; ``sample`` is the public sampling API.
 """
-from vllm_sampling_plugin.ops.ngram import ngram_propose, ngram_propose_into, ngram_scratch  # noqa: F401
-from .rejection import rejection_sample, rejection_sample_packed, unconditional_to_conditional_rates  # noqa: F401
-from vllm_sampling_plugin.ops.sample import sample  # noqa: F401
+from .ngram import ngram_propose, ngram_propose_into, ngram_scratch
+from .rejection import rejection_sample, rejection_sample_packed, unconditional_to_conditional_rates
+from .sample import sample
+
+__all__ = [
+    "ngram_propose",
+    "ngram_propose_into",
+    "ngram_scratch",
+    "rejection_sample",
+    "rejection_sample_packed",
+    "sample",
+    "unconditional_to_conditional_rates",
+]

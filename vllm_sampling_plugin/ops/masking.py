@@ -1,6 +1,6 @@
 """Top-k / top-p masking in plain PyTorch: the simple, sort-based reference path.
 
-The fused Triton path lives in ``ops/topk_topp.py``; both follow the
+The fused Triton path lives in ``ops/topk_topp``; both follow the
 semantics documented on :func:`mask_top_k_top_p_`.
 """
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from vllm_sampling_plugin.ops.gumbel import gumbel_sample
-from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
+from .gumbel.launcher import gumbel_sample
+from .masking import mask_top_k_top_p_
 
 
 def _check_row_tensor(name: str, tensor, batch_size: int, device: torch.device) -> None:

@@ -1,4 +1,4 @@
-"""The merge steps of the fused top-k/top-p sampler (``ops/topk_topp.py``).
+"""The merge steps of the fused top-k/top-p sampler (``ops/topk_topp``).
 
 The merge of a row sees the chunks' lists: the two largest logits of every group
 of tokens, and per chunk a *floor* below which the list is incomplete. It
@@ -14,13 +14,13 @@ of tokens, and per chunk a *floor* below which the list is incomplete. It
    the lists, and by reading the few chunks whose floor reaches the bound),
    and finds the exact cuts among them (``sample_wide``).
 
-Rows that even this cannot hold go to ``topk_topp_exact.py``.
+Rows that even this cannot hold go to ``exact.py``.
 """
 
 import triton
 import triton.language as tl
 
-from vllm_sampling_plugin.ops.topk_topp_select import (
+from .select import (
     NEG_INF_KEY,
     buckets_within,
     distance_bucket,

@@ -1,7 +1,7 @@
 """Rejection sampling for speculative decoding: the public functional API.
 
 The kernel and the runner-facing launcher on vLLM's packed layout live in
-``rejection_kernel.py``; this module validates plain batched tensors, brings
+``launcher.py``; this module validates plain batched tensors, brings
 them to that layout and converts synthetic acceptance rates.
 """
 
@@ -10,10 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .rejection_kernel import MAX_VOCAB_SIZE, rejection_sample_packed
-
-__all__ = ["rejection_sample", "rejection_sample_packed", "unconditional_to_conditional_rates"]
-
+from .draws import MAX_VOCAB_SIZE
+from .launcher import rejection_sample_packed
 
 def unconditional_to_conditional_rates(rates: Sequence[float]) -> list[float]:
     """Per-position unconditional acceptance rates to conditional ones.

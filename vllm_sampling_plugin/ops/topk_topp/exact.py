@@ -1,6 +1,6 @@
 """The exact whole-row path of the fused top-k/top-p sampler.
 
-``ops/topk_topp.py`` decides nearly every row from the chunks' lists, or from
+``ops/topk_topp`` decides nearly every row from the chunks' lists, or from
 one walk that collects the row's tokens above a bound. A row that neither can
 hold (top_k in the thousands, top-p alone on a flat distribution) is
 finished here by its one program, walking the row several times:
@@ -21,8 +21,8 @@ deterministic as the rest. The rounding moves the top-p boundary by at most
 import triton
 import triton.language as tl
 
-from vllm_sampling_plugin.ops.random import gumbel_block
-from vllm_sampling_plugin.ops.topk_topp_select import (
+from ..random import gumbel_block
+from .select import (
     load_logits_block,
     order_key,
     pick_digit,

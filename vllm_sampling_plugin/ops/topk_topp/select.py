@@ -1,4 +1,4 @@
-"""Selection helpers of the fused top-k/top-p sampler (``ops/topk_topp.py``).
+"""Selection helpers of the fused top-k/top-p sampler (``ops/topk_topp``).
 
 Thresholds are compared on *order keys*: a float32 logit ``x`` maps to a
 uint32 whose unsigned order is the order of the floats, so "the k-th largest
@@ -19,7 +19,7 @@ threshold of 0 keeps everything.
 import triton
 import triton.language as tl
 
-from vllm_sampling_plugin.ops.random import (
+from ..random import (
     _bits_to_uniform_fp32,
     gumbel_fp32_from_uniform,
     gumbel_fp64,

@@ -1,0 +1,586 @@
+"""The two launch styles of the rejection step body, their emit kernel, and
+``rejection_sample_packed``, the launcher on vLLM's packed layout.
+
+Small batches run every step in one launch (``_rejection_kernel``: the blocks of
+a request meet at per-request barriers); large ones run ``_rejection_step_kernel``
+once per step and then ``_emit_kernel``. ``plan.plan_launch`` picks the style.
+"""
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from .draws import MAX_VOCAB_SIZE
+from .emit import emit_row
+from .plan import TUNING, RejectionTuning, fixed_point_bits, plan_launch, stats_tile
+from .step import rejection_step
+from .workspace import workspace_for
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int | None:
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@triton.jit
+def _arrive(counter_ptr):
+    """Counts this block in; returns the count before it.
+
+    The CTA barrier puts every thread's stores before the releasing atomic,
+    and the acquiring side of the atomic makes the other blocks' stores
+    visible to the loads after it.
+    """
+    tl.debug_barrier()
+    return tl.atomic_add(counter_ptr, 1, sem="acq_rel")
+
+
+@triton.jit
+def _rejection_kernel(
+    # [num_reqs, num_spec_steps + 1]
+    sampled_ptr,
+    sampled_stride,
+    # [num_reqs]
+    num_sampled_ptr,
+    # [2]: tickets handed out, programs finished; zero between calls
+    launch_counters_ptr,
+    # [num_reqs]: blocks of each request that finished a step; zero between calls
+    arrivals_ptr,
+    # [num_reqs, num_blocks]
+    winner_value_ptr,
+    winner_token_ptr,
+    fallback_value_ptr,
+    fallback_token_ptr,
+    # [num_reqs, num_spec_steps, num_tiles]
+    target_max_ptr,
+    target_argmax_ptr,
+    target_sumexp_ptr,
+    draft_max_ptr,
+    draft_sumexp_ptr,
+    # [num_logits, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, num_spec_steps, V]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [num_logits]
+    draft_tokens_ptr,
+    # [num_reqs + 1]
+    cu_num_logits_ptr,
+    # [num_reqs]
+    idx_mapping_ptr,
+    # [num_logits]
+    pos_ptr,
+    # [max_num_reqs]
+    temperature_ptr,
+    # [max_num_reqs]
+    seeds_ptr,
+    # [num_spec_steps]
+    conditional_rates_ptr,
+    vocab_size,
+    num_spec_steps,
+    num_tiles,
+    num_blocks,
+    block_size,
+    fixed_one,
+    fixed_unit,
+    CHUNK: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr,
+    STATS_TILE: tl.constexpr,
+    NUM_TILES_PAD: tl.constexpr,
+    NUM_BLOCKS_PAD: tl.constexpr,
+    OUT_PAD: tl.constexpr,
+    SYNTHETIC_MODE: tl.constexpr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    USE_FP64: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """Every step of every request in one launch: the blocks of a request
+    meet at a per-request barrier between steps, and the last block to
+    finish emits the request's tokens.
+
+    Waiting is safe because blocks take their (request, block) from a ticket
+    counter in the order they start: every block of an earlier request has
+    started (and so is resident) before any block of a later one, all
+    requests but the newest have every block running and finish without
+    help, and the launcher keeps ``num_blocks`` at most the SM count, so the
+    newest request's blocks always fit once the others are done.
+    """
+    ticket = tl.atomic_add(launch_counters_ptr, 1, sem="relaxed")
+    req_idx = ticket // num_blocks
+    block_idx = ticket % num_blocks
+    block_start = block_idx * block_size
+    block_end = tl.minimum(block_start + block_size, vocab_size)
+    start = tl.load(cu_num_logits_ptr + req_idx)
+    num_drafts = tl.minimum(tl.load(cu_num_logits_ptr + req_idx + 1) - start - 1, num_spec_steps)
+    state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
+    temp = tl.load(temperature_ptr + state_idx).to(tl.float32)
+    seed = tl.load(seeds_ptr + state_idx)
+
+    running = tl.full([], 1, tl.int32)
+    for step in range(num_drafts + 1):
+        if running != 0:
+            reached = rejection_step(
+                step,
+                req_idx,
+                block_idx,
+                num_blocks,
+                block_start,
+                block_end,
+                start,
+                num_drafts,
+                state_idx,
+                temp,
+                seed,
+                winner_value_ptr,
+                winner_token_ptr,
+                fallback_value_ptr,
+                fallback_token_ptr,
+                target_max_ptr,
+                target_argmax_ptr,
+                target_sumexp_ptr,
+                draft_max_ptr,
+                draft_sumexp_ptr,
+                target_logits_ptr,
+                target_logits_stride,
+                draft_logits_ptr,
+                draft_logits_stride_0,
+                draft_logits_stride_1,
+                draft_tokens_ptr,
+                pos_ptr,
+                conditional_rates_ptr,
+                vocab_size,
+                num_spec_steps,
+                num_tiles,
+                fixed_one,
+                fixed_unit,
+                CHUNK,
+                SAMPLE_CHUNK,
+                STATS_TILE,
+                NUM_TILES_PAD,
+                SYNTHETIC_MODE,
+                HAS_DRAFT_LOGITS,
+                USE_FP64,
+                APPLY_TEMPERATURE,
+            )
+            all_arrived = num_blocks * (step + 1)
+            arrived = _arrive(arrivals_ptr + req_idx) + 1
+            if (reached == 0) | (step == num_drafts):
+                running = running * 0
+                if arrived == all_arrived:
+                    # The request's last block: every winner is in. Nobody
+                    # reads the counter again, so it is reset for the next call.
+                    tl.store(arrivals_ptr + req_idx, 0)
+                    emit_row(
+                        req_idx,
+                        tl.where(reached, step, step - 1),
+                        start,
+                        sampled_ptr,
+                        sampled_stride,
+                        num_sampled_ptr,
+                        winner_value_ptr,
+                        winner_token_ptr,
+                        fallback_value_ptr,
+                        fallback_token_ptr,
+                        draft_tokens_ptr,
+                        num_spec_steps,
+                        num_blocks,
+                        NUM_BLOCKS_PAD,
+                        OUT_PAD,
+                    )
+            else:
+                # The next step judges the draft from every block's sums.
+                # Plain reads while waiting (a read-modify-write per poll
+                # would queue behind the other blocks' at the L2), one
+                # acquiring atomic once all have arrived.
+                while arrived < all_arrived:
+                    arrived = tl.load(arrivals_ptr + req_idx, volatile=True)
+                tl.atomic_add(arrivals_ptr + req_idx, 0, sem="acquire")
+                tl.debug_barrier()
+    # The last program out leaves the launch counters at zero for the next call.
+    if tl.atomic_add(launch_counters_ptr + 1, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        tl.store(launch_counters_ptr, 0)
+        tl.store(launch_counters_ptr + 1, 0)
+
+
+@triton.jit(do_not_specialize=["step"])
+def _rejection_step_kernel(
+    # [num_reqs, num_spec_steps + 1]: row `step` reached (drafts 0..step-1 accepted)
+    reached_ptr,
+    # [num_reqs]
+    num_accepted_ptr,
+    # [num_reqs, num_blocks]
+    winner_value_ptr,
+    winner_token_ptr,
+    fallback_value_ptr,
+    fallback_token_ptr,
+    # [num_reqs, num_spec_steps, num_tiles]
+    target_max_ptr,
+    target_argmax_ptr,
+    target_sumexp_ptr,
+    draft_max_ptr,
+    draft_sumexp_ptr,
+    # [num_logits, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, num_spec_steps, V]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [num_logits]
+    draft_tokens_ptr,
+    # [num_reqs + 1]
+    cu_num_logits_ptr,
+    # [num_reqs]
+    idx_mapping_ptr,
+    # [num_logits]
+    pos_ptr,
+    # [max_num_reqs]
+    temperature_ptr,
+    # [max_num_reqs]
+    seeds_ptr,
+    # [num_spec_steps]
+    conditional_rates_ptr,
+    step,
+    vocab_size,
+    num_spec_steps,
+    num_tiles,
+    block_size,
+    fixed_one,
+    fixed_unit,
+    CHUNK: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr,
+    STATS_TILE: tl.constexpr,
+    NUM_TILES_PAD: tl.constexpr,
+    SYNTHETIC_MODE: tl.constexpr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    USE_FP64: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """One step of every request per launch, for launch plans whose blocks
+    cannot wait for each other (see ``plan_launch``); ``_emit_kernel`` follows."""
+    # Requests on grid axis 0: axes 1 and 2 are limited to 65535 programs.
+    req_idx = tl.program_id(0)
+    block_idx = tl.program_id(1)
+    block_start = block_idx * block_size
+    start = tl.load(cu_num_logits_ptr + req_idx)
+    num_drafts = tl.minimum(tl.load(cu_num_logits_ptr + req_idx + 1) - start - 1, num_spec_steps)
+    reached_row_ptr = reached_ptr + req_idx * (num_spec_steps + 1)
+    # A request takes part in launch `step` while draft step - 1 exists and
+    # every draft before it was accepted.
+    active = step == 0
+    if step > 0:
+        active = (tl.load(reached_row_ptr + step - 1) != 0) & (step - 1 < num_drafts)
+    reached = step < 0
+    if active:
+        state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
+        reached = rejection_step(
+            step,
+            req_idx,
+            block_idx,
+            tl.num_programs(1),
+            block_start,
+            tl.minimum(block_start + block_size, vocab_size),
+            start,
+            num_drafts,
+            state_idx,
+            tl.load(temperature_ptr + state_idx).to(tl.float32),
+            tl.load(seeds_ptr + state_idx),
+            winner_value_ptr,
+            winner_token_ptr,
+            fallback_value_ptr,
+            fallback_token_ptr,
+            target_max_ptr,
+            target_argmax_ptr,
+            target_sumexp_ptr,
+            draft_max_ptr,
+            draft_sumexp_ptr,
+            target_logits_ptr,
+            target_logits_stride,
+            draft_logits_ptr,
+            draft_logits_stride_0,
+            draft_logits_stride_1,
+            draft_tokens_ptr,
+            pos_ptr,
+            conditional_rates_ptr,
+            vocab_size,
+            num_spec_steps,
+            num_tiles,
+            fixed_one,
+            fixed_unit,
+            CHUNK,
+            SAMPLE_CHUNK,
+            STATS_TILE,
+            NUM_TILES_PAD,
+            SYNTHETIC_MODE,
+            HAS_DRAFT_LOGITS,
+            USE_FP64,
+            APPLY_TEMPERATURE,
+        )
+    if block_idx == 0:
+        tl.store(reached_row_ptr + step, reached.to(tl.int8))
+        if active & (reached == 0):
+            tl.store(num_accepted_ptr + req_idx, step - 1)
+        if reached & (step == num_drafts):
+            tl.store(num_accepted_ptr + req_idx, step)
+
+
+@triton.jit
+def _emit_kernel(
+    # [num_reqs, num_spec_steps + 1]
+    sampled_ptr,
+    sampled_stride,
+    # [num_reqs]
+    num_sampled_ptr,
+    # [num_reqs, num_blocks]
+    winner_value_ptr,
+    winner_token_ptr,
+    fallback_value_ptr,
+    fallback_token_ptr,
+    # [num_reqs]
+    num_accepted_ptr,
+    # [num_logits]
+    draft_tokens_ptr,
+    # [num_reqs + 1]
+    cu_num_logits_ptr,
+    num_spec_steps,
+    num_blocks,
+    NUM_BLOCKS_PAD: tl.constexpr,
+    OUT_PAD: tl.constexpr,
+):
+    req_idx = tl.program_id(0)
+    emit_row(
+        req_idx,
+        tl.load(num_accepted_ptr + req_idx),
+        tl.load(cu_num_logits_ptr + req_idx),
+        sampled_ptr,
+        sampled_stride,
+        num_sampled_ptr,
+        winner_value_ptr,
+        winner_token_ptr,
+        fallback_value_ptr,
+        fallback_token_ptr,
+        draft_tokens_ptr,
+        num_spec_steps,
+        num_blocks,
+        NUM_BLOCKS_PAD,
+        OUT_PAD,
+    )
+
+
+def rejection_sample_packed(
+    # [num_logits, V]
+    target_logits: torch.Tensor,
+    # [num_logits]
+    draft_tokens: torch.Tensor,
+    # [num_reqs + 1]
+    cu_num_logits: torch.Tensor,
+    # [num_reqs]
+    idx_mapping: torch.Tensor,
+    # [num_logits]
+    pos: torch.Tensor,
+    # [max_num_reqs]
+    temperature: torch.Tensor,
+    # [max_num_reqs]
+    seeds: torch.Tensor,
+    num_speculative_steps: int,
+    # [max_num_reqs, num_speculative_steps, V]
+    draft_logits: torch.Tensor | None = None,
+    # [num_speculative_steps]
+    synthetic_conditional_rates: torch.Tensor | None = None,
+    *,
+    use_fp64: bool = False,
+    apply_temperature: bool = False,
+    tuning: RejectionTuning | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rejection sampling on the V2 runner's packed layout (no host sync).
+
+    The inputs are the ones vLLM 0.20's ``RejectionSampler.__call__`` holds:
+    request ``r`` owns logits ``cu_num_logits[r] .. cu_num_logits[r + 1] - 1``
+    (its drafts, ``num_logits_r - 1 <= num_speculative_steps`` of them, then the
+    bonus position); ``draft_tokens`` is ``input_ids[logits_indices]``, whose
+    entry ``cu_num_logits[r] + j + 1`` is draft ``j`` of request ``r``;
+    ``idx_mapping[r]`` is the request's state slot in ``temperature``,
+    ``seeds`` and ``draft_logits``; ``pos`` is the position of every logit.
+
+    Args:
+        target_logits: float ``[num_logits, V]``. With ``apply_temperature=False``
+            (the runner) these are the processed logits of
+            ``Sampler.apply_sampling_params``, temperature already applied;
+            with ``True`` the kernel divides rows with temperature > 0.
+        draft_tokens: int32/int64 ``[num_logits]``. Ids outside ``[0, V)`` are
+            never accepted.
+        cu_num_logits: int32 ``[num_reqs + 1]``.
+        idx_mapping: int32/int64 ``[num_reqs]``.
+        pos: int64 ``[num_logits]``.
+        temperature: float32 ``[max_num_reqs]``; 0 means greedy.
+        seeds: int64 ``[max_num_reqs]``.
+        num_speculative_steps: K, the width of the output minus one.
+        draft_logits: None for n-gram drafts (a point mass: accept with
+            probability p(draft)), else float ``[max_num_reqs, K, V]`` (Eagle's
+            temperature-scaled draft logits, indexed by state slot and step),
+            normalised by the kernel.
+        synthetic_conditional_rates: None for standard mode; float32 ``[K]``
+            *conditional* rates (see ``unconditional_to_conditional_rates``)
+            for synthetic mode.
+        use_fp64: FP64 acceptance uniforms and resampling noise.
+        apply_temperature: see ``target_logits``.
+        tuning: launch parameters; None takes ``TUNING[use_fp64]``. Speed
+            only: the output is the same for every tuning.
+
+    Returns:
+        ``(sampled, num_sampled)``: int64 ``[num_reqs, K + 1]`` holding the
+        accepted drafts, then the corrected or bonus token, then ``-1``; and a
+        fresh int32 ``[num_reqs]`` with the number of tokens per row (vLLM
+        edits it in place).
+    """
+    if target_logits.dim() != 2 or not target_logits.is_floating_point():
+        raise ValueError(
+            "target_logits must be a 2-D float tensor, got "
+            f"{tuple(target_logits.shape)} {target_logits.dtype}"
+        )
+    num_logits, vocab_size = target_logits.shape
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise ValueError(f"target_logits: vocabulary of {vocab_size} exceeds {MAX_VOCAB_SIZE}")
+    if num_speculative_steps < 1:
+        raise ValueError(f"num_speculative_steps must be >= 1, got {num_speculative_steps}")
+    num_reqs = cu_num_logits.shape[0] - 1
+    if idx_mapping.shape != (num_reqs,):
+        raise ValueError(
+            f"idx_mapping must have shape ({num_reqs},), got {tuple(idx_mapping.shape)}"
+        )
+    if draft_tokens.shape != (num_logits,) or pos.shape != (num_logits,):
+        raise ValueError("draft_tokens and pos must have one entry per logit")
+    if draft_logits is not None and (
+        draft_logits.dim() != 3
+        or draft_logits.shape[1] < num_speculative_steps
+        or draft_logits.shape[2] != vocab_size
+    ):
+        raise ValueError(
+            f"draft_logits must be [max_num_reqs, {num_speculative_steps}, {vocab_size}], "
+            f"got {tuple(draft_logits.shape)}"
+        )
+    if synthetic_conditional_rates is not None and synthetic_conditional_rates.shape != (
+        num_speculative_steps,
+    ):
+        raise ValueError(f"synthetic_conditional_rates must have shape ({num_speculative_steps},)")
+    if tuning is not None and not isinstance(tuning, RejectionTuning):
+        raise ValueError(f"tuning must be a RejectionTuning or None, got {type(tuning).__name__}")
+
+    device = target_logits.device
+    sampled = torch.empty(num_reqs, num_speculative_steps + 1, dtype=torch.int64, device=device)
+    num_sampled = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    if num_reqs == 0:
+        return sampled, num_sampled
+    if target_logits.stride(1) != 1:
+        target_logits = target_logits.contiguous()
+    if draft_logits is not None and draft_logits.stride(2) != 1:
+        draft_logits = draft_logits.contiguous()
+
+    plan = plan_launch(num_reqs, vocab_size, tuning or TUNING[use_fp64], _num_sms(device))
+    tile = stats_tile(vocab_size)
+    num_tiles = triton.cdiv(vocab_size, tile)
+    fixed_bits = fixed_point_bits(vocab_size)
+    has_draft_logits = draft_logits is not None
+    work = workspace_for(
+        device,
+        num_reqs,
+        plan.num_blocks,
+        num_speculative_steps,
+        num_tiles,
+        use_fp64,
+        has_draft_logits,
+    )
+    inputs = (
+        work.winner_value,
+        work.winner_token,
+        work.fallback_value,
+        work.fallback_token,
+        work.target_max,
+        work.target_argmax,
+        work.target_sumexp,
+        work.draft_max,
+        work.draft_sumexp,
+        target_logits,
+        target_logits.stride(0),
+        draft_logits if has_draft_logits else target_logits,
+        draft_logits.stride(0) if has_draft_logits else 0,
+        draft_logits.stride(1) if has_draft_logits else 0,
+        draft_tokens,
+        cu_num_logits,
+        idx_mapping,
+        pos,
+        temperature,
+        seeds,
+        synthetic_conditional_rates if synthetic_conditional_rates is not None else temperature,
+    )
+    constants = {
+        "CHUNK": plan.chunk,
+        "SAMPLE_CHUNK": plan.sample_chunk,
+        "STATS_TILE": tile,
+        "NUM_TILES_PAD": triton.next_power_of_2(num_tiles),
+        "SYNTHETIC_MODE": synthetic_conditional_rates is not None,
+        "HAS_DRAFT_LOGITS": has_draft_logits,
+        "USE_FP64": use_fp64,
+        "APPLY_TEMPERATURE": apply_temperature,
+        "num_warps": plan.num_warps,
+    }
+    emit_constants = {
+        "NUM_BLOCKS_PAD": triton.next_power_of_2(plan.num_blocks),
+        "OUT_PAD": triton.next_power_of_2(num_speculative_steps + 1),
+    }
+    if plan.single_launch:
+        _rejection_kernel[(num_reqs * plan.num_blocks,)](
+            sampled,
+            sampled.stride(0),
+            num_sampled,
+            work.launch_counters,
+            work.arrivals,
+            *inputs,
+            vocab_size,
+            num_speculative_steps,
+            num_tiles,
+            plan.num_blocks,
+            plan.block,
+            float(2**fixed_bits),
+            float(2**-fixed_bits),
+            **constants,
+            **emit_constants,
+        )
+        return sampled, num_sampled
+
+    for step in range(num_speculative_steps + 1):
+        _rejection_step_kernel[(num_reqs, plan.num_blocks)](
+            work.reached,
+            work.num_accepted,
+            *inputs,
+            step,
+            vocab_size,
+            num_speculative_steps,
+            num_tiles,
+            plan.block,
+            float(2**fixed_bits),
+            float(2**-fixed_bits),
+            **constants,
+        )
+    _emit_kernel[(num_reqs,)](
+        sampled,
+        sampled.stride(0),
+        num_sampled,
+        work.winner_value,
+        work.winner_token,
+        work.fallback_value,
+        work.fallback_token,
+        work.num_accepted,
+        draft_tokens,
+        cu_num_logits,
+        num_speculative_steps,
+        plan.num_blocks,
+        **emit_constants,
+        num_warps=1,
+    )
+    return sampled, num_sampled

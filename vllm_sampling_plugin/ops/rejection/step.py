@@ -1,0 +1,237 @@
+"""The one step body every launch style runs: judge the previous draft, then this block's
+share of the next row's work (block statistics, residual resample or bonus draw)."""
+
+import triton
+import triton.language as tl
+
+from ..random import request_key
+from .draws import bonus_block_winner, corrected_block_winners, draft_accepted
+from .stats import block_stats, row_argmax, row_logsumexp
+
+
+@triton.jit
+def rejection_step(
+    step,
+    req_idx,
+    block_idx,
+    num_blocks,
+    block_start,
+    block_end,
+    start,
+    num_drafts,
+    state_idx,
+    temp,
+    seed,
+    # [num_reqs, num_blocks]: per-block winners of the emitted (corrected or bonus) row
+    winner_value_ptr,
+    winner_token_ptr,
+    # [num_reqs, num_blocks]: per-block winners drawn from p itself, used when
+    # a rejected row's residual has no mass
+    fallback_value_ptr,
+    fallback_token_ptr,
+    # [num_reqs, num_spec_steps, num_tiles]; the sums are fixed point (int64)
+    target_max_ptr,
+    target_argmax_ptr,
+    target_sumexp_ptr,
+    draft_max_ptr,
+    draft_sumexp_ptr,
+    # [num_logits, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, num_spec_steps, V]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [num_logits]: logit j + 1 of a request holds its draft j
+    draft_tokens_ptr,
+    # [num_logits]
+    pos_ptr,
+    # [num_spec_steps]
+    conditional_rates_ptr,
+    vocab_size,
+    num_spec_steps,
+    num_tiles,
+    fixed_one,
+    fixed_unit,
+    CHUNK: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr,
+    STATS_TILE: tl.constexpr,
+    NUM_TILES_PAD: tl.constexpr,
+    SYNTHETIC_MODE: tl.constexpr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    USE_FP64: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """Step ``step`` of one block of a request whose row ``step - 1`` was reached.
+
+    Judges draft ``step - 1`` (from every block's partial sums of that row),
+    then does this block's share of the row work the request needs next (see
+    the module doc). Returns whether row ``step`` is reached, i.e. whether
+    draft ``step - 1`` was accepted (always at step 0).
+    """
+    winner_offset = req_idx * num_blocks + block_idx
+    stats_offset = req_idx * num_spec_steps * num_tiles
+    reached = step == 0
+    if step > 0:
+        # Every block judges the draft itself, from the partial sums of the
+        # previous step: same inputs, same verdict, and no block waits for
+        # another's verdict.
+        row = step - 1
+        logit_idx = start + row
+        row_stats = stats_offset + row * num_tiles
+        target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
+        draft_row_ptr = (
+            draft_logits_ptr + state_idx * draft_logits_stride_0 + row * draft_logits_stride_1
+        )
+        key = request_key(seed, tl.load(pos_ptr + logit_idx))
+        # Draft `row` is the input token of logit `row + 1`.
+        draft = tl.load(draft_tokens_ptr + logit_idx + 1).to(tl.int32)
+        greedy_max, greedy_token = row_argmax(
+            target_max_ptr + row_stats, target_argmax_ptr + row_stats, num_tiles, NUM_TILES_PAD
+        )
+        # Greedy rows have no partial sums (they never need p or q).
+        target_lse = tl.zeros([], tl.float32)
+        draft_lse = tl.zeros([], tl.float32)
+        if temp != 0.0:
+            target_lse = row_logsumexp(
+                target_max_ptr + row_stats,
+                target_sumexp_ptr + row_stats,
+                num_tiles,
+                fixed_unit,
+                NUM_TILES_PAD,
+            )
+            if HAS_DRAFT_LOGITS:
+                draft_lse = row_logsumexp(
+                    draft_max_ptr + row_stats,
+                    draft_sumexp_ptr + row_stats,
+                    num_tiles,
+                    fixed_unit,
+                    NUM_TILES_PAD,
+                )
+        reached = draft_accepted(
+            key,
+            draft,
+            row,
+            temp,
+            greedy_token,
+            target_lse,
+            draft_lse,
+            target_row_ptr,
+            draft_row_ptr,
+            conditional_rates_ptr,
+            vocab_size,
+            SYNTHETIC_MODE,
+            HAS_DRAFT_LOGITS,
+            USE_FP64,
+            APPLY_TEMPERATURE,
+        )
+        if reached == 0:
+            if temp == 0.0:
+                # The corrected token is the target argmax: every block
+                # offers it, the emit step takes block 0's.
+                tl.store(winner_value_ptr + winner_offset, greedy_max)
+                tl.store(winner_token_ptr + winner_offset, greedy_token)
+                tl.store(fallback_value_ptr + winner_offset, greedy_max)
+                tl.store(fallback_token_ptr + winner_offset, greedy_token)
+            else:
+                value, token, fallback_value, fallback_token = corrected_block_winners(
+                    key,
+                    draft,
+                    temp,
+                    target_lse,
+                    draft_lse,
+                    target_row_ptr,
+                    draft_row_ptr,
+                    block_start,
+                    block_end,
+                    vocab_size,
+                    SAMPLE_CHUNK,
+                    HAS_DRAFT_LOGITS,
+                    USE_FP64,
+                    APPLY_TEMPERATURE,
+                )
+                tl.store(winner_value_ptr + winner_offset, value)
+                tl.store(winner_token_ptr + winner_offset, token)
+                tl.store(fallback_value_ptr + winner_offset, fallback_value)
+                tl.store(fallback_token_ptr + winner_offset, fallback_token)
+
+    logit_idx = start + step
+    target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
+    if reached & (step == num_drafts):
+        value, token = bonus_block_winner(
+            seed,
+            tl.load(pos_ptr + logit_idx),
+            temp,
+            target_row_ptr,
+            block_start,
+            block_end,
+            vocab_size,
+            SAMPLE_CHUNK,
+            USE_FP64,
+            APPLY_TEMPERATURE,
+        )
+        tl.store(winner_value_ptr + winner_offset, value)
+        tl.store(winner_token_ptr + winner_offset, token)
+        tl.store(fallback_value_ptr + winner_offset, value)
+        tl.store(fallback_token_ptr + winner_offset, token)
+    elif reached:
+        # Block pass over the row that verifies draft `step`.
+        row_stats = stats_offset + step * num_tiles
+        if temp == 0.0:
+            # Greedy rows compare with the argmax only: no sums, no q.
+            block_stats(
+                target_row_ptr,
+                target_max_ptr + row_stats,
+                target_argmax_ptr + row_stats,
+                target_sumexp_ptr + row_stats,
+                block_start,
+                block_end,
+                vocab_size,
+                num_tiles,
+                temp,
+                fixed_one,
+                CHUNK,
+                STATS_TILE,
+                True,
+                False,
+                APPLY_TEMPERATURE,
+            )
+        else:
+            block_stats(
+                target_row_ptr,
+                target_max_ptr + row_stats,
+                target_argmax_ptr + row_stats,
+                target_sumexp_ptr + row_stats,
+                block_start,
+                block_end,
+                vocab_size,
+                num_tiles,
+                temp,
+                fixed_one,
+                CHUNK,
+                STATS_TILE,
+                True,
+                True,
+                APPLY_TEMPERATURE,
+            )
+            if HAS_DRAFT_LOGITS:
+                block_stats(
+                    draft_logits_ptr
+                    + state_idx * draft_logits_stride_0
+                    + step * draft_logits_stride_1,
+                    draft_max_ptr + row_stats,
+                    draft_max_ptr + row_stats,
+                    draft_sumexp_ptr + row_stats,
+                    block_start,
+                    block_end,
+                    vocab_size,
+                    num_tiles,
+                    temp,
+                    fixed_one,
+                    CHUNK,
+                    STATS_TILE,
+                    False,
+                    True,
+                    False,
+                )
+    return reached
