@@ -121,6 +121,19 @@ def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
                                            ["stock", "plugin"]]
 
 
+def test_time_budget_skips_cells_but_keeps_the_finished_ones(tmp_path):
+    args = run.parse_args(["--pairs", "1", "--num-requests", "4", "--max-num-seqs", "4",
+                           "--time-budget", "0", "--out", str(tmp_path)])
+    calls = []
+    engines = {"stock": FakeEngine("stock", calls, 1.0), "plugin": FakeEngine("plugin", calls, 1.0)}
+    bench = run.Run(args)
+    bench.plain_cells("m", 1000, engines, ["greedy", "t1"])
+    assert calls == [] and bench.results["cells"] == []
+    bench.args.time_budget = None
+    bench.plain_cells("m", 1000, engines, ["greedy"])
+    assert len(bench.results["cells"]) == 1
+
+
 def test_distribution_and_pair_cell():
     dist = report.distribution([90.0, 100.0, 120.0])
     assert dist == {"median": 100.0, "min": 90.0, "max": 120.0, "spread": pytest.approx(0.3)}
@@ -223,7 +236,8 @@ def test_markdown_tables_show_every_section():
     assert "NVIDIA H100 80GB HBM3, vLLM 0.20.0" in text
     assert "| 8b-v151936 | 0.20 / 0.40 / 0.60 (3) |" in text
     assert "| 8b-v151936 | topk_topp | 256 | 1050 (9.5%) | 1150 (7.0%) | 1.095 |" in text
-    assert "| 8b-v151936 | topk_topp | 256 | stock | 3 | 11.000 | 1.000 | 12.1% | 3.000 | 11.500 |" in text
+    assert ("| 8b-v151936 | topk_topp | 256 | stock | 3 | 11.000 | 1.000 | 12.1% | 3.000 | "
+            "11.500 |") in text
     assert "| 1b-v128256 | 64 | 3 | 100 (0.0%) | 180 (0.0%) | 1.80 | 3.250 | 1/1 | yes |" in text
     assert "| 8b-v151936 | plugin | 30.0 | 20.0 | 1.50 |" in text
 

@@ -182,8 +182,9 @@ class _EngineServer:
         params = self._params(mix, len(prompts), output_len)
         tokens = 0
         start = time.perf_counter()
-        for lo in range(0, len(prompts), wave):
-            outputs = self._generate(prompts[lo:lo + wave], params[lo:lo + wave])
+        for wave_prompts, wave_params in zip(workload.waves(prompts, wave),
+                                             workload.waves(params, wave)):
+            outputs = self._generate(wave_prompts, wave_params)
             tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
         seconds = time.perf_counter() - start
         return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds}

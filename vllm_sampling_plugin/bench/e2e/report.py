@@ -18,7 +18,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                  "identity": {"requests", "identical", "fraction", "all_differences_near_ties",
                               "differences": [{"request", "position", "nospec_top2",
                                                "spec_top2", "near_tie"}]}}],
-      "cold_start": [{"model", "role", "cold_ttft_ms", "warm_ttft_ms", "ratio"}]
+      "cold_start": [{"model", "role", "startup_s", "cold_ttft_ms", "warm_ttft_ms",
+                      "ratio"}]
     }
 
 ``DIST`` is ``{"median", "min", "max", "spread"}`` with ``spread = (max -

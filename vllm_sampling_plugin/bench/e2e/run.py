@@ -73,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="per engine; two engines share the GPU")
     parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints")
     parser.add_argument("--out", default="bench-results/e2e")
+    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="start no new cell after this many seconds (engines are "
+                             "still closed cleanly); default: no limit")
     parser.add_argument("--render", metavar="JSON",
                         help="print the markdown tables of an e2e.json and exit")
     args = parser.parse_args(argv)
@@ -107,6 +110,14 @@ class Run:
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
 
+    def out_of_time(self, cell: str) -> bool:
+        """True (and says so) when ``--time-budget`` leaves no time for ``cell``."""
+        budget = self.args.time_budget
+        if budget is None or time.perf_counter() - self.start < budget:
+            return False
+        self.say(f"time budget of {budget:.0f} s spent: skipping {cell}")
+        return True
+
     def save(self) -> None:
         report.write_json(self.results, self.args.out)
 
@@ -117,7 +128,7 @@ class Run:
         self.results.update(gpu=info["gpu"], vllm=info["vllm"], torch=info["torch"])
         cold = info["cold_start"]
         self.results["cold_start"].append({
-            "model": model, "role": spec.label, **cold,
+            "model": model, "role": spec.label, "startup_s": info["startup_s"], **cold,
             "ratio": cold["cold_ttft_ms"] / cold["warm_ttft_ms"]})
         self.say(f"{spec.label} up in {info['startup_s']:.0f} s; first top-k/top-p TTFT "
                  f"{cold['cold_ttft_ms']:.1f} ms, warm {cold['warm_ttft_ms']:.1f} ms")
@@ -145,6 +156,8 @@ class Run:
         a = self.args
         for mix in mixes:
             for wave in a.max_num_seqs:
+                if self.out_of_time(f"{model} {mix} B={wave}"):
+                    return
                 prompts = workload.random_prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
                 orders, tok_s = self.measure_pairs(engines, ("stock", "plugin"), mix,
                                                    prompts, wave)
@@ -164,6 +177,8 @@ class Run:
         a = self.args
         for mix in mixes:
             for wave in waves or a.max_num_seqs:
+                if self.out_of_time(f"{model} {mix} B={wave} breakdown"):
+                    return
                 wave_prompts = (prompts or workload.random_prompts(
                     wave, a.prompt_len, vocab, seed=wave))[:wave]
                 for role, engine in engines.items():
@@ -191,6 +206,8 @@ class Run:
         a = self.args
         engines = {"nospec": nospec, "spec": spec}
         for wave in a.max_num_seqs:
+            if self.out_of_time(f"{model} ngram B={wave}"):
+                return
             prompts = workload.copying_prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
             orders, tok_s = self.measure_pairs(engines, ("nospec", "spec"), "ngram",
                                                prompts, wave)
