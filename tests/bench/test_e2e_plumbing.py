@@ -86,6 +86,15 @@ def test_engine_roles_and_arguments():
     assert spec.label == "plugin+ngram3"
 
 
+def test_engines_must_run_the_sampler_of_their_role():
+    engine.check_sampler("plugin", "vllm_sampling_plugin.integration.sampler.PluginSampler")
+    engine.check_sampler("stock", "vllm.v1.worker.gpu.sample.sampler.Sampler")
+    with pytest.raises(RuntimeError, match="plugin did not load"):
+        engine.check_sampler("plugin", "vllm.v1.worker.gpu.sample.sampler.Sampler")
+    with pytest.raises(RuntimeError, match="VLLM_PLUGINS=none did not apply"):
+        engine.check_sampler("stock", "vllm_sampling_plugin.integration.sampler.PluginSampler")
+
+
 class FakeEngine:
     """Stands in for an engine process: records calls, returns set tokens/s."""
 
@@ -246,8 +255,8 @@ def test_json_round_trip_and_render_command(tmp_path, capsys):
     path = report.write_json(_sample_results(), str(tmp_path))
     loaded = json.loads(open(path).read())
     assert loaded["schema"] == report.SCHEMA_VERSION
-    assert set(loaded) >= {"gpu", "vllm", "torch", "args", "models", "cells", "breakdown",
-                           "ngram", "cold_start"}
+    assert set(loaded) >= {"gpu", "vllm", "torch", "args", "models", "engines", "cells",
+                           "breakdown", "ngram", "cold_start"}
     from vllm_sampling_plugin import cli
 
     assert cli.main(["bench", "e2e", "--render", path]) == 0

@@ -35,6 +35,18 @@ COMMON_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 COLD_START_PROMPT_LEN = 64
+PLUGIN_PACKAGE = "vllm_sampling_plugin."
+
+
+def check_sampler(role: str, sampler: str) -> None:
+    """Fail unless a plugin engine runs the plugin's Sampler and a stock
+    engine vLLM's: vLLM only logs a plugin that fails to import, and the
+    benchmark would then compare stock with stock."""
+    is_plugin = sampler.startswith(PLUGIN_PACKAGE)
+    if is_plugin != (role == "plugin"):
+        raise RuntimeError(f"the {role} engine runs {sampler}: "
+                           + ("the plugin did not load (see the engine's log)"
+                              if role == "plugin" else "VLLM_PLUGINS=none did not apply"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +149,10 @@ class _EngineServer:
         self.llm = LLM(**spec.llm_kwargs())
         self.startup_s = time.perf_counter() - start
         self.vocab = self.llm.llm_engine.model_config.get_vocab_size()
+        from vllm_sampling_plugin.bench.e2e import hooks
+
+        self.sampler = self.llm.collective_rpc(hooks.sampler_class)[0]
+        check_sampler(spec.role, self.sampler)
         self.cold_start_result = self._cold_start()
 
     def ready_info(self) -> dict:
@@ -145,7 +161,8 @@ class _EngineServer:
 
         return {"gpu": torch.cuda.get_device_name(), "vllm": vllm.__version__,
                 "torch": torch.__version__, "startup_s": self.startup_s,
-                "vocab": self.vocab, "cold_start": self.cold_start_result}
+                "vocab": self.vocab, "sampler": self.sampler,
+                "cold_start": self.cold_start_result}
 
     def _params(self, mix: str, count: int, output_len: int, **extra):
         from vllm import SamplingParams

@@ -67,6 +67,12 @@ class _TimedSampler:
         return output
 
 
+def sampler_class(worker) -> str:
+    """Module and name of the runner's Sampler class (which engine this is)."""
+    sampler_type = type(worker.model_runner.sampler)
+    return f"{sampler_type.__module__}.{sampler_type.__name__}"
+
+
 def install_timers(worker) -> bool:
     """Wrap the runner's step methods and samplers (see the module docstring)."""
     runner = worker.model_runner

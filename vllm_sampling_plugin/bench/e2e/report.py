@@ -18,8 +18,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                  "identity": {"requests", "identical", "fraction", "all_differences_near_ties",
                               "differences": [{"request", "position", "nospec_top2",
                                                "spec_top2", "near_tie"}]}}],
-      "cold_start": [{"model", "role", "startup_s", "cold_ttft_ms", "warm_ttft_ms",
-                      "ratio"}]
+      "engines": [{"model", "role", "sampler", "startup_s"}],
+      "cold_start": [{"model", "role", "cold_ttft_ms", "warm_ttft_ms", "ratio"}]
     }
 
 ``DIST`` is ``{"median", "min", "max", "spread"}`` with ``spread = (max -
@@ -169,8 +169,8 @@ def quantiles(values: Sequence[float]) -> dict:
 
 def new_results(args: dict) -> dict:
     return {"schema": SCHEMA_VERSION, "gpu": None, "vllm": None, "torch": None,
-            "args": args, "models": {}, "cells": [], "breakdown": [], "ngram": [],
-            "cold_start": []}
+            "args": args, "models": {}, "engines": [], "cells": [], "breakdown": [],
+            "ngram": [], "cold_start": []}
 
 
 def write_json(results: dict, out_dir: str) -> str:

@@ -126,9 +126,12 @@ class Run:
         engine = Engine(spec)
         info = engine.info
         self.results.update(gpu=info["gpu"], vllm=info["vllm"], torch=info["torch"])
+        self.results["engines"].append({"model": model, "role": spec.label,
+                                        "sampler": info["sampler"],
+                                        "startup_s": info["startup_s"]})
         cold = info["cold_start"]
         self.results["cold_start"].append({
-            "model": model, "role": spec.label, "startup_s": info["startup_s"], **cold,
+            "model": model, "role": spec.label, **cold,
             "ratio": cold["cold_ttft_ms"] / cold["warm_ttft_ms"]})
         self.say(f"{spec.label} up in {info['startup_s']:.0f} s; first top-k/top-p TTFT "
                  f"{cold['cold_ttft_ms']:.1f} ms, warm {cold['warm_ttft_ms']:.1f} ms")
