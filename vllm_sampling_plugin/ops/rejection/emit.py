@@ -14,11 +14,8 @@ def emit_row(
     sampled_stride,
     # [num_reqs]
     num_sampled_ptr,
-    # [num_reqs, num_blocks]
-    winner_value_ptr,
-    winner_token_ptr,
-    fallback_value_ptr,
-    fallback_token_ptr,
+    # [num_reqs, num_blocks] each: (winner_value, winner_token, fallback_value, fallback_token)
+    winners,
     # [num_logits]
     draft_tokens_ptr,
     num_spec_steps,
@@ -27,6 +24,7 @@ def emit_row(
     OUT_PAD: tl.constexpr,
 ):
     """Writes a request's accepted drafts, its corrected or bonus token and the padding."""
+    winner_value_ptr, winner_token_ptr, fallback_value_ptr, fallback_token_ptr = winners
     blocks = tl.arange(0, NUM_BLOCKS_PAD)
     mask = blocks < num_blocks
     values = tl.load(

@@ -49,45 +49,15 @@ def _rejection_kernel(
     launch_counters_ptr,
     # [num_reqs]: blocks of each request that finished a step; zero between calls
     arrivals_ptr,
-    # [num_reqs, num_blocks]
-    winner_value_ptr,
-    winner_token_ptr,
-    fallback_value_ptr,
-    fallback_token_ptr,
-    # [num_reqs, num_spec_steps, num_tiles]
-    target_max_ptr,
-    target_argmax_ptr,
-    target_sumexp_ptr,
-    draft_max_ptr,
-    draft_sumexp_ptr,
-    # [num_logits, V]
-    target_logits_ptr,
-    target_logits_stride,
-    # [max_num_reqs, num_spec_steps, V]
-    draft_logits_ptr,
-    draft_logits_stride_0,
-    draft_logits_stride_1,
-    # [num_logits]
-    draft_tokens_ptr,
-    # [num_reqs + 1]
-    cu_num_logits_ptr,
-    # [num_reqs]
-    idx_mapping_ptr,
-    # [num_logits]
-    pos_ptr,
-    # [max_num_reqs]
-    temperature_ptr,
-    # [max_num_reqs]
-    seeds_ptr,
-    # [num_spec_steps]
-    conditional_rates_ptr,
-    vocab_size,
-    num_spec_steps,
-    num_tiles,
+    # The step body's arguments, as ``rejection_step`` documents them:
+    winners,  # 4 x [num_reqs, num_blocks]
+    row_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
+    target_logits,  # ([num_logits, V], row stride)
+    draft_logits,  # ([max_num_reqs, num_spec_steps, V], two strides)
+    requests,  # per-logit and per-slot request state
+    sizes,  # (vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit)
     num_blocks,
     block_size,
-    fixed_one,
-    fixed_unit,
     CHUNK: tl.constexpr,
     SAMPLE_CHUNK: tl.constexpr,
     STATS_TILE: tl.constexpr,
@@ -110,6 +80,8 @@ def _rejection_kernel(
     help, and the launcher keeps ``num_blocks`` at most the SM count, so the
     newest request's blocks always fit once the others are done.
     """
+    draft_tokens_ptr, cu_num_logits_ptr, idx_mapping_ptr, _, temperature_ptr, seeds_ptr, _ = requests
+    vocab_size, num_spec_steps, _, _, _ = sizes
     ticket = tl.atomic_add(launch_counters_ptr, 1, sem="relaxed")
     req_idx = ticket // num_blocks
     block_idx = ticket % num_blocks
@@ -136,28 +108,12 @@ def _rejection_kernel(
                 state_idx,
                 temp,
                 seed,
-                winner_value_ptr,
-                winner_token_ptr,
-                fallback_value_ptr,
-                fallback_token_ptr,
-                target_max_ptr,
-                target_argmax_ptr,
-                target_sumexp_ptr,
-                draft_max_ptr,
-                draft_sumexp_ptr,
-                target_logits_ptr,
-                target_logits_stride,
-                draft_logits_ptr,
-                draft_logits_stride_0,
-                draft_logits_stride_1,
-                draft_tokens_ptr,
-                pos_ptr,
-                conditional_rates_ptr,
-                vocab_size,
-                num_spec_steps,
-                num_tiles,
-                fixed_one,
-                fixed_unit,
+                winners,
+                row_stats,
+                target_logits,
+                draft_logits,
+                requests,
+                sizes,
                 CHUNK,
                 SAMPLE_CHUNK,
                 STATS_TILE,
@@ -182,10 +138,7 @@ def _rejection_kernel(
                         sampled_ptr,
                         sampled_stride,
                         num_sampled_ptr,
-                        winner_value_ptr,
-                        winner_token_ptr,
-                        fallback_value_ptr,
-                        fallback_token_ptr,
+                        winners,
                         draft_tokens_ptr,
                         num_spec_steps,
                         num_blocks,
@@ -213,45 +166,15 @@ def _rejection_step_kernel(
     reached_ptr,
     # [num_reqs]
     num_accepted_ptr,
-    # [num_reqs, num_blocks]
-    winner_value_ptr,
-    winner_token_ptr,
-    fallback_value_ptr,
-    fallback_token_ptr,
-    # [num_reqs, num_spec_steps, num_tiles]
-    target_max_ptr,
-    target_argmax_ptr,
-    target_sumexp_ptr,
-    draft_max_ptr,
-    draft_sumexp_ptr,
-    # [num_logits, V]
-    target_logits_ptr,
-    target_logits_stride,
-    # [max_num_reqs, num_spec_steps, V]
-    draft_logits_ptr,
-    draft_logits_stride_0,
-    draft_logits_stride_1,
-    # [num_logits]
-    draft_tokens_ptr,
-    # [num_reqs + 1]
-    cu_num_logits_ptr,
-    # [num_reqs]
-    idx_mapping_ptr,
-    # [num_logits]
-    pos_ptr,
-    # [max_num_reqs]
-    temperature_ptr,
-    # [max_num_reqs]
-    seeds_ptr,
-    # [num_spec_steps]
-    conditional_rates_ptr,
+    # The step body's arguments, as ``rejection_step`` documents them:
+    winners,  # 4 x [num_reqs, num_blocks]
+    row_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
+    target_logits,  # ([num_logits, V], row stride)
+    draft_logits,  # ([max_num_reqs, num_spec_steps, V], two strides)
+    requests,  # per-logit and per-slot request state
+    sizes,  # (vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit)
     step,
-    vocab_size,
-    num_spec_steps,
-    num_tiles,
     block_size,
-    fixed_one,
-    fixed_unit,
     CHUNK: tl.constexpr,
     SAMPLE_CHUNK: tl.constexpr,
     STATS_TILE: tl.constexpr,
@@ -263,6 +186,8 @@ def _rejection_step_kernel(
 ):
     """One step of every request per launch, for launch plans whose blocks
     cannot wait for each other (see ``plan_launch``); ``_emit_kernel`` follows."""
+    _, cu_num_logits_ptr, idx_mapping_ptr, _, temperature_ptr, seeds_ptr, _ = requests
+    vocab_size, num_spec_steps, _, _, _ = sizes
     # Requests on grid axis 0: axes 1 and 2 are limited to 65535 programs.
     req_idx = tl.program_id(0)
     block_idx = tl.program_id(1)
@@ -290,28 +215,12 @@ def _rejection_step_kernel(
             state_idx,
             tl.load(temperature_ptr + state_idx).to(tl.float32),
             tl.load(seeds_ptr + state_idx),
-            winner_value_ptr,
-            winner_token_ptr,
-            fallback_value_ptr,
-            fallback_token_ptr,
-            target_max_ptr,
-            target_argmax_ptr,
-            target_sumexp_ptr,
-            draft_max_ptr,
-            draft_sumexp_ptr,
-            target_logits_ptr,
-            target_logits_stride,
-            draft_logits_ptr,
-            draft_logits_stride_0,
-            draft_logits_stride_1,
-            draft_tokens_ptr,
-            pos_ptr,
-            conditional_rates_ptr,
-            vocab_size,
-            num_spec_steps,
-            num_tiles,
-            fixed_one,
-            fixed_unit,
+            winners,
+            row_stats,
+            target_logits,
+            draft_logits,
+            requests,
+            sizes,
             CHUNK,
             SAMPLE_CHUNK,
             STATS_TILE,
@@ -336,11 +245,7 @@ def _emit_kernel(
     sampled_stride,
     # [num_reqs]
     num_sampled_ptr,
-    # [num_reqs, num_blocks]
-    winner_value_ptr,
-    winner_token_ptr,
-    fallback_value_ptr,
-    fallback_token_ptr,
+    winners,  # 4 x [num_reqs, num_blocks], as emit_row documents them
     # [num_reqs]
     num_accepted_ptr,
     # [num_logits]
@@ -360,10 +265,7 @@ def _emit_kernel(
         sampled_ptr,
         sampled_stride,
         num_sampled_ptr,
-        winner_value_ptr,
-        winner_token_ptr,
-        fallback_value_ptr,
-        fallback_token_ptr,
+        winners,
         draft_tokens_ptr,
         num_spec_steps,
         num_blocks,
@@ -495,28 +397,31 @@ def rejection_sample_packed(
         use_fp64,
         has_draft_logits,
     )
-    inputs = (
-        work.winner_value,
-        work.winner_token,
-        work.fallback_value,
-        work.fallback_token,
-        work.target_max,
-        work.target_argmax,
-        work.target_sumexp,
-        work.draft_max,
-        work.draft_sumexp,
-        target_logits,
-        target_logits.stride(0),
-        draft_logits if has_draft_logits else target_logits,
-        draft_logits.stride(0) if has_draft_logits else 0,
-        draft_logits.stride(1) if has_draft_logits else 0,
-        draft_tokens,
-        cu_num_logits,
-        idx_mapping,
-        pos,
-        temperature,
-        seeds,
-        synthetic_conditional_rates if synthetic_conditional_rates is not None else temperature,
+    step_inputs = (
+        work.winners,
+        work.row_stats,
+        (target_logits, target_logits.stride(0)),
+        (
+            (draft_logits, draft_logits.stride(0), draft_logits.stride(1))
+            if has_draft_logits
+            else (target_logits, 0, 0)
+        ),
+        (
+            draft_tokens,
+            cu_num_logits,
+            idx_mapping,
+            pos,
+            temperature,
+            seeds,
+            synthetic_conditional_rates if synthetic_conditional_rates is not None else temperature,
+        ),
+        (
+            vocab_size,
+            num_speculative_steps,
+            num_tiles,
+            float(2**fixed_bits),
+            float(2**-fixed_bits),
+        ),
     )
     constants = {
         "CHUNK": plan.chunk,
@@ -540,14 +445,9 @@ def rejection_sample_packed(
             num_sampled,
             work.launch_counters,
             work.arrivals,
-            *inputs,
-            vocab_size,
-            num_speculative_steps,
-            num_tiles,
+            *step_inputs,
             plan.num_blocks,
             plan.block,
-            float(2**fixed_bits),
-            float(2**-fixed_bits),
             **constants,
             **emit_constants,
         )
@@ -557,24 +457,16 @@ def rejection_sample_packed(
         _rejection_step_kernel[(num_reqs, plan.num_blocks)](
             work.reached,
             work.num_accepted,
-            *inputs,
+            *step_inputs,
             step,
-            vocab_size,
-            num_speculative_steps,
-            num_tiles,
             plan.block,
-            float(2**fixed_bits),
-            float(2**-fixed_bits),
             **constants,
         )
     _emit_kernel[(num_reqs,)](
         sampled,
         sampled.stride(0),
         num_sampled,
-        work.winner_value,
-        work.winner_token,
-        work.fallback_value,
-        work.fallback_token,
+        work.winners,
         work.num_accepted,
         draft_tokens,
         cu_num_logits,

@@ -22,37 +22,24 @@ def rejection_step(
     state_idx,
     temp,
     seed,
-    # [num_reqs, num_blocks]: per-block winners of the emitted (corrected or bonus) row
-    winner_value_ptr,
-    winner_token_ptr,
-    # [num_reqs, num_blocks]: per-block winners drawn from p itself, used when
-    # a rejected row's residual has no mass
-    fallback_value_ptr,
-    fallback_token_ptr,
-    # [num_reqs, num_spec_steps, num_tiles]; the sums are fixed point (int64)
-    target_max_ptr,
-    target_argmax_ptr,
-    target_sumexp_ptr,
-    draft_max_ptr,
-    draft_sumexp_ptr,
-    # [num_logits, V]
-    target_logits_ptr,
-    target_logits_stride,
-    # [max_num_reqs, num_spec_steps, V]
-    draft_logits_ptr,
-    draft_logits_stride_0,
-    draft_logits_stride_1,
-    # [num_logits]: logit j + 1 of a request holds its draft j
-    draft_tokens_ptr,
-    # [num_logits]
-    pos_ptr,
-    # [num_spec_steps]
-    conditional_rates_ptr,
-    vocab_size,
-    num_spec_steps,
-    num_tiles,
-    fixed_one,
-    fixed_unit,
+    # [num_reqs, num_blocks] each: (winner_value, winner_token) of the emitted
+    # (corrected or bonus) row, then (fallback_value, fallback_token) drawn from
+    # p itself, used when a rejected row's residual has no mass
+    winners,
+    # [num_reqs, num_spec_steps, num_tiles] each: (target_max, target_argmax,
+    # target_sumexp, draft_max, draft_sumexp); the sums are fixed point (int64)
+    row_stats,
+    # (logits [num_logits, V], row stride)
+    target_logits,
+    # (logits [max_num_reqs, num_spec_steps, V], its two outer strides)
+    draft_logits,
+    # (draft_tokens [num_logits]: logit j + 1 of a request holds its draft j,
+    #  cu_num_logits [num_reqs + 1], idx_mapping [num_reqs], pos [num_logits],
+    #  temperature [max_num_reqs], seeds [max_num_reqs],
+    #  conditional_rates [num_spec_steps])
+    requests,
+    # (vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit)
+    sizes,
     CHUNK: tl.constexpr,
     SAMPLE_CHUNK: tl.constexpr,
     STATS_TILE: tl.constexpr,
@@ -69,6 +56,12 @@ def rejection_step(
     the module doc). Returns whether row ``step`` is reached, i.e. whether
     draft ``step - 1`` was accepted (always at step 0).
     """
+    winner_value_ptr, winner_token_ptr, fallback_value_ptr, fallback_token_ptr = winners
+    target_max_ptr, target_argmax_ptr, target_sumexp_ptr, draft_max_ptr, draft_sumexp_ptr = row_stats
+    target_logits_ptr, target_logits_stride = target_logits
+    draft_logits_ptr, draft_stride_0, draft_stride_1 = draft_logits
+    draft_tokens_ptr, _, _, pos_ptr, _, _, conditional_rates_ptr = requests
+    vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit = sizes
     winner_offset = req_idx * num_blocks + block_idx
     stats_offset = req_idx * num_spec_steps * num_tiles
     reached = step == 0
@@ -81,7 +74,7 @@ def rejection_step(
         row_stats = stats_offset + row * num_tiles
         target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
         draft_row_ptr = (
-            draft_logits_ptr + state_idx * draft_logits_stride_0 + row * draft_logits_stride_1
+            draft_logits_ptr + state_idx * draft_stride_0 + row * draft_stride_1
         )
         key = request_key(seed, tl.load(pos_ptr + logit_idx))
         # Draft `row` is the input token of logit `row + 1`.
@@ -217,8 +210,8 @@ def rejection_step(
             if HAS_DRAFT_LOGITS:
                 block_stats(
                     draft_logits_ptr
-                    + state_idx * draft_logits_stride_0
-                    + step * draft_logits_stride_1,
+                    + state_idx * draft_stride_0
+                    + step * draft_stride_1,
                     draft_max_ptr + row_stats,
                     draft_max_ptr + row_stats,
                     draft_sumexp_ptr + row_stats,

@@ -30,6 +30,22 @@ class Workspace:
     draft_max: torch.Tensor  # as target_max, or target_max itself without draft logits
     draft_sumexp: torch.Tensor  # as target_sumexp, or target_sumexp itself
 
+    @property
+    def winners(self) -> tuple[torch.Tensor, ...]:
+        """The kernels' ``winners`` argument."""
+        return (self.winner_value, self.winner_token, self.fallback_value, self.fallback_token)
+
+    @property
+    def row_stats(self) -> tuple[torch.Tensor, ...]:
+        """The kernels' ``row_stats`` argument."""
+        return (
+            self.target_max,
+            self.target_argmax,
+            self.target_sumexp,
+            self.draft_max,
+            self.draft_sumexp,
+        )
+
     @classmethod
     def allocate(cls, capacity, device, num_blocks, num_spec_steps, num_tiles, use_fp64, has_draft):
         def empty(*shape, dtype=torch.int32):
