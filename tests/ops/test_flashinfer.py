@@ -10,7 +10,10 @@ import pytest
 import torch
 from scipy import stats
 
-from vllm_sampling_plugin.ops.topk_topp.flashinfer import flashinfer_top_k_top_p_sample, probe_flashinfer
+from vllm_sampling_plugin.ops.topk_topp.flashinfer import (
+    flashinfer_top_k_top_p_sample,
+    probe_flashinfer,
+)
 
 pytestmark = pytest.mark.gpu
 

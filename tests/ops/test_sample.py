@@ -257,7 +257,7 @@ def test_bad_input_raises_value_error_before_any_kernel(name, value, monkeypatch
     # ``ops.sample`` is the function; the module is only in sys.modules.
     sample_module = importlib.import_module("vllm_sampling_plugin.ops.sample")
     monkeypatch.setattr(sample_module, "gumbel_sample", no_kernel)
-    monkeypatch.setattr(sample_module, "mask_top_k_top_p_", no_kernel)
+    monkeypatch.setattr(sample_module, "top_k_top_p_sample", no_kernel)
     args = _good_args()
     args[name] = value
     with pytest.raises(ValueError, match=name):

@@ -26,10 +26,10 @@ from vllm.v1.worker.gpu.sample.sampler import Sampler
 from vllm.v1.worker.gpu.sample.states import NO_LOGPROBS, SamplingStates
 
 from vllm_sampling_plugin.config import PluginSettings, settings_from_model_config
-from vllm_sampling_plugin.ops.topk_topp.flashinfer import flashinfer_top_k_top_p_sample
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
+from vllm_sampling_plugin.ops.topk_topp.flashinfer import flashinfer_top_k_top_p_sample
 from vllm_sampling_plugin.selection import use_flashinfer_sampler
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")

@@ -1,9 +1,13 @@
-"""The public sampling entry point: one token per row, without vLLM."""
+"""The public sampling entry point: one token per row, without vLLM.
+
+It runs the engine's own kernels: Gumbel-max when no top-k/top-p is given, the
+fused top-k/top-p kernel otherwise.
+"""
 
 import torch
 
-from .gumbel.launcher import gumbel_sample
-from .masking import mask_top_k_top_p_
+from .gumbel import gumbel_sample
+from .topk_topp import top_k_top_p_sample
 
 
 def _check_row_tensor(name: str, tensor, batch_size: int, device: torch.device) -> None:
@@ -66,26 +70,6 @@ def _check_inputs(
         raise ValueError("top_p must be in (0, 1] (values >= 1 turn top-p off)")
 
 
-def _restrict_to_top_k_top_p(
-    logits: torch.Tensor,
-    temperature: torch.Tensor,  # [batch_size] float32
-    top_k: torch.Tensor | None,
-    top_p: torch.Tensor | None,
-) -> torch.Tensor:
-    """``logits`` with every token outside its top-k / top-p set at ``-inf``.
-
-    The set is chosen on the temperature-divided logits (top-p depends on the
-    temperature), but the kept logits are returned undivided: the sampling
-    kernel divides them itself, exactly as for a row without top-k / top-p, so
-    a row's token does not depend on whether other rows use them.
-    """
-    scaled = logits.to(torch.float32, copy=True)
-    greedy = (temperature == 0).unsqueeze(-1)
-    scaled = torch.where(greedy, scaled, scaled / temperature.unsqueeze(-1))
-    mask_top_k_top_p_(scaled, top_k, top_p)
-    return logits.masked_fill(scaled == float("-inf"), float("-inf"))
-
-
 def sample(
     logits: torch.Tensor,
     temperature: torch.Tensor,
@@ -103,6 +87,13 @@ def sample(
     randomness is a function of ``(seeds[i], positions[i])`` and the token
     ids: the same row gives the same token in any batch, at any row index,
     next to any other rows.
+
+    With ``top_k`` or ``top_p`` given, the batch runs the engine's fused
+    top-k/top-p kernel (``ops.topk_topp.top_k_top_p_sample``: no sort, the
+    logits read once), else the Gumbel-max kernel (``ops.gumbel``). The fused
+    kernel's token is the one Gumbel-max picks on the row masked by
+    ``ops.masking.mask_top_k_top_p_`` (tested), so rows without a filter get
+    the same token either way.
 
     Parameters
     ----------
@@ -144,8 +135,9 @@ def sample(
         Naming the argument, before any kernel runs: logits not a 2-D floating
         tensor, a length that differs from ``batch_size``, a wrong dtype, a
         tensor on another device, a negative or non-finite temperature, a
-        ``top_p`` that is NaN or ``<= 0``. (Checking the values costs one
-        device-to-host copy.)
+        ``top_p`` that is NaN or ``<= 0``, top-k/top-p asked for on a
+        vocabulary over 4,194,304 tokens (the fused kernel's limit). (Checking
+        the values costs one device-to-host copy.)
 
     Examples
     --------
@@ -164,18 +156,29 @@ def sample(
     True
     """
     _check_inputs(logits, temperature, seeds, positions, top_k, top_p)
-    batch_size = logits.shape[0]
-    # The kernel reads float32; the mask must see the very same values.
+    batch_size, vocab_size = logits.shape
+    device = logits.device
+    # The kernels read float32; the checks saw the very same values.
     temperature = temperature.to(torch.float32)
-    if top_k is not None or top_p is not None:
-        logits = _restrict_to_top_k_top_p(logits, temperature, top_k, top_p)
-    rows = torch.arange(batch_size, dtype=torch.int32, device=logits.device)
-    return gumbel_sample(
+    rows = torch.arange(batch_size, dtype=torch.int32, device=device)
+    if top_k is None and top_p is None:
+        return gumbel_sample(
+            logits, rows, temperature, seeds, positions, apply_temperature=True, use_fp64=use_fp64
+        )
+    # The engine's top-k/top-p route: one fused kernel, no sort, no mask.
+    # A missing filter is off for every row (top_k 0, top_p 1).
+    if top_k is None:
+        top_k = torch.zeros(batch_size, dtype=torch.int64, device=device)
+    if top_p is None:
+        top_p = torch.ones(batch_size, dtype=torch.float32, device=device)
+    return top_k_top_p_sample(
         logits,
         rows,
         temperature,
         seeds,
         positions,
+        top_k.to(torch.int64),
+        top_p.to(torch.float32),
         apply_temperature=True,
         use_fp64=use_fp64,
     )

@@ -1,4 +1,10 @@
 """N-gram (prompt-lookup) draft proposals on the GPU."""
-from .launcher import NGRAM_MAX_SPLITS, ngram_propose, ngram_propose_into, ngram_scratch
+from .launcher import (
+    NGRAM_MAX_N,
+    NGRAM_MAX_SPLITS,
+    ngram_propose,
+    ngram_propose_into,
+    ngram_scratch,
+)
 
-__all__ = ["NGRAM_MAX_SPLITS", "ngram_propose", "ngram_propose_into", "ngram_scratch"]
+__all__ = ["NGRAM_MAX_N", "NGRAM_MAX_SPLITS", "ngram_propose", "ngram_propose_into", "ngram_scratch"]

@@ -1,4 +1,4 @@
-"""N-gram (prompt-lookup) draft proposals on the GPU.
+"""N-gram (prompt-lookup) proposals: the scan and finalize kernels beside their launchers.
 
 For every request, find the longest ``n`` in ``[min_n, max_n]`` such that the
 last ``n`` tokens of its history occurred earlier, and propose the (up to)
