@@ -21,7 +21,7 @@ import statistics
 import time
 import traceback
 
-from vllm_sampling_plugin.bench.e2e import workload
+from vllm_sampling_plugin.bench.e2e import hooks, workload
 
 ROLE_ENV = {
     # Stock vLLM 0.20: no general plugin is loaded at all.
@@ -149,8 +149,6 @@ class _EngineServer:
         self.llm = LLM(**spec.llm_kwargs())
         self.startup_s = time.perf_counter() - start
         self.vocab = self.llm.llm_engine.model_config.get_vocab_size()
-        from vllm_sampling_plugin.bench.e2e import hooks
-
         self.sampler = self.llm.collective_rpc(hooks.sampler_class)[0]
         check_sampler(spec.role, self.sampler)
         self.cold_start_result = self._cold_start()
@@ -231,8 +229,6 @@ class _EngineServer:
         sees after ``start_top2`` is that prompt's prefill (no drafts yet);
         None where the sampler saw no row.
         """
-        from vllm_sampling_plugin.bench.e2e import hooks
-
         rows = []
         self.llm.collective_rpc(hooks.install_timers)
         try:
@@ -248,8 +244,6 @@ class _EngineServer:
     def breakdown(self, mix: str, prompts: list[list[int]], output_len: int,
                   wave: int) -> dict:
         """One instrumented pass: per-step GPU, sampling and host times."""
-        from vllm_sampling_plugin.bench.e2e import hooks
-
         self.llm.collective_rpc(hooks.install_timers)
         try:
             self.throughput(mix, prompts, output_len, wave)
