@@ -69,8 +69,8 @@ SHAPES = {
     "1b": Shape(hidden=2048, intermediate=8192, layers=16, heads=32, kv_heads=8, head_dim=64),
     # Llama-3.1-8B's dimensions.
     "8b": Shape(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, head_dim=128),
-    # For CPU tests only.
-    "tiny": Shape(hidden=64, intermediate=128, layers=2, heads=4, kv_heads=2, head_dim=16),
+    # CPU tests and GPU smoke runs (head_dim 32: the smallest vLLM's attention backends take).
+    "tiny": Shape(hidden=64, intermediate=128, layers=2, heads=2, kv_heads=1, head_dim=32),
 }
 VOCABS = (128256, 151936)
 
