@@ -1,7 +1,7 @@
 """``vllm-sampling-plugin``: inspect the installation, run benchmarks, try the ops.
 
     vllm-sampling-plugin info                 versions, registration, settings
-    vllm-sampling-plugin bench AREA [ARGS]    AREA: sampler, topk_topp, rejection, ngram
+    vllm-sampling-plugin bench AREA [ARGS]    AREA: sampler, topk_topp, rejection, ngram, e2e
     vllm-sampling-plugin demo                 sample a few tokens with the functional API
 """
 
@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from vllm_sampling_plugin import __version__, config
 
-BENCH_AREAS = ("sampler", "topk_topp", "rejection", "ngram")
+BENCH_AREAS = ("sampler", "topk_topp", "rejection", "ngram", "e2e")
 ENTRY_POINT_NAME = "vllm_sampling_plugin"
 
 

@@ -1,0 +1,335 @@
+"""The e2e benchmark's plumbing without a GPU: arguments, workload, run order,
+statistics, the near-tie check, the results schema and its tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from vllm_sampling_plugin.bench.e2e import engine, hooks, report, run, workload
+
+
+def test_defaults_cover_the_issue_cells():
+    args = run.parse_args([])
+    assert args.models == [("1b", 128256)]
+    assert args.mixes == ["greedy", "t1", "topk_topp", "seeded_topp", "mixed", "ngram"]
+    assert (args.pairs, args.num_requests, args.prompt_len, args.output_len) == (3, 1024, 64, 256)
+    assert args.max_num_seqs == [64, 256]
+    assert args.ngram_k == 3
+    assert args.breakdown_mixes == ["topk_topp", "ngram"]
+
+
+def test_arguments_parse_lists():
+    args = run.parse_args(["--models", "1b:128256,8b:151936", "--mixes", "topk_topp,ngram",
+                           "--max-num-seqs", "256", "--pairs", "5", "--breakdown-mixes",
+                           "none"])
+    assert args.models == [("1b", 128256), ("8b", 151936)]
+    assert args.mixes == ["topk_topp", "ngram"]
+    assert args.max_num_seqs == [256]
+    assert args.pairs == 5
+    assert args.breakdown_mixes == []
+
+
+@pytest.mark.parametrize("bad", [["--models", "70b:128256"], ["--models", "1b"],
+                                 ["--mixes", "beam"], ["--max-num-seqs", "64,x"],
+                                 ["--max-num-seqs", "0"], ["--pairs", "0"]])
+def test_bad_arguments_exit_with_usage(bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        run.parse_args(bad)
+    assert exc.value.code == 2
+
+
+def test_sampling_kwargs_per_mix():
+    assert workload.sampling_kwargs("greedy", 0, 8) == {
+        "temperature": 0.0, "max_tokens": 8, "ignore_eos": True}
+    assert workload.sampling_kwargs("topk_topp", 5, 8) == {
+        "temperature": 0.7, "top_k": 50, "top_p": 0.9, "max_tokens": 8, "ignore_eos": True}
+    seeded = [workload.sampling_kwargs("seeded_topp", i, 8)["seed"] for i in range(3)]
+    assert len(set(seeded)) == 3
+    mixed = [workload.sampling_kwargs("mixed", i, 8) for i in range(8)]
+    assert [m["temperature"] for m in mixed] == [0.0, 1.0, 0.7, 1.0] * 2
+    assert mixed[3]["seed"] == workload.SEED_BASE + 3 and "seed" not in mixed[2]
+    assert workload.sampling_kwargs("ngram", 1, 8) == workload.sampling_kwargs("greedy", 1, 8)
+
+
+def test_prompts_are_words_of_the_vocabulary():
+    prompts = workload.random_prompts(4, 64, 1000, seed=1)
+    assert [len(p) for p in prompts] == [64] * 4
+    assert all(workload.FIRST_WORD_ID <= t < 1000 for p in prompts for t in p)
+    assert prompts == workload.random_prompts(4, 64, 1000, seed=1)
+    copying = workload.copying_prompts(3, 20, 1000, span=8)
+    for p in copying:
+        assert len(p) == 20 and p[8:16] == p[:8] and p[16:] == p[:4]
+    assert copying[0] != copying[1]
+
+
+def test_pairs_alternate_which_engine_goes_first():
+    assert workload.pair_orders(4) == [("stock", "plugin"), ("plugin", "stock")] * 2
+    assert workload.pair_orders(1, ("nospec", "spec")) == [("nospec", "spec")]
+
+
+def test_waves():
+    assert workload.waves(list(range(5)), 2) == [[0, 1], [2, 3], [4]]
+
+
+def test_engine_roles_and_arguments():
+    stock = engine.EngineSpec("stock", "/m", 256, 0.4, 400)
+    assert engine.child_env(stock)["VLLM_PLUGINS"] == "none"
+    assert engine.child_env(stock)["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert "VLLM_PLUGINS" not in engine.child_env(engine.EngineSpec("plugin", "/m", 256, 0.4, 400))
+    kwargs = stock.llm_kwargs()
+    assert kwargs["max_num_seqs"] == 256 and "speculative_config" not in kwargs
+    spec = engine.EngineSpec("plugin", "/m", 64, 0.4, 400, ngram_k=3)
+    assert spec.llm_kwargs()["speculative_config"]["num_speculative_tokens"] == 3
+    assert spec.label == "plugin+ngram3"
+
+
+def test_engines_must_run_the_sampler_of_their_role():
+    engine.check_sampler("plugin", "vllm_sampling_plugin.integration.sampler.PluginSampler")
+    engine.check_sampler("stock", "vllm.v1.worker.gpu.sample.sampler.Sampler")
+    with pytest.raises(RuntimeError, match="plugin did not load"):
+        engine.check_sampler("plugin", "vllm.v1.worker.gpu.sample.sampler.Sampler")
+    with pytest.raises(RuntimeError, match="VLLM_PLUGINS=none did not apply"):
+        engine.check_sampler("stock", "vllm_sampling_plugin.integration.sampler.PluginSampler")
+
+
+class FakeEngine:
+    """Stands in for an engine process: records calls, returns set tokens/s."""
+
+    def __init__(self, role, calls, tok_s):
+        self.role, self.calls, self.tok_s = role, calls, tok_s
+
+    def call(self, command, **kwargs):
+        self.calls.append((self.role, command, len(kwargs["prompts"]), kwargs["output_len"]))
+        return {"tok_s": self.tok_s, "tokens": 0, "seconds": 1.0}
+
+
+def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
+    args = run.parse_args(["--pairs", "3", "--num-requests", "8", "--output-len", "32",
+                           "--max-num-seqs", "4,8", "--out", str(tmp_path)])
+    calls = []
+    engines = {"stock": FakeEngine("stock", calls, 100.0),
+               "plugin": FakeEngine("plugin", calls, 110.0)}
+    bench = run.Run(args)
+    bench.plain_cells("m", 1000, engines, ["topk_topp"])
+    first_cell = calls[:8]
+    assert first_cell == [
+        ("stock", "throughput", 4, run.WARMUP_TOKENS),
+        ("plugin", "throughput", 4, run.WARMUP_TOKENS),
+        ("stock", "throughput", 8, 32), ("plugin", "throughput", 8, 32),
+        ("plugin", "throughput", 8, 32), ("stock", "throughput", 8, 32),
+        ("stock", "throughput", 8, 32), ("plugin", "throughput", 8, 32),
+    ]
+    saved = json.loads((tmp_path / "e2e.json").read_text())
+    assert [(c["mix"], c["max_num_seqs"]) for c in saved["cells"]] == [
+        ("topk_topp", 4), ("topk_topp", 8)]
+    assert saved["cells"][0]["ratio"] == pytest.approx(1.1)
+    assert saved["cells"][0]["orders"] == [["stock", "plugin"], ["plugin", "stock"],
+                                           ["stock", "plugin"]]
+
+
+def test_time_budget_skips_cells_but_keeps_the_finished_ones(tmp_path):
+    args = run.parse_args(["--pairs", "1", "--num-requests", "4", "--max-num-seqs", "4",
+                           "--time-budget", "0", "--out", str(tmp_path)])
+    calls = []
+    engines = {"stock": FakeEngine("stock", calls, 1.0), "plugin": FakeEngine("plugin", calls, 1.0)}
+    bench = run.Run(args)
+    bench.plain_cells("m", 1000, engines, ["greedy", "t1"])
+    assert calls == [] and bench.results["cells"] == []
+    bench.args.time_budget = None
+    bench.plain_cells("m", 1000, engines, ["greedy"])
+    assert len(bench.results["cells"]) == 1
+
+
+def test_distribution_and_pair_cell():
+    dist = report.distribution([90.0, 100.0, 120.0])
+    assert dist == {"median": 100.0, "min": 90.0, "max": 120.0, "spread": pytest.approx(0.3)}
+    cell = report.pair_cell("m", "greedy", 64, [("stock", "plugin")] * 3,
+                            [100.0, 98.0, 102.0], [105.0, 99.0, 110.0])
+    assert cell["ratio"] == pytest.approx(1.05)
+    assert cell["plugin"]["median"] == 105.0 and cell["stock"]["min"] == 98.0
+
+
+def test_acceptance_counts_the_bonus_token():
+    acc = report.acceptance({"drafts": 10, "drafted": 30, "accepted": 24})
+    assert acc["acceptance_rate"] == pytest.approx(0.8)
+    assert acc["mean_acceptance_length"] == pytest.approx(3.4)
+    assert report.acceptance({"drafts": 0, "drafted": 0, "accepted": 0})[
+        "mean_acceptance_length"] is None
+
+
+def test_first_difference():
+    assert report.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert report.first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert report.first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_near_tie_is_one_bf16_spacing():
+    assert report.bf16_ulp(1.0) == 2.0**-7
+    assert report.bf16_ulp(-12.0) == 2.0**-4
+    assert report.is_near_tie([12.0, 12.0])
+    assert report.is_near_tie([12.0625, 12.0])  # adjacent bf16 values
+    assert not report.is_near_tie([12.125, 12.0])  # two spacings apart
+    assert report.is_near_tie([0.5, 0.49609375])
+    assert not report.is_near_tie([0.5, 0.49])
+
+
+def test_identity_report_explains_differences_with_either_run():
+    nospec = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 1, 1]]
+    spec = [[1, 2, 3], [4, 9, 6], [7, 8, 0], [1, 1, 1]]
+    result = report.identity_report(nospec, spec, nospec_top2=[[12.0, 12.0], [9.0, 7.0]],
+                                    spec_top2=[[11.0, 10.0], [9.0, 8.0]])
+    assert (result["requests"], result["identical"], result["fraction"]) == (4, 2, 0.5)
+    assert [(d["request"], d["position"]) for d in result["differences"]] == [(1, 1), (2, 2)]
+    assert [d["near_tie"] for d in result["differences"]] == [True, False]
+    assert result["all_differences_near_ties"] is False
+    same = report.identity_report(nospec, nospec)
+    assert same["identical"] == 4 and same["all_differences_near_ties"] is True
+
+
+def test_sampling_ceilings_pair_stock_with_plugin():
+    base = {"model": "m", "mix": "topk_topp", "max_num_seqs": 256, "steps": 5}
+    rows = report.sampling_ceilings([
+        {**base, "role": "stock", "step_gpu_ms": 10.0, "sampling_gpu_ms": 2.0},
+        {**base, "role": "plugin", "step_gpu_ms": 8.6, "sampling_gpu_ms": 0.5},
+        {**base, "role": "stock", "max_num_seqs": 64, "step_gpu_ms": 5.0,
+         "sampling_gpu_ms": 1.0},
+    ])
+    assert len(rows) == 1
+    assert rows[0]["expected"] == pytest.approx(10 / 8.5)
+    assert rows[0]["ceiling"] == pytest.approx(1.25)
+
+
+def test_quantiles():
+    q = report.quantiles([i / 100 for i in range(100)])
+    assert (q["p10"], q["p50"], q["p90"], q["tokens"]) == (0.1, 0.5, 0.9, 100)
+
+
+def _sample_results():
+    results = report.new_results({"pairs": 3})
+    results.update(gpu="NVIDIA H100 80GB HBM3", vllm="0.20.0", torch="2.11.0")
+    results["models"]["8b-v151936"] = {"shape": "8b", "vocab": 151936, "path": "/x",
+                                       "top1_probability": report.quantiles([0.2, 0.4, 0.6])}
+    results["cells"].append(report.pair_cell("8b-v151936", "topk_topp", 256, [],
+                                             [1000.0, 1100.0, 1050.0], [1150.0, 1120.0, 1200.0]))
+    results["breakdown"].append({"model": "8b-v151936", "mix": "topk_topp", "max_num_seqs": 256,
+                                 "role": "stock", **hooks.summarize_timings({
+                                     "step_gpu_ms": [10.0, 12.0, 11.0],
+                                     "sampling_gpu_ms": [1.0, 1.0, 2.0],
+                                     "host_ms": [3.0, 3.0, 3.0],
+                                     "period_ms": [11.0, 12.0]})})
+    results["ngram"].append({
+        "model": "1b-v128256", "max_num_seqs": 64, "k": 3,
+        "nospec": report.distribution([100.0]), "spec": report.distribution([180.0]),
+        "speedup": 1.8, "acceptance": report.acceptance({"drafts": 4, "drafted": 12,
+                                                         "accepted": 9}),
+        "identity": report.identity_report([[1]], [[1]])})
+    results["cold_start"].append({"model": "8b-v151936", "role": "plugin", "cold_ttft_ms": 30.0,
+                                  "warm_ttft_ms": 20.0, "ratio": 1.5})
+    return results
+
+
+def test_summarize_timings():
+    summary = _sample_results()["breakdown"][0]
+    assert summary["steps"] == 3 and summary["step_gpu_ms"] == 11.0
+    assert summary["sampling_gpu_ms"] == 1.0 and summary["period_ms"] == 11.5
+    assert summary["sampling_share"] == pytest.approx(4.0 / 33.0)
+    assert hooks.summarize_timings({"step_gpu_ms": [], "sampling_gpu_ms": [], "host_ms": [],
+                                    "period_ms": []}) == {"steps": 0}
+
+
+def test_markdown_tables_show_every_section():
+    text = report.render_markdown(_sample_results())
+    assert "NVIDIA H100 80GB HBM3, vLLM 0.20.0" in text
+    assert "| 8b-v151936 | 0.20 / 0.40 / 0.60 (3) |" in text
+    assert "| 8b-v151936 | topk_topp | 256 | 1050 (9.5%) | 1150 (7.0%) | 1.095 |" in text
+    assert ("| 8b-v151936 | topk_topp | 256 | stock | 3 | 11.000 | 1.000 | 12.1% | 3.000 | "
+            "11.500 |") in text
+    assert "| 1b-v128256 | 64 | 3 | 100 (0.0%) | 180 (0.0%) | 1.80 | 3.250 | 1/1 | yes |" in text
+    assert "| 8b-v151936 | plugin | 30.0 | 20.0 | 1.50 |" in text
+
+
+def test_json_round_trip_and_render_command(tmp_path, capsys):
+    path = report.write_json(_sample_results(), str(tmp_path))
+    loaded = json.loads(open(path).read())
+    assert loaded["schema"] == report.SCHEMA_VERSION
+    assert set(loaded) >= {"gpu", "vllm", "torch", "args", "models", "engines", "cells",
+                           "breakdown", "ngram", "cold_start"}
+    from vllm_sampling_plugin import cli
+
+    assert cli.main(["bench", "e2e", "--render", path]) == 0
+    assert "| 8b-v151936 | plugin | 30.0 | 20.0 | 1.50 |" in capsys.readouterr().out
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = report.plot(_sample_results(), str(tmp_path / "e2e.png"))
+    assert path and (tmp_path / "e2e.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_model_list_type():
+    with pytest.raises(argparse.ArgumentTypeError):
+        run._model_list("8b:big")
+
+
+class FakeLLM:
+    """Answers generate() like vLLM's LLM: token i of request r is r + i, with
+    log-probability log(0.5); spec-decode counters grow by one draft per call."""
+
+    def __init__(self):
+        self.calls = []
+        self.counter = 0
+
+    def generate(self, inputs, params, use_tqdm):
+        import math
+        from types import SimpleNamespace
+
+        self.calls.append((len(inputs), [p.max_tokens for p in params]))
+        self.counter += 1
+        outputs = []
+        for r, p in enumerate(params):
+            ids = [r + i for i in range(p.max_tokens)]
+            logprobs = ([{t: SimpleNamespace(logprob=math.log(0.5))} for t in ids]
+                        if p.logprobs is not None else None)
+            outputs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids,
+                                                                    logprobs=logprobs)]))
+        return outputs
+
+    def get_metrics(self):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(name="vllm:spec_decode_num_drafts", value=self.counter),
+                SimpleNamespace(name="vllm:spec_decode_num_draft_tokens", value=3 * self.counter),
+                SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens", value=self.counter),
+                SimpleNamespace(name="vllm:other")]
+
+
+def _server():
+    server = engine._EngineServer.__new__(engine._EngineServer)
+    server.llm, server.vocab = FakeLLM(), 1000
+    return server
+
+
+def test_throughput_sends_waves_and_counts_tokens():
+    server = _server()
+    result = server.throughput("mixed", workload.random_prompts(10, 4, 1000), 6, wave=4)
+    assert server.llm.calls == [(4, [6] * 4), (4, [6] * 4), (2, [6] * 2)]
+    assert result["tokens"] == 60 and result["tok_s"] == pytest.approx(60 / result["seconds"])
+
+
+def test_greedy_tokens_reports_probabilities_and_counter_deltas():
+    server = _server()
+    result = server.greedy_tokens([[5, 6]] * 2, 3, with_probabilities=True)
+    assert result["tokens"] == [[0, 1, 2], [1, 2, 3]]
+    assert result["top1_probability"] == pytest.approx([0.5] * 6)
+    assert result["spec"] == {"drafts": 1, "drafted": 3, "accepted": 1}
+    assert server.greedy_tokens([[5, 6]], 2)["top1_probability"] == []
+
+
+def test_cold_start_times_the_first_topk_topp_request_apart():
+    server = _server()
+    result = server._cold_start()
+    assert set(result) == {"cold_ttft_ms", "warm_ttft_ms"}
+    assert server.llm.calls == [(1, [1])] * 6

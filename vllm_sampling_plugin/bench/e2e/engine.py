@@ -1,0 +1,261 @@
+"""One vLLM engine in its own process, driven by the benchmark over a pipe.
+
+The parent keeps two of these alive side by side on one GPU (stock with
+``VLLM_PLUGINS=none``, and plugin), so stock/plugin pairs can be interleaved
+without paying engine start-up per pair. Each child sets its environment
+before it imports vLLM (the process is spawned, so nothing of the parent's
+state leaks in) and answers requests ``(command, kwargs)`` with a dict.
+
+The first thing a fresh engine does after start-up is the cold-start probe:
+one top-k/top-p request, timed to its first token, then the same request
+again once warm (see ``cold_start``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+import os
+import statistics
+import time
+import traceback
+
+from vllm_sampling_plugin.bench.e2e import hooks, workload
+
+ROLE_ENV = {
+    # Stock vLLM 0.20: no general plugin is loaded at all.
+    "stock": {"VLLM_PLUGINS": "none"},
+    "plugin": {},
+}
+COMMON_ENV = {
+    "VLLM_USE_V2_MODEL_RUNNER": "1",
+    # collective_rpc ships the timing hooks to the worker by pickle.
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+COLD_START_PROMPT_LEN = 64
+PLUGIN_PACKAGE = "vllm_sampling_plugin."
+
+
+def check_sampler(role: str, sampler: str) -> None:
+    """Fail unless a plugin engine runs the plugin's Sampler and a stock
+    engine vLLM's: vLLM only logs a plugin that fails to import, and the
+    benchmark would then compare stock with stock."""
+    is_plugin = sampler.startswith(PLUGIN_PACKAGE)
+    if is_plugin != (role == "plugin"):
+        raise RuntimeError(f"the {role} engine runs {sampler}: "
+                           + ("the plugin did not load (see the engine's log)"
+                              if role == "plugin" else "VLLM_PLUGINS=none did not apply"))
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSpec:
+    """How to start one engine."""
+
+    role: str  # "stock" or "plugin"
+    model: str  # checkpoint directory
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    ngram_k: int = 0  # > 0: n-gram speculation with this many drafts (plugin only)
+
+    def llm_kwargs(self) -> dict:
+        kwargs = {
+            "model": self.model,
+            "max_num_seqs": self.max_num_seqs,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_model_len": self.max_model_len,
+            "max_num_batched_tokens": max(8192, self.max_num_seqs * 64),
+            "seed": 0,
+            # The spec-decode counters come from the stats loggers.
+            "disable_log_stats": False,
+        }
+        if self.ngram_k:
+            kwargs["speculative_config"] = {
+                "method": "ngram", "num_speculative_tokens": self.ngram_k,
+                "prompt_lookup_min": 2, "prompt_lookup_max": 4,
+            }
+        return kwargs
+
+    @property
+    def label(self) -> str:
+        return f"{self.role}+ngram{self.ngram_k}" if self.ngram_k else self.role
+
+
+def child_env(spec: EngineSpec) -> dict[str, str]:
+    """The variables a child sets before importing vLLM."""
+    return {**COMMON_ENV, **ROLE_ENV[spec.role]}
+
+
+class Engine:
+    """The parent's handle on an engine process."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_conn = context.Pipe()
+        # Not a daemon: the engine starts its own engine-core process.
+        self._process = context.Process(target=_serve, args=(child_conn, spec), daemon=False)
+        self._process.start()
+        self.info = self._receive()
+
+    def call(self, command: str, **kwargs) -> dict:
+        self._conn.send((command, kwargs))
+        return self._receive()
+
+    def _receive(self) -> dict:
+        message = self._conn.recv()
+        if "error" in message:
+            raise RuntimeError(f"{self.spec.label} engine: {message['error']}")
+        return message
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._conn.send(("stop", {}))
+            self._process.join(timeout=120)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join()
+
+
+def _serve(conn, spec: EngineSpec) -> None:
+    os.environ.update(child_env(spec))
+    try:
+        server = _EngineServer(spec)
+        conn.send(server.ready_info())
+    except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send({"error": traceback.format_exc()})
+        return
+    while True:
+        command, kwargs = conn.recv()
+        if command == "stop":
+            break
+        try:
+            conn.send(getattr(server, command)(**kwargs))
+        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+            conn.send({"error": traceback.format_exc()})
+    del server
+
+
+class _EngineServer:
+    """Runs in the child: the LLM and the commands the parent can send."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        from vllm import LLM
+
+        start = time.perf_counter()
+        self.spec = spec
+        self.llm = LLM(**spec.llm_kwargs())
+        self.startup_s = time.perf_counter() - start
+        self.vocab = self.llm.llm_engine.model_config.get_vocab_size()
+        self.sampler = self.llm.collective_rpc(hooks.sampler_class)[0]
+        check_sampler(spec.role, self.sampler)
+        self.cold_start_result = self._cold_start()
+
+    def ready_info(self) -> dict:
+        import torch
+        import vllm
+
+        return {"gpu": torch.cuda.get_device_name(), "vllm": vllm.__version__,
+                "torch": torch.__version__, "startup_s": self.startup_s,
+                "vocab": self.vocab, "sampler": self.sampler,
+                "cold_start": self.cold_start_result}
+
+    def _params(self, mix: str, count: int, output_len: int, **extra):
+        from vllm import SamplingParams
+
+        return [SamplingParams(**workload.sampling_kwargs(mix, i, output_len), **extra)
+                for i in range(count)]
+
+    def _generate(self, prompts, params):
+        inputs = [{"prompt_token_ids": p} for p in prompts]
+        return self.llm.generate(inputs, params, use_tqdm=False)
+
+    def _cold_start(self) -> dict:
+        """TTFT of the first top-k/top-p request of this fresh engine, then warm.
+
+        One request with ``max_tokens=1``: its latency is its time to first
+        token (prefill and one sampling step). Each repeat has its own prompt,
+        so the warm ones do not gain from the prefix cache.
+        """
+        prompts = workload.random_prompts(6, COLD_START_PROMPT_LEN, self.vocab, seed=7)
+        params = self._params("topk_topp", 1, 1)
+        times = []
+        for prompt in prompts:
+            start = time.perf_counter()
+            self._generate([prompt], params)
+            times.append(time.perf_counter() - start)
+        return {"cold_ttft_ms": 1e3 * times[0], "warm_ttft_ms": 1e3 * statistics.median(times[1:])}
+
+    def throughput(self, mix: str, prompts: list[list[int]], output_len: int,
+                   wave: int) -> dict:
+        """Generate ``prompts`` in waves of ``wave`` requests; tokens per second.
+
+        Every request generates ``output_len`` tokens, so a wave runs in
+        lock step and behaves as an engine limited to ``wave`` sequences.
+        """
+        params = self._params(mix, len(prompts), output_len)
+        tokens = 0
+        start = time.perf_counter()
+        for wave_prompts, wave_params in zip(workload.waves(prompts, wave),
+                                             workload.waves(params, wave)):
+            outputs = self._generate(wave_prompts, wave_params)
+            tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+        seconds = time.perf_counter() - start
+        return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds}
+
+    def greedy_tokens(self, prompts: list[list[int]], output_len: int,
+                      with_probabilities: bool = False) -> dict:
+        """Greedy continuations and the speculative-decoding counters' change
+        over the call; with ``with_probabilities`` also the probability of
+        every generated (top-1) token, from the raw logits."""
+        before = self._spec_counters()
+        extra = {"logprobs": 0} if with_probabilities else {}
+        outputs = self._generate(prompts, self._params("greedy", len(prompts), output_len,
+                                                       **extra))
+        after = self._spec_counters()
+        top1 = [math.exp(position[token].logprob)
+                for o in outputs if with_probabilities
+                for token, position in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+        return {"tokens": [list(o.outputs[0].token_ids) for o in outputs],
+                "top1_probability": top1,
+                "spec": {k: after[k] - before[k] for k in after}}
+
+    def top2_logits(self, prompts: list[list[int]]) -> dict:
+        """The top-2 raw logits of the next token after each prompt.
+
+        One request at a time with ``max_tokens=1``: the first row the sampler
+        sees after ``start_top2`` is that prompt's prefill (no drafts yet);
+        None where the sampler saw no row.
+        """
+        rows = []
+        self.llm.collective_rpc(hooks.install_timers)
+        try:
+            for prompt in prompts:
+                self.llm.collective_rpc(hooks.start_top2)
+                self._generate([prompt], self._params("greedy", 1, 1))
+                seen = self.llm.collective_rpc(hooks.take_top2)[0]
+                rows.append(seen[0] if seen else None)
+        finally:
+            self.llm.collective_rpc(hooks.remove_timers)
+        return {"top2": rows}
+
+    def breakdown(self, mix: str, prompts: list[list[int]], output_len: int,
+                  wave: int) -> dict:
+        """One instrumented pass: per-step GPU, sampling and host times."""
+        self.llm.collective_rpc(hooks.install_timers)
+        try:
+            self.throughput(mix, prompts, output_len, wave)
+            timings = self.llm.collective_rpc(hooks.collect_timings)[0]
+        finally:
+            self.llm.collective_rpc(hooks.remove_timers)
+        return hooks.summarize_timings(timings)
+
+    def _spec_counters(self) -> dict:
+        names = {"drafts": "vllm:spec_decode_num_drafts",
+                 "drafted": "vllm:spec_decode_num_draft_tokens",
+                 "accepted": "vllm:spec_decode_num_accepted_tokens"}
+        metrics = self.llm.get_metrics()
+        return {key: sum(getattr(m, "value", 0) for m in metrics if m.name == name)
+                for key, name in names.items()}

@@ -1,0 +1,169 @@
+"""Timing and logit probes installed inside a running engine's worker.
+
+The functions here run in the worker process, sent there with
+``LLM.collective_rpc(function)`` (which pickles them by reference and needs
+``VLLM_ALLOW_INSECURE_SERIALIZATION=1``). They wrap the same attributes of
+vLLM 0.20's V2 runner in stock and plugin engines alike:
+
+- ``runner.execute_model`` and ``runner.sample_tokens``: a step runs from the
+  start of the first to the end of the second. A CUDA event at each end gives
+  the step's GPU time; host timers give the host time spent inside the two
+  calls and the period from one step's start to the next.
+- ``runner.sampler`` and ``runner.rejection_sampler``: a proxy that forwards
+  every attribute and brackets the call with CUDA events, so the GPU time of
+  the sampling step (Sampler, or RejectionSampler when drafts are verified)
+  is measured without touching either class. The proxy can also record the
+  top-2 raw logits of every row it sees (the near-tie check).
+
+Events are only recorded during the run and read once in ``collect_timings``,
+so the instrumented run adds no synchronisation. Throughput is never measured
+with these hooks installed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+class _StepLog:
+    """The records of one instrumented pass."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict] = []
+        self.sampling_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self.open_step: dict | None = None
+        self.top2: list[list[float]] = []
+        self.record_top2 = False
+
+
+def _event() -> torch.cuda.Event:
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+class _TimedSampler:
+    """Forwards everything to ``inner``; times calls and may record top-2 logits."""
+
+    def __init__(self, inner, log: _StepLog) -> None:
+        self.__dict__["_inner"] = inner
+        self.__dict__["_log"] = log
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)
+
+    def __call__(self, logits: torch.Tensor, *args, **kwargs):
+        if self._log.record_top2:
+            self._log.top2.extend(torch.topk(logits.float(), 2, dim=-1).values.tolist())
+        start = _event()
+        output = self._inner(logits, *args, **kwargs)
+        self._log.sampling_events.append((start, _event()))
+        return output
+
+
+def sampler_class(worker) -> str:
+    """Module and name of the runner's Sampler class (which engine this is)."""
+    sampler_type = type(worker.model_runner.sampler)
+    return f"{sampler_type.__module__}.{sampler_type.__name__}"
+
+
+def install_timers(worker) -> bool:
+    """Wrap the runner's step methods and samplers (see the module docstring)."""
+    runner = worker.model_runner
+    log = _StepLog()
+    runner._e2e_log = log
+    execute_model, sample_tokens = runner.execute_model, runner.sample_tokens
+
+    def timed_execute_model(*args, **kwargs):
+        host_start = time.perf_counter()
+        start = _event()
+        output = execute_model(*args, **kwargs)
+        log.open_step = {"start": start, "host_start": host_start,
+                         "host_s": time.perf_counter() - host_start,
+                         "first_sampling": len(log.sampling_events)}
+        return output
+
+    def timed_sample_tokens(*args, **kwargs):
+        host_start = time.perf_counter()
+        output = sample_tokens(*args, **kwargs)
+        step, log.open_step = log.open_step, None
+        if step is not None:
+            step["end"] = _event()
+            step["host_s"] += time.perf_counter() - host_start
+            step["last_sampling"] = len(log.sampling_events)
+            log.steps.append(step)
+        return output
+
+    runner.execute_model = timed_execute_model
+    runner.sample_tokens = timed_sample_tokens
+    runner.sampler = _TimedSampler(runner.sampler, log)
+    if runner.rejection_sampler is not None:
+        runner.rejection_sampler = _TimedSampler(runner.rejection_sampler, log)
+    return True
+
+
+def remove_timers(worker) -> bool:
+    """Undo ``install_timers``."""
+    runner = worker.model_runner
+    del runner.execute_model, runner.sample_tokens
+    runner.sampler = runner.sampler._inner
+    if runner.rejection_sampler is not None:
+        runner.rejection_sampler = runner.rejection_sampler._inner
+    del runner._e2e_log
+    return True
+
+
+def start_top2(worker) -> bool:
+    """From now on record the top-2 raw logits of every sampled row."""
+    log = worker.model_runner._e2e_log
+    log.top2, log.record_top2 = [], True
+    return True
+
+
+def take_top2(worker) -> list[list[float]]:
+    """The rows recorded since ``start_top2``, in order; stops recording."""
+    log = worker.model_runner._e2e_log
+    rows, log.top2, log.record_top2 = log.top2, [], False
+    return rows
+
+
+def collect_timings(worker) -> dict:
+    """Per-step milliseconds since ``install_timers`` (or the last collect).
+
+    Returns ``{"step_gpu_ms", "sampling_gpu_ms", "host_ms", "period_ms"}``,
+    lists with one entry per step (``period_ms`` one fewer), and clears the log.
+    """
+    log = worker.model_runner._e2e_log
+    torch.cuda.synchronize()
+    sampling = [start.elapsed_time(end) for start, end in log.sampling_events]
+    steps = log.steps
+    result = {
+        "step_gpu_ms": [s["start"].elapsed_time(s["end"]) for s in steps],
+        "sampling_gpu_ms": [sum(sampling[s["first_sampling"]:s["last_sampling"]]) for s in steps],
+        "host_ms": [1e3 * s["host_s"] for s in steps],
+        "period_ms": [1e3 * (b["host_start"] - a["host_start"]) for a, b in zip(steps, steps[1:])],
+    }
+    log.steps, log.sampling_events = [], []
+    return result
+
+
+def summarize_timings(timings: dict) -> dict:
+    """Medians per step and the share of the GPU step time spent sampling."""
+    steps = timings["step_gpu_ms"]
+    if not steps:
+        return {"steps": 0}
+    total_step = sum(steps)
+    return {
+        "steps": len(steps),
+        "step_gpu_ms": statistics.median(steps),
+        "sampling_gpu_ms": statistics.median(timings["sampling_gpu_ms"]),
+        "host_ms": statistics.median(timings["host_ms"]),
+        "period_ms": statistics.median(timings["period_ms"]) if timings["period_ms"] else None,
+        "sampling_share": sum(timings["sampling_gpu_ms"]) / total_step if total_step else None,
+    }

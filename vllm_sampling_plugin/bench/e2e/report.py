@@ -1,0 +1,285 @@
+"""The e2e benchmark's results: statistics, the near-tie check, JSON, tables, plot.
+
+JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
+
+    {
+      "schema": 1, "gpu": str, "vllm": str, "torch": str, "args": {...},
+      "models": {name: {"shape", "vocab", "path", "top1_probability":
+                        {"p10", "p50", "p90", "tokens"}}},
+      "cells": [{"model", "mix", "max_num_seqs", "orders": [[first, second], ...],
+                 "stock_tok_s": [...], "plugin_tok_s": [...],
+                 "stock": DIST, "plugin": DIST, "ratio": plugin median / stock median}],
+      "breakdown": [{"model", "mix", "max_num_seqs", "role", "steps", "step_gpu_ms",
+                     "sampling_gpu_ms", "host_ms", "period_ms", "sampling_share"}],
+      "ngram": [{"model", "max_num_seqs", "k", "nospec_tok_s": [...], "spec_tok_s": [...],
+                 "nospec": DIST, "spec": DIST, "speedup",
+                 "acceptance": {"drafts", "drafted", "accepted", "acceptance_rate",
+                                "mean_acceptance_length"},
+                 "identity": {"requests", "identical", "fraction", "all_differences_near_ties",
+                              "differences": [{"request", "position", "nospec_top2",
+                                               "spec_top2", "near_tie"}]}}],
+      "engines": [{"model", "role", "sampler", "startup_s"}],
+      "cold_start": [{"model", "role", "cold_ttft_ms", "warm_ttft_ms", "ratio"}]
+    }
+
+``DIST`` is ``{"median", "min", "max", "spread"}`` with ``spread = (max -
+min) / median``. Tokens per second count generated tokens only; step times
+are medians over the steps of one instrumented pass, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections.abc import Sequence
+
+SCHEMA_VERSION = 1
+
+
+def distribution(values: Sequence[float]) -> dict:
+    """Median, min, max and relative spread of repeated measurements.
+
+    Example::
+
+        >>> distribution([90.0, 100.0, 120.0])
+        {'median': 100.0, 'min': 90.0, 'max': 120.0, 'spread': 0.3}
+    """
+    median = statistics.median(values)
+    low, high = min(values), max(values)
+    return {"median": median, "min": low, "max": high,
+            "spread": (high - low) / median if median else math.inf}
+
+
+def pair_cell(model: str, mix: str, max_num_seqs: int, orders: list,
+              stock_tok_s: list[float], plugin_tok_s: list[float]) -> dict:
+    """One stock-vs-plugin cell of the results (see the schema)."""
+    stock, plugin = distribution(stock_tok_s), distribution(plugin_tok_s)
+    return {"model": model, "mix": mix, "max_num_seqs": max_num_seqs,
+            "orders": [list(o) for o in orders],
+            "stock_tok_s": list(stock_tok_s), "plugin_tok_s": list(plugin_tok_s),
+            "stock": stock, "plugin": plugin, "ratio": plugin["median"] / stock["median"]}
+
+
+def acceptance(counters: dict) -> dict:
+    """Acceptance from vLLM's spec-decode counters (``drafts`` verification
+    steps, ``drafted`` draft tokens, ``accepted`` of them accepted).
+
+    ``mean_acceptance_length`` counts the token every step samples itself, as
+    vLLM's logger does: ``1 + accepted / drafts``.
+    """
+    drafts, drafted, accepted = counters["drafts"], counters["drafted"], counters["accepted"]
+    return {**counters,
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "mean_acceptance_length": 1 + accepted / drafts if drafts else None}
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first position where two token sequences differ (a length
+    difference counts at the shorter length); None when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def bf16_ulp(x: float) -> float:
+    """Spacing of bfloat16 numbers at ``x`` (8 significant bits).
+
+    Example::
+
+        >>> bf16_ulp(1.0), bf16_ulp(12.0)
+        (0.0078125, 0.0625)
+    """
+    if x == 0:
+        return 2.0**-133
+    return 2.0 ** (math.floor(math.log2(abs(x))) - 7)
+
+
+def is_near_tie(top2: Sequence[float]) -> bool:
+    """True when the two largest logits are within bf16 rounding of each
+    other: at most one bf16 spacing (at the larger magnitude) apart, so the
+    order of the two tokens can flip with the rounding of either."""
+    first, second = top2
+    return abs(first - second) <= bf16_ulp(max(abs(first), abs(second)))
+
+
+def identity_report(nospec: list[list[int]], spec: list[list[int]],
+                    nospec_top2: list[list[float]] | None = None,
+                    spec_top2: list[list[float]] | None = None) -> dict:
+    """Compare greedy outputs with and without speculation.
+
+    ``nospec_top2[j]`` / ``spec_top2[j]`` are the top-2 raw logits, measured in
+    the engine without / with speculation, at the first differing position of
+    the j-th differing request (the context up to there is the same in both
+    runs). A difference is explained when either shows a near tie.
+    """
+    differing = [(i, first_difference(a, b)) for i, (a, b) in enumerate(zip(nospec, spec))]
+    differing = [(i, pos) for i, pos in differing if pos is not None]
+    differences = []
+    for j, (request, position) in enumerate(differing):
+        entry = {"request": request, "position": position,
+                 "nospec_top2": nospec_top2[j] if nospec_top2 else None,
+                 "spec_top2": spec_top2[j] if spec_top2 else None}
+        entry["near_tie"] = any(t is not None and is_near_tie(t)
+                                for t in (entry["nospec_top2"], entry["spec_top2"]))
+        differences.append(entry)
+    requests = len(nospec)
+    return {"requests": requests, "identical": requests - len(differences),
+            "fraction": (requests - len(differences)) / requests if requests else None,
+            "all_differences_near_ties": all(d["near_tie"] for d in differences),
+            "differences": differences}
+
+
+def sampling_ceilings(breakdown: list[dict]) -> list[dict]:
+    """What the step breakdown allows: for each model, mix and batch size with
+    a stock and a plugin pass, the step speed-up if the plugin's sampling time
+    replaced stock's (``expected``) and if sampling cost nothing (``ceiling``),
+    both from median GPU step times.
+
+    Example: stock step 10 ms of which sampling 2 ms, plugin sampling 0.5 ms:
+    expected 10 / 8.5 = 1.18, ceiling 10 / 8 = 1.25.
+    """
+    by_key = {(b["model"], b["mix"], b["max_num_seqs"], b["role"]): b
+              for b in breakdown if b.get("steps")}
+    rows = []
+    for (model, mix, wave, role), stock in by_key.items():
+        plugin = by_key.get((model, mix, wave, "plugin"))
+        if role != "stock" or plugin is None:
+            continue
+        rest = stock["step_gpu_ms"] - stock["sampling_gpu_ms"]
+        rows.append({"model": model, "mix": mix, "max_num_seqs": wave,
+                     "expected": stock["step_gpu_ms"] / (rest + plugin["sampling_gpu_ms"]),
+                     "ceiling": stock["step_gpu_ms"] / rest})
+    return rows
+
+
+def quantiles(values: Sequence[float]) -> dict:
+    """10th, 50th and 90th percentile of ``values`` and how many there were."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"tokens": 0}
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {"p10": at(0.1), "p50": at(0.5), "p90": at(0.9), "tokens": len(ordered)}
+
+
+def new_results(args: dict) -> dict:
+    return {"schema": SCHEMA_VERSION, "gpu": None, "vllm": None, "torch": None,
+            "args": args, "models": {}, "engines": [], "cells": [], "breakdown": [],
+            "ngram": [], "cold_start": []}
+
+
+def write_json(results: dict, out_dir: str) -> str:
+    """Write ``e2e.json`` atomically (a killed run leaves the last complete one)."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "e2e.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def render_markdown(results: dict) -> str:
+    """The tables of docs/benchmarks.md's end-to-end section."""
+    lines = [f"{results.get('gpu')}, vLLM {results.get('vllm')}, torch {results.get('torch')}", ""]
+    if results["models"]:
+        lines += ["| model | top-1 probability p10 / p50 / p90 (greedy tokens) |", "|---|---|"]
+        for name, m in results["models"].items():
+            t = m.get("top1_probability") or {}
+            lines.append(f"| {name} | {_fmt(t.get('p10'), 2)} / {_fmt(t.get('p50'), 2)} / "
+                         f"{_fmt(t.get('p90'), 2)} ({t.get('tokens', 0)}) |")
+        lines.append("")
+    if results["cells"]:
+        lines += ["| model | mix | max_num_seqs | stock tok/s median (spread) | "
+                  "plugin tok/s median (spread) | plugin/stock |", "|---|---|---|---|---|---|"]
+        for c in results["cells"]:
+            lines.append(
+                f"| {c['model']} | {c['mix']} | {c['max_num_seqs']} | "
+                f"{c['stock']['median']:.0f} ({100 * c['stock']['spread']:.1f}%) | "
+                f"{c['plugin']['median']:.0f} ({100 * c['plugin']['spread']:.1f}%) | "
+                f"{c['ratio']:.3f} |")
+        lines.append("")
+    if results["breakdown"]:
+        lines += ["| model | mix | max_num_seqs | engine | steps | step GPU ms | "
+                  "sampling GPU ms | sampling share | host ms in runner | step period ms |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for b in results["breakdown"]:
+            share = b.get("sampling_share")
+            lines.append(
+                f"| {b['model']} | {b['mix']} | {b['max_num_seqs']} | {b['role']} | "
+                f"{b['steps']} | {_fmt(b.get('step_gpu_ms'), 3)} | "
+                f"{_fmt(b.get('sampling_gpu_ms'), 3)} | "
+                f"{'-' if share is None else f'{100 * share:.1f}%'} | "
+                f"{_fmt(b.get('host_ms'), 3)} | {_fmt(b.get('period_ms'), 3)} |")
+        lines.append("")
+        ceilings = sampling_ceilings(results["breakdown"])
+        if ceilings:
+            lines += ["| model | mix | max_num_seqs | step speed-up from sampling time | "
+                      "ceiling (sampling free) |", "|---|---|---|---|---|"]
+            lines += [f"| {c['model']} | {c['mix']} | {c['max_num_seqs']} | "
+                      f"{c['expected']:.3f} | {c['ceiling']:.3f} |" for c in ceilings]
+            lines.append("")
+    if results["ngram"]:
+        lines += ["| model | max_num_seqs | k | tok/s without (spread) | tok/s with n-gram "
+                  "(spread) | speedup | mean acceptance length | identical greedy | "
+                  "differences all near ties |", "|---|---|---|---|---|---|---|---|---|"]
+        for n in results["ngram"]:
+            ident = n["identity"]
+            lines.append(
+                f"| {n['model']} | {n['max_num_seqs']} | {n['k']} | "
+                f"{n['nospec']['median']:.0f} ({100 * n['nospec']['spread']:.1f}%) | "
+                f"{n['spec']['median']:.0f} ({100 * n['spec']['spread']:.1f}%) | "
+                f"{n['speedup']:.2f} | "
+                f"{_fmt(n['acceptance'].get('mean_acceptance_length'), 3)} | "
+                f"{ident['identical']}/{ident['requests']} | "
+                f"{'yes' if ident['all_differences_near_ties'] else 'no'} |")
+        lines.append("")
+    if results["cold_start"]:
+        lines += ["| model | engine | first top-k/top-p TTFT ms (fresh engine) | "
+                  "warm TTFT ms | cold/warm |", "|---|---|---|---|---|"]
+        for c in results["cold_start"]:
+            lines.append(f"| {c['model']} | {c['role']} | {c['cold_ttft_ms']:.1f} | "
+                         f"{c['warm_ttft_ms']:.1f} | {c['ratio']:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: str) -> str | None:
+    """Plugin/stock tokens-per-second ratio per cell with each engine's
+    min-max range; returns None (and says so) without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no PNG", flush=True)
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = results["cells"]
+    if not cells:
+        return None
+    labels = [f"{c['model']}\n{c['mix']}\nB={c['max_num_seqs']}" for c in cells]
+    ratios = [c["ratio"] for c in cells]
+    # The ratio's range: worst and best plugin repeat against the stock median.
+    low = [c["ratio"] - c["plugin"]["min"] / c["stock"]["median"] for c in cells]
+    high = [c["plugin"]["max"] / c["stock"]["median"] - c["ratio"] for c in cells]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(cells)), 4.5))
+    ax.bar(range(len(cells)), ratios, yerr=[low, high], capsize=3, color="tab:blue")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(cells)), labels, fontsize=7)
+    ax.set_ylabel("plugin / stock median tokens/s")
+    ax.set_title(f"vLLM e2e throughput, {results.get('gpu')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

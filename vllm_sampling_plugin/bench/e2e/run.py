@@ -1,0 +1,303 @@
+"""``vllm-sampling-plugin bench e2e``: the benchmark's driver (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from vllm_sampling_plugin.bench.e2e import checkpoint, report, workload
+from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
+
+PEAKEDNESS_PROMPTS = 64
+PEAKEDNESS_TOKENS = 32
+WARMUP_TOKENS = 16
+
+
+def _model_list(text: str) -> list[tuple[str, int]]:
+    models = []
+    for item in text.split(","):
+        shape, _, vocab = item.partition(":")
+        if shape not in checkpoint.SHAPES or not vocab.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected SHAPE:VOCAB with SHAPE in {sorted(checkpoint.SHAPES)}")
+        models.append((shape, int(vocab)))
+    return models
+
+
+def _mix_list(text: str) -> list[str]:
+    if text == "none":
+        return []
+    mixes = text.split(",")
+    unknown = [m for m in mixes if m not in workload.MIXES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown mixes {unknown}; known: {workload.MIXES}")
+    return mixes
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected integers separated by commas")
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: values must be positive")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="vllm-sampling-plugin bench e2e",
+        description="Real vLLM engines, stock vs plugin, interleaved on one GPU.")
+    parser.add_argument("--models", type=_model_list, default=_model_list("1b:128256"),
+                        help="SHAPE:VOCAB list, SHAPE in 1b, 8b (tiny for smoke tests); "
+                             "default 1b:128256")
+    parser.add_argument("--mixes", type=_mix_list, default=list(workload.MIXES),
+                        help=f"comma list of {','.join(workload.MIXES)} (default all)")
+    parser.add_argument("--pairs", type=int, default=3,
+                        help="stock/plugin pairs per cell (default 3)")
+    parser.add_argument("--num-requests", type=int, default=1024)
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--max-num-seqs", type=_int_list, default=[64, 256],
+                        help="batch sizes (requests in flight), comma list; default 64,256")
+    parser.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp", "ngram"],
+                        help="mixes to time inside the engine per step ('none': skip)")
+    parser.add_argument("--breakdown-output-len", type=int, default=64)
+    parser.add_argument("--ngram-k", type=int, default=3)
+    parser.add_argument("--identity-requests", type=int, default=256,
+                        help="greedy requests compared with and without speculation")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
+                        help="per engine; two engines share the GPU")
+    parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints")
+    parser.add_argument("--out", default="bench-results/e2e")
+    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="start no new cell after this many seconds (engines are "
+                             "still closed cleanly); default: no limit")
+    parser.add_argument("--render", metavar="JSON",
+                        help="print the markdown tables of an e2e.json and exit")
+    args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
+    return args
+
+
+def model_name(shape: str, vocab: int) -> str:
+    return f"{shape}-v{vocab}"
+
+
+def ensure_checkpoint(directory: str, shape: str, vocab: int) -> str:
+    """Write the checkpoint in a separate process, so its GPU memory is
+    returned before any engine profiles the GPU."""
+    path = os.path.join(directory, model_name(shape, vocab))
+    if not checkpoint.is_written(path, shape, vocab):
+        subprocess.run([sys.executable, "-m", "vllm_sampling_plugin.bench.e2e.checkpoint",
+                        "--shape", shape, "--vocab", str(vocab), "--out", path], check=True)
+    return path
+
+
+class Run:
+    """State of one benchmark run: the arguments, the results so far, the clock."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.start = time.perf_counter()
+        saved = {k: v for k, v in vars(args).items() if k != "render"}
+        self.results = report.new_results(saved)
+
+    def say(self, text: str) -> None:
+        print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
+
+    def out_of_time(self, cell: str) -> bool:
+        """True (and says so) when ``--time-budget`` leaves no time for ``cell``."""
+        budget = self.args.time_budget
+        if budget is None or time.perf_counter() - self.start < budget:
+            return False
+        self.say(f"time budget of {budget:.0f} s spent: skipping {cell}")
+        return True
+
+    def save(self) -> None:
+        report.write_json(self.results, self.args.out)
+
+    def start_engine(self, spec: EngineSpec, model: str) -> Engine:
+        self.say(f"starting {spec.label} engine for {model}")
+        engine = Engine(spec)
+        info = engine.info
+        self.results.update(gpu=info["gpu"], vllm=info["vllm"], torch=info["torch"])
+        self.results["engines"].append({"model": model, "role": spec.label,
+                                        "sampler": info["sampler"],
+                                        "startup_s": info["startup_s"]})
+        cold = info["cold_start"]
+        self.results["cold_start"].append({
+            "model": model, "role": spec.label, **cold,
+            "ratio": cold["cold_ttft_ms"] / cold["warm_ttft_ms"]})
+        self.say(f"{spec.label} up in {info['startup_s']:.0f} s; first top-k/top-p TTFT "
+                 f"{cold['cold_ttft_ms']:.1f} ms, warm {cold['warm_ttft_ms']:.1f} ms")
+        self.save()
+        return engine
+
+    def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, str], mix: str,
+                      prompts: list[list[int]], wave: int) -> tuple[list, dict]:
+        """Warm both engines on this cell, then the interleaved pairs."""
+        a = self.args
+        for engine in engines.values():
+            engine.call("throughput", mix=mix, prompts=prompts[:wave],
+                        output_len=min(WARMUP_TOKENS, a.output_len), wave=wave)
+        orders = workload.pair_orders(a.pairs, roles)
+        tok_s: dict[str, list[float]] = {role: [] for role in roles}
+        for order in orders:
+            for role in order:
+                result = engines[role].call("throughput", mix=mix, prompts=prompts,
+                                            output_len=a.output_len, wave=wave)
+                tok_s[role].append(result["tok_s"])
+        return orders, tok_s
+
+    def plain_cells(self, model: str, vocab: int, engines: dict[str, Engine],
+                    mixes: list[str]) -> None:
+        a = self.args
+        for mix in mixes:
+            for wave in a.max_num_seqs:
+                if self.out_of_time(f"{model} {mix} B={wave}"):
+                    return
+                prompts = workload.random_prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
+                orders, tok_s = self.measure_pairs(engines, ("stock", "plugin"), mix,
+                                                   prompts, wave)
+                cell = report.pair_cell(model, mix, wave, orders, tok_s["stock"],
+                                        tok_s["plugin"])
+                self.results["cells"].append(cell)
+                self.save()
+                self.say(f"{model} {mix} B={wave}: stock {cell['stock']['median']:.0f} "
+                         f"plugin {cell['plugin']['median']:.0f} tok/s, "
+                         f"ratio {cell['ratio']:.3f}")
+
+    def breakdowns(self, model: str, vocab: int, engines: dict[str, Engine],
+                   mixes: list[str], waves: list[int] | None = None,
+                   prompts: list[list[int]] | None = None) -> None:
+        """One instrumented wave per engine, mix and batch size (on ``prompts``,
+        by default random ones)."""
+        a = self.args
+        for mix in mixes:
+            for wave in waves or a.max_num_seqs:
+                if self.out_of_time(f"{model} {mix} B={wave} breakdown"):
+                    return
+                wave_prompts = (prompts or workload.random_prompts(
+                    wave, a.prompt_len, vocab, seed=wave))[:wave]
+                for role, engine in engines.items():
+                    summary = engine.call("breakdown", mix=mix, prompts=wave_prompts,
+                                          output_len=a.breakdown_output_len, wave=wave)
+                    self.results["breakdown"].append(
+                        {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
+                         **summary})
+                    self.say(f"{model} {mix} B={wave} {role} per step: {summary}")
+                self.save()
+
+    def peakedness(self, model: str, vocab: int, engine: Engine) -> None:
+        prompts = workload.random_prompts(PEAKEDNESS_PROMPTS, self.args.prompt_len, vocab,
+                                          seed=99)
+        result = engine.call("greedy_tokens", prompts=prompts, output_len=PEAKEDNESS_TOKENS,
+                             with_probabilities=True)
+        summary = report.quantiles(result["top1_probability"])
+        self.results["models"][model]["top1_probability"] = summary
+        self.save()
+        self.say(f"{model} greedy top-1 probability p10/p50/p90: "
+                 f"{summary.get('p10', 0):.3f}/{summary.get('p50', 0):.3f}/"
+                 f"{summary.get('p90', 0):.3f}")
+
+    def ngram_cells(self, model: str, vocab: int, nospec: Engine, spec: Engine) -> None:
+        a = self.args
+        engines = {"nospec": nospec, "spec": spec}
+        for wave in a.max_num_seqs:
+            if self.out_of_time(f"{model} ngram B={wave}"):
+                return
+            prompts = workload.copying_prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
+            orders, tok_s = self.measure_pairs(engines, ("nospec", "spec"), "ngram",
+                                               prompts, wave)
+            identity_prompts = prompts[:a.identity_requests]
+            base = nospec.call("greedy_tokens", prompts=identity_prompts,
+                               output_len=a.output_len)
+            drafted = spec.call("greedy_tokens", prompts=identity_prompts,
+                                output_len=a.output_len)
+            differing = [(p, b, report.first_difference(b, d))
+                         for p, b, d in zip(identity_prompts, base["tokens"], drafted["tokens"])]
+            probes = [p + b[:pos] for p, b, pos in differing if pos is not None]
+            top2 = {role: engines[role].call("top2_logits", prompts=probes)["top2"]
+                    for role in engines} if probes else {"nospec": None, "spec": None}
+            cell = {"model": model, "max_num_seqs": wave, "k": a.ngram_k,
+                    "orders": [list(o) for o in orders],
+                    "nospec_tok_s": tok_s["nospec"], "spec_tok_s": tok_s["spec"],
+                    "nospec": report.distribution(tok_s["nospec"]),
+                    "spec": report.distribution(tok_s["spec"]),
+                    "acceptance": report.acceptance(drafted["spec"]),
+                    "identity": report.identity_report(base["tokens"], drafted["tokens"],
+                                                       top2["nospec"], top2["spec"])}
+            cell["speedup"] = cell["spec"]["median"] / cell["nospec"]["median"]
+            if "ngram" in a.breakdown_mixes:
+                self.breakdowns(model, vocab, engines, ["ngram"], waves=[wave],
+                                prompts=prompts)
+            self.results["ngram"].append(cell)
+            self.save()
+            ident = cell["identity"]
+            self.say(f"{model} ngram k={a.ngram_k} B={wave}: {cell['nospec']['median']:.0f} -> "
+                     f"{cell['spec']['median']:.0f} tok/s ({cell['speedup']:.2f}x), mean "
+                     f"acceptance length {cell['acceptance']['mean_acceptance_length']}, "
+                     f"identical {ident['identical']}/{ident['requests']}, differences all "
+                     f"near ties: {ident['all_differences_near_ties']}")
+
+    def model(self, shape: str, vocab: int) -> None:
+        a = self.args
+        name = model_name(shape, vocab)
+        path = ensure_checkpoint(a.checkpoint_dir, shape, vocab)
+        self.results["models"][name] = {"shape": shape, "vocab": vocab, "path": path}
+        self.say(f"checkpoint {path} ready")
+        plain = [m for m in a.mixes if m != "ngram"]
+        max_model_len = a.prompt_len + a.output_len + a.ngram_k + 16
+
+        def spec_for(role: str, ngram_k: int = 0) -> EngineSpec:
+            return EngineSpec(role=role, model=path, max_num_seqs=max(a.max_num_seqs),
+                              gpu_memory_utilization=a.gpu_memory_utilization,
+                              max_model_len=max_model_len, ngram_k=ngram_k)
+
+        engines: dict[str, Engine] = {}
+        try:
+            # One after the other: vLLM's memory profiling must not see the
+            # other engine's start-up allocations come and go.
+            if plain:
+                engines["stock"] = self.start_engine(spec_for("stock"), name)
+            engines["plugin"] = self.start_engine(spec_for("plugin"), name)
+            self.peakedness(name, vocab, engines["plugin"])
+            self.plain_cells(name, vocab, engines, plain)
+            self.breakdowns(name, vocab, engines, [m for m in a.breakdown_mixes if m in plain])
+            if "ngram" in a.mixes:
+                if "stock" in engines:
+                    engines.pop("stock").close()
+                engines["spec"] = self.start_engine(spec_for("plugin", a.ngram_k), name)
+                self.ngram_cells(name, vocab, engines["plugin"], engines["spec"])
+        finally:
+            for engine in engines.values():
+                engine.close()
+
+    def finish(self) -> None:
+        self.save()
+        png = report.plot(self.results, os.path.join(self.args.out, "e2e.png"))
+        print(report.render_markdown(self.results), flush=True)
+        self.say(f"wrote {os.path.join(self.args.out, 'e2e.json')}"
+                 + (f" and {png}" if png else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        import json
+
+        with open(args.render) as f:
+            print(report.render_markdown(json.load(f)))
+        return 0
+    run = Run(args)
+    try:
+        for shape, vocab in args.models:
+            run.model(shape, vocab)
+    finally:
+        run.finish()
+    return 0

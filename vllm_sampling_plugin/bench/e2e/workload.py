@@ -1,0 +1,86 @@
+"""What the engines are asked to do: sampling mixes, prompts and the run order.
+
+Plain data, no vLLM import: the engine process turns a mix into
+``SamplingParams`` with ``sampling_kwargs``.
+"""
+
+from __future__ import annotations
+
+import random
+
+# Sampling settings per mix. ``seeded_topp`` gets a per-request seed.
+SINGLE_MIXES: dict[str, dict] = {
+    "greedy": {"temperature": 0.0},
+    "t1": {"temperature": 1.0},
+    "topk_topp": {"temperature": 0.7, "top_k": 50, "top_p": 0.9},
+    "seeded_topp": {"temperature": 1.0, "top_p": 0.95},
+}
+# ``mixed`` cycles through the single mixes request by request; ``ngram`` is
+# greedy on copying prompts with and without n-gram speculation.
+MIXES = (*SINGLE_MIXES, "mixed", "ngram")
+SEED_BASE = 1000
+# Token ids below this are the tokenizer's specials (see checkpoint.py).
+FIRST_WORD_ID = 3
+
+
+def sampling_kwargs(mix: str, request_index: int, output_len: int) -> dict:
+    """``SamplingParams`` keyword arguments of request ``request_index`` of a mix.
+
+    Every request generates exactly ``output_len`` tokens (``ignore_eos``), so
+    stock and plugin engines do the same number of steps whatever they sample.
+
+    Example::
+
+        >>> sampling_kwargs("mixed", 2, 8)["top_k"]
+        50
+    """
+    if mix == "mixed":
+        names = tuple(SINGLE_MIXES)
+        mix = names[request_index % len(names)]
+    if mix == "ngram":
+        mix = "greedy"
+    kwargs = {**SINGLE_MIXES[mix], "max_tokens": output_len, "ignore_eos": True}
+    if mix == "seeded_topp":
+        kwargs["seed"] = SEED_BASE + request_index
+    return kwargs
+
+
+def random_prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    """``count`` prompts of ``length`` token ids drawn uniformly from the words."""
+    rng = random.Random(seed)
+    return [[rng.randrange(FIRST_WORD_ID, vocab) for _ in range(length)] for _ in range(count)]
+
+
+def copying_prompts(count: int, length: int, vocab: int, span: int = 8,
+                    seed: int = 0) -> list[list[int]]:
+    """Prompts made of one random ``span``-token phrase repeated to ``length``.
+
+    The n-gram proposer drafts from the prompt as soon as the model repeats a
+    phrase; a random peaked model's greedy continuation falls into short
+    cycles of its own within a few dozen tokens, which the proposer then
+    predicts from the output so far. The run reports the acceptance it saw.
+    """
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(count):
+        phrase = [rng.randrange(FIRST_WORD_ID, vocab) for _ in range(span)]
+        prompts.append((phrase * (length // span + 1))[:length])
+    return prompts
+
+
+def pair_orders(pairs: int, roles: tuple[str, str] = ("stock", "plugin")) -> list[tuple[str, str]]:
+    """Which engine runs first in each pair: alternating, so a drift over the
+    run (clocks, temperature, fragmentation) hits both engines equally.
+
+    Example::
+
+        >>> pair_orders(3)
+        [('stock', 'plugin'), ('plugin', 'stock'), ('stock', 'plugin')]
+    """
+    first, second = roles
+    return [(first, second) if i % 2 == 0 else (second, first) for i in range(pairs)]
+
+
+def waves(items: list, size: int) -> list[list]:
+    """``items`` cut into consecutive groups of at most ``size``."""
+    return [items[i:i + size] for i in range(0, len(items), size)]
