@@ -1,13 +1,14 @@
 """Write the tokens every public op returns for fixed, seeded inputs.
 
-    python3 scripts/dump_op_tokens.py OUT.pt            # one revision
-    python3 scripts/dump_op_tokens.py --compare A.pt B.pt
+    python3 scripts/dump_op_tokens.py OUT.pt                 # one revision
+    python3 scripts/bench_compare.py tokens OLD.pt NEW.pt    # two revisions
 
 Only the public API (``ops.sample``, ``ops.rejection_sample``,
 ``ops.ngram_propose``) is called, so the same script runs against any revision
 of the package (put that revision first on ``PYTHONPATH``). Comparing the
-dumps of two revisions shows whether a refactor changed a single token:
-``--compare`` prints one line per case and exits 1 on any difference.
+dumps of two revisions (``scripts/bench_compare.py tokens``, the format of
+the benchmarks' ``--dump-tokens``: case -> output -> tensor) shows whether a
+refactor changed a single token.
 Inputs are peaked like a trained model's logits (a few large logits over a
 N(0, 1) floor) so that top-k/top-p rows keep short and long candidate lists.
 """
@@ -85,36 +86,16 @@ def dump(device: str, vocab: int, max_rows: int) -> dict[str, torch.Tensor]:
             drafts, num = ops.ngram_propose(token_ids, seq_lens, min_n=2, max_n=4, k=k)
             out[f"ngram_R{rows}_L{length}_k{k}"] = drafts
             out[f"ngram_num_R{rows}_L{length}_k{k}"] = num
-    return {name: t.cpu() for name, t in out.items()}
-
-
-def compare(path_a: str, path_b: str) -> int:
-    a, b = torch.load(path_a), torch.load(path_b)
-    differing = 0
-    for name in sorted(set(a) | set(b)):
-        if name not in a or name not in b:
-            print(f"{name}: only in {'b' if name not in a else 'a'}")
-            differing += 1
-            continue
-        same = a[name].shape == b[name].shape and torch.equal(a[name], b[name])
-        differing += not same
-        print(f"{name}: {'identical' if same else 'DIFFERENT'}")
-    print(f"{len(set(a) | set(b)) - differing} identical, {differing} different")
-    return 1 if differing else 0
+    return {name: {"tokens": t.cpu()} for name, t in out.items()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", nargs="?", help="where to write the dump (.pt)")
-    parser.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    parser.add_argument("out", help="where to write the dump (.pt)")
     parser.add_argument("--device", default="cuda", help="cpu needs TRITON_INTERPRET=1 (smoke test)")
     parser.add_argument("--vocab", type=int, default=151936)
     parser.add_argument("--max-rows", type=int, default=1024, help="cap every batch size")
     args = parser.parse_args()
-    if args.compare:
-        return compare(*args.compare)
-    if not args.out:
-        parser.error("give OUT.pt or --compare A B")
     torch.save(dump(args.device, args.vocab, args.max_rows), args.out)
     return 0
 
