@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Run GPU test groups and benchmarks, logging each under OUT (default ./gpu-results).
-# Usage: scripts/gpu-check.sh STEP...   STEP: ops | ngram | rejection | topk | e2e | bench-sampler |
-#        bench-topk | bench-rejection | bench-ngram | info
+# Usage: scripts/gpu-check.sh STEP...   STEP: ops | ngram | rejection | topk | e2e | cold-start |
+#        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
+#        tokens-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
+# Before/after steps compare this checkout with an older package in $BEFORE
+# (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
+# narrows the benchmark (e.g. "--batch-sizes 64 256 1024").
 set -uo pipefail
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -25,6 +29,28 @@ for step in "$@"; do
     rejection) run rejection python3 -m pytest -q -p no:cacheprovider tests/ops/test_rejection.py ;;
     topk) run topk python3 -m pytest -q -p no:cacheprovider tests/ops/test_topk_topp.py ;;
     e2e) run e2e python3 -m pytest -q -s -p no:cacheprovider tests/e2e ;;
+    cold-start) run cold-start python3 -m pytest -q -s -p no:cacheprovider tests/e2e/test_cold_start.py ;;
+    tokens-before-after)
+      PYTHONPATH="$BEFORE:${PYTHONPATH:-}" run tokens-before python3 scripts/dump_op_tokens.py "$out/tokens-before.pt"
+      run tokens-after python3 scripts/dump_op_tokens.py "$out/tokens-after.pt"
+      run tokens-compare python3 scripts/bench_compare.py tokens "$out/tokens-before.pt" "$out/tokens-after.pt" ;;
+    before-after-*)
+      # shellcheck disable=SC2086
+      run "$step" bash scripts/bench_before_after.sh "$BEFORE" "$out/before-after" "${step#before-after-}" ${BENCH_ARGS:-} ;;
+    e2e-smoke) run e2e-smoke python3 -m vllm_sampling_plugin.cli bench e2e --models tiny:128256 \
+        --pairs 1 --num-requests 64 --output-len 32 --max-num-seqs 16,64 --identity-requests 64 \
+        --gpu-memory-utilization 0.2 --time-budget $((limit - 60)) --out "$out/e2e-smoke" ;;
+    e2e-1b) run e2e-1b python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
+        --mixes greedy,t1,topk_topp,seeded_topp,mixed --max-num-seqs 64,256 --pairs 3 \
+        --num-requests 512 --output-len 128 --breakdown-mixes topk_topp \
+        --time-budget $((limit - 90)) --out "$out/e2e-1b" ;;
+    e2e-ngram) run e2e-ngram python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
+        --mixes ngram --max-num-seqs 64,256 --pairs 3 --num-requests 512 --output-len 256 \
+        --identity-requests 256 --breakdown-mixes ngram --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
+    e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+        --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
+        --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 \
+        --time-budget $((limit - 90)) --out "$out/e2e-8b" ;;
     e2e-parallel)
       # The tiny engines take ~12% of the GPU each: run the groups side by side.
       for group in "ngram_speculation and False" "ngram_speculation and True" \
