@@ -1,4 +1,4 @@
-"""The Gumbel-max kernels (two stages) beside ``gumbel_sample``, their launcher.
+"""Gumbel-max sampling: one token per row of logits.
 
 ``argmax(logits / temperature + g)`` with ``g`` i.i.d. Gumbel(0, 1) noise is
 an exact draw from ``softmax(logits / temperature)``. The noise comes from
@@ -25,7 +25,6 @@ import triton.language as tl
 
 from ..host_math import next_power_of_2
 from ..random import gumbel_block, request_key
-from ..reduce import max_lowest_id
 from .plan import plan_launch
 
 
@@ -79,8 +78,9 @@ def _chunk_argmax(
         wins = score > best
         best = tl.where(wins, score, best)
         best_tile = tl.where(wins, t, best_tile)
+    chunk_max = tl.max(best, axis=0)
     best_ids = chunk_start + best_tile * TILE + lanes
-    chunk_max, chunk_argmax = max_lowest_id(best, best_ids, 0)
+    chunk_argmax = tl.min(tl.where(best == chunk_max, best_ids, vocab_size), axis=0)
     return chunk_max.to(tl.float64 if USE_FP64 else tl.float32), chunk_argmax
 
 
@@ -168,10 +168,10 @@ def _reduce_chunks_kernel(
     row = token.to(tl.int64) * num_chunks
     maxes = tl.load(partial_max_ptr + row + chunks, mask=valid, other=float("-inf"))
     ids = tl.load(partial_ids_ptr + row + chunks, mask=valid, other=vocab_size)
+    best = tl.max(maxes, axis=0)
     # Chunks are in token order, so the lowest id among equal maxima is the
-    # first chunk's; an all -inf row gives chunk 0's id, 0 (padding lanes
-    # hold vocab_size, above every real id).
-    _, sampled = max_lowest_id(maxes, ids, 0)
+    # first chunk's; an all -inf row gives chunk 0's id, 0.
+    sampled = tl.min(tl.where(valid & (maxes == best), ids, vocab_size), axis=0)
     tl.store(sampled_ptr + token, sampled)
 
 

@@ -5,7 +5,6 @@ import triton
 import triton.language as tl
 
 from ..random import gumbel_block, request_key, uniform
-from ..reduce import max_lowest_id
 from .stats import load_logits
 
 # Philox counters under the key of a logit; the plain Gumbel stream uses
@@ -14,6 +13,14 @@ from .stats import load_logits
 _RESIDUAL_STREAM = tl.constexpr(1 << 30)
 _ACCEPT_COUNTER = tl.constexpr((1 << 31) - 1)
 MAX_VOCAB_SIZE = (1 << 30) - 1
+_INT32_MAX = tl.constexpr(2**31 - 1)
+
+
+@triton.jit
+def lowest_best(values, tokens):
+    """Max of per-lane bests, and the lowest token holding it."""
+    best = tl.max(values, axis=0)
+    return best, tl.min(tl.where(values == best, tokens, _INT32_MAX), axis=0)
 
 
 @triton.jit
@@ -118,8 +125,8 @@ def corrected_block_winners(
         wins = value > fallback_value
         fallback_value = tl.where(wins, value, fallback_value)
         fallback_token = tl.where(wins, offsets, fallback_token)
-    value, token = max_lowest_id(best_value, best_token, 0)
-    fallback, fallback_tok = max_lowest_id(fallback_value, fallback_token, 0)
+    value, token = lowest_best(best_value, best_token)
+    fallback, fallback_tok = lowest_best(fallback_value, fallback_token)
     return value, token, fallback, fallback_tok
 
 
@@ -154,4 +161,4 @@ def bonus_block_winner(
         wins = scores > best_value
         best_value = tl.where(wins, scores, best_value)
         best_token = tl.where(wins, offsets, best_token)
-    return max_lowest_id(best_value, best_token, 0)
+    return lowest_best(best_value, best_token)

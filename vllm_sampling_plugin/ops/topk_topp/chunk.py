@@ -5,7 +5,6 @@ import triton
 import triton.language as tl
 
 from ..random import gumbel_block, request_key
-from ..reduce import max_lowest_id
 from .select import load_logits_block, order_key
 
 
@@ -67,9 +66,12 @@ def chunk_pass(
             wins = score > best
             best = tl.where(wins, score, best)
             best_ids = tl.where(wins, tile_ids, best_ids)
-        chunk_best, chunk_best_id = max_lowest_id(best, best_ids, 0)
+        chunk_best = tl.max(best, axis=0)
         tl.store(chunk_best_ptr + out, chunk_best)
-        tl.store(chunk_best_id_ptr + out, chunk_best_id)
+        tl.store(
+            chunk_best_id_ptr + out,
+            tl.min(tl.where(best == chunk_best, best_ids, vocab_size), axis=0),
+        )
     else:
         # [groups, GROUP]: a group's tokens sit in neighbouring lanes, so the
         # per-group reductions stay within a warp.
@@ -79,8 +81,10 @@ def chunk_pass(
         )
         if temperature == 0.0:
             # Greedy: the max and its lowest id.
-            group_max, group_argmax = max_lowest_id(x, token_ids, 1)
-            chunk_max, chunk_argmax = max_lowest_id(group_max, group_argmax, 0)
+            chunk_max = tl.max(tl.max(x, axis=1), axis=0)
+            chunk_argmax = tl.min(
+                tl.min(tl.where(x == chunk_max, token_ids, vocab_size), axis=1), axis=0
+            )
         else:
             chunk_max, chunk_argmax, floor = list_largest_per_group(
                 x, token_ids, vocab_size, listed_logits_ptr + out * LIST,
@@ -118,12 +122,14 @@ def list_largest_per_group(
     groups: tl.constexpr = x.shape[0]
     lanes = tl.arange(0, groups)
     for rank in tl.static_range(PER_GROUP):
-        best, best_id = max_lowest_id(x, token_ids, 1)
+        best = tl.max(x, axis=1)
+        best_id = tl.min(tl.where(x == best[:, None], token_ids, vocab_size), axis=1)
         tl.store(listed_logits_ptr + rank * groups + lanes, best)
         tl.store(listed_ids_ptr + rank * groups + lanes, best_id)
         if rank == 0:
             # Groups are in token order: the chunk's max with its lowest id.
-            chunk_max, chunk_argmax = max_lowest_id(best, best_id, 0)
+            chunk_max = tl.max(best, axis=0)
+            chunk_argmax = tl.min(tl.where(best == chunk_max, best_id, vocab_size), axis=0)
         x = tl.where(token_ids == best_id[:, None], float("-inf"), x)
     floor = order_key(tl.max(tl.max(x, axis=1), axis=0))
     return chunk_max, chunk_argmax, floor

@@ -22,7 +22,6 @@ import triton
 import triton.language as tl
 
 from ..random import gumbel_block
-from ..reduce import max_lowest_id
 from .select import (
     load_logits_block,
     order_key,
@@ -140,8 +139,8 @@ def _gumbel_argmax_of_row(
         wins = score > best
         best = tl.where(wins, score, best)
         best_ids = tl.where(wins, token_ids, best_ids)
-    _, sampled = max_lowest_id(best, best_ids, 0)
-    return sampled
+    top = tl.max(best, axis=0)
+    return tl.min(tl.where(best == top, best_ids, vocab_size), axis=0)
 
 
 @triton.jit

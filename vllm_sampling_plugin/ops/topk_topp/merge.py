@@ -5,9 +5,8 @@ import triton
 import triton.language as tl
 
 from ..random import request_key
-from ..reduce import max_lowest_id
 from .exact import sample_row_exactly
-from .row import sample_short, sample_wide
+from .row import argmax_lowest_id, sample_short, sample_wide
 
 # What `paths_out` reports for a row: which step decided it.
 PATH_NO_FILTER = tl.constexpr(0)  # greedy, unfiltered, or a +-inf max
@@ -80,7 +79,7 @@ def merge_row(
 
     # Chunks are in token order: the lowest id among equal bests is the
     # first chunk's. An all -inf row gives chunk 0's id, 0.
-    row_best, sampled = max_lowest_id(best, best_ids, 0)
+    row_best, sampled = argmax_lowest_id(best, best_ids)
     row_max = row_best.to(tl.float32)
     finite_max = (row_max != float("inf")) & (row_max != float("-inf"))
     # Greedy and unfiltered rows are decided. So is a row whose max is

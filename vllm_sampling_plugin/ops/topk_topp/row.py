@@ -20,7 +20,6 @@ Rows that even this cannot hold go to ``exact.py``.
 import triton
 import triton.language as tl
 
-from ..reduce import max_lowest_id
 from .select import (
     NEG_INF_KEY,
     buckets_within,
@@ -38,6 +37,19 @@ NUM_BUCKETS = tl.constexpr(64)
 @triton.jit
 def _add_pairs(a_sum, a_count, b_sum, b_count):
     return a_sum + b_sum, a_count + b_count
+
+
+@triton.jit
+def _larger_then_lower_id(a_score, a_id, b_score, b_id):
+    b_wins = (b_score > a_score) | ((b_score == a_score) & (b_id < a_id))
+    return tl.where(b_wins, b_score, a_score), tl.where(b_wins, b_id, a_id)
+
+
+@triton.jit
+def argmax_lowest_id(score, ids):
+    """The largest ``score`` of a 1-D block and the lowest id among its
+    equals: one reduction (a pair), not a max and then a min."""
+    return tl.reduce((score, ids), 0, _larger_then_lower_id)
 
 
 @triton.jit
@@ -370,5 +382,5 @@ def gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64: tl.constexpr):
     """Gumbel-max over the kept lanes: the lowest id among equal scores."""
     score_dtype: tl.constexpr = tl.float64 if USE_FP64 else tl.float32
     score = tl.where(keep, x.to(score_dtype) + gumbel_at(key, ids, USE_FP64), float("-inf"))
-    _, sampled = max_lowest_id(score, tl.where(keep, ids, vocab_size), 0)
+    _, sampled = argmax_lowest_id(score, tl.where(keep, ids, vocab_size))
     return sampled
