@@ -269,7 +269,7 @@ class Run:
             self.peakedness(name, vocab, engines["plugin"])
             self.plain_cells(name, vocab, engines, plain)
             self.breakdowns(name, vocab, engines, [m for m in a.breakdown_mixes if m in plain])
-            if "ngram" in a.mixes:
+            if "ngram" in a.mixes and not self.out_of_time(f"{name} ngram engine"):
                 if "stock" in engines:
                     engines.pop("stock").close()
                 engines["spec"] = self.start_engine(spec_for("plugin", a.ngram_k), name)
