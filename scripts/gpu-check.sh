@@ -40,14 +40,14 @@ for step in "$@"; do
     e2e-smoke) run e2e-smoke python3 -m vllm_sampling_plugin.cli bench e2e --models tiny:128256 \
         --pairs 1 --num-requests 64 --output-len 32 --max-num-seqs 16,64 --identity-requests 64 \
         --gpu-memory-utilization 0.2 --time-budget $((limit - 60)) --out "$out/e2e-smoke" ;;
-    e2e-1b) run e2e-1b python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
+    e2e-1b) run e2e-1b python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 ${E2E_ARGS:-} \
         --mixes greedy,t1,topk_topp,seeded_topp,mixed --max-num-seqs 64,256 --pairs 3 \
         --num-requests 512 --output-len 128 --breakdown-mixes topk_topp \
         --time-budget $((limit - 90)) --out "$out/e2e-1b" ;;
-    e2e-ngram) run e2e-ngram python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
+    e2e-ngram) run e2e-ngram python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 ${E2E_ARGS:-} \
         --mixes ngram --max-num-seqs 64,256 --pairs 3 --num-requests 512 --output-len 256 \
         --identity-requests 256 --breakdown-mixes ngram --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
-    e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+    e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 ${E2E_ARGS:-} \
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
         --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 \
         --time-budget $((limit - 90)) --out "$out/e2e-8b" ;;

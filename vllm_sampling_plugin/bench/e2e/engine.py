@@ -59,6 +59,7 @@ class EngineSpec:
     gpu_memory_utilization: float
     max_model_len: int
     ngram_k: int = 0  # > 0: n-gram speculation with this many drafts (plugin only)
+    attention_backend: str | None = None  # None: vLLM's choice
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -71,6 +72,8 @@ class EngineSpec:
             # The spec-decode counters come from the stats loggers.
             "disable_log_stats": False,
         }
+        if self.attention_backend:
+            kwargs["attention_backend"] = self.attention_backend
         if self.ngram_k:
             kwargs["speculative_config"] = {
                 "method": "ngram", "num_speculative_tokens": self.ngram_k,

@@ -71,6 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="greedy requests compared with and without speculation")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
                         help="per engine; two engines share the GPU")
+    parser.add_argument("--attention-backend", default=None,
+                        help="vLLM attention backend of every engine (default: vLLM's choice); "
+                        "TRITON_ATTN where FlashAttention is unavailable or fails")
     parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints")
     parser.add_argument("--out", default="bench-results/e2e")
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
@@ -257,7 +260,8 @@ class Run:
         def spec_for(role: str, ngram_k: int = 0) -> EngineSpec:
             return EngineSpec(role=role, model=path, max_num_seqs=max(a.max_num_seqs),
                               gpu_memory_utilization=a.gpu_memory_utilization,
-                              max_model_len=max_model_len, ngram_k=ngram_k)
+                              max_model_len=max_model_len, ngram_k=ngram_k,
+                              attention_backend=a.attention_backend)
 
         engines: dict[str, Engine] = {}
         try:
