@@ -71,17 +71,30 @@ def test_bench_modules_need_a_gpu(monkeypatch):
 
 
 REPORTS = sorted(p for p in (ROOT / "docs" / "bench-data").glob("*.json") if "tune" not in p.name)
+AREA_REPORTS = [p for p in REPORTS if not p.name.startswith("e2e-")]
+E2E_REPORTS = [p for p in REPORTS if p.name.startswith("e2e-")]
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", AREA_REPORTS, ids=lambda p: p.name)
 def test_bench_tables_renders_every_report_with_its_area_columns(path):
     data = json.loads(path.read_text())
+    assert not bench_tables.is_e2e(data)
     area = bench_tables.area_of(data)
     assert path.name.startswith(area.name)
     table = bench_tables.render(str(path)).splitlines()
     columns = [c for c in area.table_columns or area.candidates if f"{c}_us" in data["results"][0]]
     assert table[2] == "| " + " | ".join([*area.keys, *columns]) + " |"
     assert len(table) == 4 + len(data["results"])
+
+
+@pytest.mark.parametrize("path", E2E_REPORTS, ids=lambda p: p.name)
+def test_bench_tables_renders_end_to_end_reports_one_row_per_cell(path):
+    data = json.loads(path.read_text())
+    assert bench_tables.is_e2e(data)
+    table = bench_tables.render(str(path))
+    assert table.splitlines()[0].startswith(data["gpu"])
+    for cell in data["cells"]:
+        assert f"| {cell['model']} | {cell['mix']} | {cell['max_num_seqs']} |" in table
 
 
 def test_compare_timings_flags_only_what_is_out_of_tolerance():
