@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 
 import torch
 
@@ -38,10 +39,11 @@ def _row_settings(gen: torch.Generator, rows: int, device: str) -> dict[str, tor
     }
 
 
-def dump(device: str, vocab: int, max_rows: int) -> dict[str, torch.Tensor]:
-    from vllm_sampling_plugin import ops
-
-    out: dict[str, torch.Tensor] = {}
+def op_cases(ops, device: str, vocab: int, max_rows: int):
+    """Yield ``(name, call)`` for every public-op case; ``call()`` runs the op
+    of the given ``ops`` module on fixed, seeded inputs and returns its output
+    (a tensor or a tuple of tensors). The inputs are built once per case, so a
+    caller may time ``call`` or run it against two revisions' ``ops``."""
     for rows in sorted({min(r, max_rows) for r in (1, 64, 256, 1024)}):
         gen = torch.Generator(device=device).manual_seed(rows)
         logits = _peaked_logits(gen, rows, vocab=vocab, device=device)
@@ -52,9 +54,9 @@ def dump(device: str, vocab: int, max_rows: int) -> dict[str, torch.Tensor]:
         top_p[1::3] = 1.0
         for fp64 in (False, True):
             tag = f"B{rows}_{'fp64' if fp64 else 'fp32'}"
-            out[f"sample_{tag}"] = ops.sample(logits, **row, use_fp64=fp64)
-            out[f"sample_topk_topp_{tag}"] = ops.sample(
-                logits, **row, top_k=top_k, top_p=top_p, use_fp64=fp64
+            yield f"sample_{tag}", partial(ops.sample, logits, **row, use_fp64=fp64)
+            yield f"sample_topk_topp_{tag}", partial(
+                ops.sample, logits, **row, top_k=top_k, top_p=top_p, use_fp64=fp64
             )
     for rows, k in sorted({(min(r, max_rows), k) for r, k in ((1, 3), (64, 3), (256, 3), (64, 5))}):
         gen = torch.Generator(device=device).manual_seed(1000 + rows * 10 + k)
@@ -72,21 +74,33 @@ def dump(device: str, vocab: int, max_rows: int) -> dict[str, torch.Tensor]:
                 ("no_draft_probs", None, None),
                 ("synthetic", None, [0.8, 0.6, 0.4, 0.3, 0.2][:k]),
             ):
-                tokens, emitted = ops.rejection_sample(
-                    target, drafts, probs, **row, synthetic_rates=rates, use_fp64=fp64
+                yield f"rejection_{name}_{tag}", partial(
+                    ops.rejection_sample,
+                    target, drafts, probs, **row, synthetic_rates=rates, use_fp64=fp64,
                 )
-                out[f"rejection_{name}_{tag}"] = tokens
-                out[f"rejection_{name}_emitted_{tag}"] = emitted
     for rows, length in sorted({(min(r, max_rows), n) for r, n in ((1, 1024), (64, 8192), (256, 1024))}):
         gen = torch.Generator(device=device).manual_seed(2000 + rows)
         # A small alphabet makes n-gram matches common.
         token_ids = torch.randint(0, 50, (rows, length), generator=gen, device=device)
         seq_lens = torch.randint(length // 2, length + 1, (rows,), generator=gen, device=device)
         for k in (3, 5):
-            drafts, num = ops.ngram_propose(token_ids, seq_lens, min_n=2, max_n=4, k=k)
-            out[f"ngram_R{rows}_L{length}_k{k}"] = drafts
-            out[f"ngram_num_R{rows}_L{length}_k{k}"] = num
-    return {name: {"tokens": t.cpu()} for name, t in out.items()}
+            yield f"ngram_R{rows}_L{length}_k{k}", partial(
+                ops.ngram_propose, token_ids, seq_lens, min_n=2, max_n=4, k=k
+            )
+
+
+def dump(device: str, vocab: int, max_rows: int) -> dict[str, dict[str, torch.Tensor]]:
+    """case -> output name -> tensor on the CPU (the ``--dump-tokens`` format)."""
+    from vllm_sampling_plugin import ops
+
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for name, call in op_cases(ops, device, vocab, max_rows):
+        result = call()
+        if isinstance(result, tuple):
+            out[name] = {f"output{i}": t.cpu() for i, t in enumerate(result)}
+        else:
+            out[name] = {"tokens": result.cpu()}
+    return out
 
 
 def main() -> int:

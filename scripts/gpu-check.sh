@@ -2,7 +2,7 @@
 # Run GPU test groups and benchmarks, logging each under OUT (default ./gpu-results).
 # Usage: scripts/gpu-check.sh STEP...   STEP: ops | ngram | rejection | topk | e2e | cold-start |
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
-#        tokens-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b
+#        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -34,6 +34,10 @@ for step in "$@"; do
       PYTHONPATH="$BEFORE:${PYTHONPATH:-}" run tokens-before python3 scripts/dump_op_tokens.py "$out/tokens-before.pt"
       run tokens-after python3 scripts/dump_op_tokens.py "$out/tokens-after.pt"
       run tokens-compare python3 scripts/bench_compare.py tokens "$out/tokens-before.pt" "$out/tokens-after.pt" ;;
+    ops-before-after)
+      # Both revisions in one process, interleaved; needs no vLLM. OPS_ARGS narrows it.
+      # shellcheck disable=SC2086
+      run ops-before-after python3 scripts/op_before_after.py "$BEFORE" --out "$out/ops-before-after.json" ${OPS_ARGS:-} ;;
     before-after-*)
       # shellcheck disable=SC2086
       run "$step" bash scripts/bench_before_after.sh "$BEFORE" "$out/before-after" "${step#before-after-}" ${BENCH_ARGS:-} ;;

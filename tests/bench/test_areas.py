@@ -159,3 +159,18 @@ def test_compare_tokens_reports_differences_and_missing(tmp_path):
         text=True,
     )
     assert proc.returncode == 1 and "B=1 p: tokens differ" in proc.stdout
+
+
+def test_op_before_after_imports_a_second_revision_beside_this_one():
+    import op_before_after
+    from dump_op_tokens import op_cases
+
+    from vllm_sampling_plugin import ops
+
+    old_ops = op_before_after.import_old_ops(str(ROOT))
+    assert old_ops.__name__ == f"{op_before_after.OLD_NAME}.ops"
+    assert old_ops.sample is not ops.sample
+    cases = zip(op_cases(old_ops, "cpu", 256, 1), op_cases(ops, "cpu", 256, 1))
+    (old_name, old_call), (new_name, new_call) = next(cases)
+    assert old_name == new_name == "sample_B1_fp32"
+    assert bench_compare.equal_outputs(old_call(), new_call())
