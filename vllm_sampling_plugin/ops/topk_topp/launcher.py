@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..checks import check_same_device
 from ..host_math import next_power_of_2
 from .chunk import chunk_pass
 from .exact import MAX_VOCAB_SIZE
@@ -142,19 +143,10 @@ def _check_inputs(
         raise ValueError(f"idx_mapping must be int32 or int64, got {idx_mapping.dtype}")
     if pos.dtype != torch.int64:
         raise ValueError(f"pos must be int64, got {pos.dtype}")
-    tensors = {
-        "idx_mapping": idx_mapping,
-        "temperature": temperature,
-        "seeds": seeds,
-        "pos": pos,
-        "top_k": top_k,
-        "top_p": top_p,
-    }
-    for name, tensor in tensors.items():
-        if tensor.device != logits.device:
-            raise ValueError(
-                f"{name} is on {tensor.device} but logits are on {logits.device}"
-            )
+    check_same_device(
+        logits.device, idx_mapping=idx_mapping, temperature=temperature, seeds=seeds, pos=pos,
+        top_k=top_k, top_p=top_p,
+    )
 
 
 def top_k_top_p_sample(
