@@ -10,85 +10,26 @@ stock's kernel). Runs on CPU: ``python3 scripts/profile_host_path.py``.
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 import triton
-
-import vllm_sampling_plugin.ops as ops_pkg
-from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
-from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
-from vllm_sampling_plugin.integration.sampler import (
-    PluginSampler,
-    PluginSamplingStates,
-    Route,
+from stub_runner import (
+    fake_ngram_speculator,
+    fake_rejection_sampler,
+    fake_sampler,
+    stub_ops,
 )
 
-H100_SMS = 132
+from vllm_sampling_plugin.integration.sampler import Route
+
 K = 3
 
 
 class NoOpKernel:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: None
-
-
-def stub_kernels(modules) -> None:
-    """No-op every launched kernel and give every plan an H100's SM count."""
-    for module in modules:
-        for name, obj in list(vars(module).items()):
-            if name.endswith("_kernel") and hasattr(obj, "fn"):
-                setattr(module, name, NoOpKernel())
-            elif "num_sms" in name and callable(obj):
-                setattr(module, name, lambda device: H100_SMS)
-
-
-def plugin_modules():
-    return [
-        importlib.import_module(info.name)
-        for info in pkgutil.walk_packages(ops_pkg.__path__, ops_pkg.__name__ + ".")
-    ]
-
-
-def state(values, dtype):
-    return SimpleNamespace(np=np.array(values), gpu=torch.tensor(values, dtype=dtype))
-
-
-def make_components(max_num_reqs: int, vocab: int):
-    states = object.__new__(PluginSamplingStates)
-    states.vocab_size = vocab
-    states.temperature = state([0.7] * max_num_reqs, torch.float32)
-    states.seeds = state(list(range(max_num_reqs)), torch.int64)
-    states.top_k = state([50] * max_num_reqs, torch.int32)
-    states.top_p = state([0.9] * max_num_reqs, torch.float32)
-    states.has_explicit_seed = np.zeros(max_num_reqs, dtype=bool)
-    states.num_logprobs = np.full(max_num_reqs, -1, dtype=np.int32)
-    sampler = object.__new__(PluginSampler)
-    sampler.sampling_states = states
-    sampler.use_flashinfer = False
-    sampler.use_fp64_gumbel = False
-    sampler.logprobs_mode = "raw_logprobs"
-    rejection = object.__new__(PluginRejectionSampler)
-    rejection.sampler = sampler
-    rejection.num_speculative_steps = K
-    rejection.synthetic_mode = False
-    rejection.synthetic_conditional_rates = None
-    speculator = object.__new__(NgramProposerGPU)
-    speculator.min_n, speculator.max_n, speculator.k = 2, 4, K
-    speculator.drafts = torch.zeros(max_num_reqs, K, dtype=torch.int64)
-    speculator.num_drafts = torch.zeros(max_num_reqs, dtype=torch.int32)
-    speculator.scratch = torch.zeros(max_num_reqs, 64, dtype=torch.int64)
-    speculator.req_states = SimpleNamespace(
-        all_token_ids=SimpleNamespace(gpu=torch.zeros(max_num_reqs, 4096, dtype=torch.int32)),
-        total_len=SimpleNamespace(gpu=torch.zeros(max_num_reqs, dtype=torch.int32)),
-        max_model_len=4096,
-        last_sampled_tokens=torch.zeros(max_num_reqs, 1, dtype=torch.int64),
-    )
-    return sampler, rejection, speculator
 
 
 def step_cases(sampler, rejection, speculator, stock_gumbel, n: int, vocab: int):
@@ -144,7 +85,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2000)
     args = parser.parse_args()
 
-    stub_kernels(plugin_modules())
+    stub_ops(lambda name, kernel: NoOpKernel())
     from vllm.v1.worker.gpu.sample import gumbel as stock_gumbel
 
     stock_gumbel._gumbel_sample_kernel = NoOpKernel()
@@ -152,7 +93,9 @@ def main() -> None:
     # launcher calls the real triton.cdiv.
     stock_gumbel.triton = triton
     max_num_reqs = max(args.batch)
-    sampler, rejection, speculator = make_components(max_num_reqs, args.vocab)
+    sampler = fake_sampler(max_num_reqs, args.vocab)
+    rejection = fake_rejection_sampler(sampler, K, "probabilistic")
+    speculator = fake_ngram_speculator(max_num_reqs, K, max_model_len=4096)
     # Only shapes and dtypes matter to the host path: a narrow logits tensor
     # stands in for [n, vocab] (plans read the vocabulary from the states).
     print(f"{'path':<28}" + "".join(f"{f'B={n}':>10}" for n in args.batch) + "   (us per call)")

@@ -3,16 +3,16 @@
 Every Triton kernel under ``vllm_sampling_plugin.ops`` is replaced by a
 recorder that computes what Triton keys a compiled binary on (constexprs,
 launch options, pointer dtypes and 16-byte alignment, integers equal to 1 or
-divisible by 16) and runs nothing. The warm-up's keys must cover the keys of
+divisible by 16; a tuple argument's elements each) and runs nothing. The warm-up's keys must cover the keys of
 engine-like steps: random batch sizes and mixes, draft counts and slots, on
 the launch plans of an H100 (132 SMs) and a real vocabulary.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,32 +21,44 @@ import torch
 
 pytest.importorskip("vllm")
 
-import vllm_sampling_plugin.ops as ops_pkg
 from vllm_sampling_plugin.integration import warmup
-from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
-from vllm_sampling_plugin.integration.rejection_sampler import (
-    PluginRejectionSampler,
-)
-from vllm_sampling_plugin.integration.sampler import (
-    PluginSampler,
-    PluginSamplingStates,
-    Route,
-)
+from vllm_sampling_plugin.integration.sampler import Route
 from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from stub_runner import (
+    fake_ngram_speculator,
+    fake_rejection_sampler,
+    fake_sampler,
+    stub_ops,
+)
 
 VOCAB = 151936
 MAX_NUM_REQS = 64
 K = 3
-H100_SMS = 132
+
+
+def _specialization(value, specialize=True):
+    """What Triton keys a binary on for one runtime argument; a tuple's
+    elements each count, as Triton flattens them."""
+    if isinstance(value, tuple):
+        return tuple(_specialization(element) for element in value)
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, value.data_ptr() % 16 == 0)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int) and specialize:
+        return "one" if value == 1 else value % 16 == 0
+    return type(value).__name__
 
 
 class Recorder:
     """Stands in for a Triton kernel: ``kernel[grid](...)`` records a compile key."""
 
-    def __init__(self, name, fn, keys):
+    def __init__(self, name, kernel, keys):
         self.name = name
-        self.signature = inspect.signature(fn)
-        self.do_not_specialize = set(getattr(fn, "do_not_specialize", ()) or ())
+        self.signature = inspect.signature(kernel.fn)
+        self.do_not_specialize = set(getattr(kernel, "do_not_specialize", ()) or ())
         self.keys = keys
 
     def __getitem__(self, grid):
@@ -59,54 +71,21 @@ class Recorder:
             annotation = self.signature.parameters[name].annotation
             if "constexpr" in str(annotation):
                 key.append((name, value))
-            elif isinstance(value, torch.Tensor):
-                key.append((name, value.dtype, value.data_ptr() % 16 == 0))
-            elif isinstance(value, bool) or value is None:
-                key.append((name, value))
-            elif isinstance(value, int) and name not in self.do_not_specialize:
-                key.append((name, "one" if value == 1 else value % 16 == 0))
             else:
-                key.append((name, type(value).__name__))
+                key.append((name, _specialization(value, name not in self.do_not_specialize)))
         self.keys.add(tuple(key))
 
 
 @pytest.fixture
 def compile_keys(monkeypatch):
     keys: set = set()
-    for info in pkgutil.walk_packages(ops_pkg.__path__, ops_pkg.__name__ + "."):
-        module = importlib.import_module(info.name)
-        for name, obj in list(vars(module).items()):
-            fn = getattr(obj, "fn", None)
-            if name.endswith("_kernel") and callable(fn) and hasattr(obj, "__getitem__"):
-                recorder = Recorder(name, fn, keys)
-                recorder.do_not_specialize |= set(
-                    getattr(obj, "do_not_specialize", ()) or ()
-                )
-                monkeypatch.setattr(module, name, recorder)
-    # The launch plans of an H100 instead of the interpreter's.
-    for info in pkgutil.walk_packages(ops_pkg.__path__, ops_pkg.__name__ + "."):
-        module = importlib.import_module(info.name)
-        for name, obj in list(vars(module).items()):
-            if "num_sms" in name and callable(obj):
-                monkeypatch.setattr(module, name, lambda device: H100_SMS)
+    # On the launch plans of an H100 instead of the interpreter's.
+    stub_ops(lambda name, kernel: Recorder(name, kernel, keys), monkeypatch.setattr)
     return keys
 
 
-def state(values, dtype):
-    return SimpleNamespace(np=np.array(values), gpu=torch.tensor(values, dtype=dtype))
-
-
 def make_runner(spec_method=None, use_fp64=False):
-    states = object.__new__(PluginSamplingStates)
-    states.vocab_size = VOCAB
-    states.temperature = state([0.7] * MAX_NUM_REQS, torch.float32)
-    states.seeds = state(list(range(MAX_NUM_REQS)), torch.int64)
-    states.top_k = state([50] * MAX_NUM_REQS, torch.int32)
-    states.top_p = state([0.9] * MAX_NUM_REQS, torch.float32)
-    sampler = object.__new__(PluginSampler)
-    sampler.sampling_states = states
-    sampler.use_flashinfer = False
-    sampler.use_fp64_gumbel = use_fp64
+    sampler = fake_sampler(MAX_NUM_REQS, VOCAB, use_fp64)
     runner = SimpleNamespace(
         sampler=sampler,
         device=torch.device("cpu"),
@@ -116,26 +95,8 @@ def make_runner(spec_method=None, use_fp64=False):
         input_buffers=SimpleNamespace(input_ids=torch.zeros(8, dtype=torch.int32)),
     )
     if spec_method is not None:
-        rejection = object.__new__(PluginRejectionSampler)
-        rejection.sampler = sampler
-        rejection.num_speculative_steps = K
-        rejection.rejection_sample_method = spec_method
-        rejection.synthetic_mode = spec_method == "synthetic"
-        rejection.synthetic_conditional_rates = (
-            torch.full((K,), 0.5) if rejection.synthetic_mode else None
-        )
-        runner.rejection_sampler = rejection
-        speculator = object.__new__(NgramProposerGPU)
-        speculator.min_n, speculator.max_n, speculator.k = 2, 4, K
-        speculator.drafts = torch.zeros(MAX_NUM_REQS, K, dtype=torch.int64)
-        speculator.num_drafts = torch.zeros(MAX_NUM_REQS, dtype=torch.int32)
-        speculator.scratch = torch.zeros(MAX_NUM_REQS, 64, dtype=torch.int64)
-        speculator.req_states = SimpleNamespace(
-            all_token_ids=SimpleNamespace(gpu=torch.zeros(MAX_NUM_REQS, 1024, dtype=torch.int32)),
-            total_len=SimpleNamespace(gpu=torch.zeros(MAX_NUM_REQS, dtype=torch.int32)),
-            max_model_len=1024,
-            last_sampled_tokens=torch.zeros(MAX_NUM_REQS, 1, dtype=torch.int64),
-        )
+        runner.rejection_sampler = fake_rejection_sampler(sampler, K, spec_method)
+        speculator = fake_ngram_speculator(MAX_NUM_REQS, K, max_model_len=1024)
         runner.speculator = speculator
         runner.req_states = speculator.req_states
     return runner

@@ -6,6 +6,7 @@ fused top-k/top-p kernel otherwise.
 
 import torch
 
+from .checks import check_same_device
 from .gumbel import gumbel_sample
 from .topk_topp import top_k_top_p_sample
 
@@ -18,8 +19,7 @@ def _check_row_tensor(name: str, tensor, batch_size: int, device: torch.device) 
             f"{name} must have shape [{batch_size}] (one entry per logits row), "
             f"got {tuple(tensor.shape)}"
         )
-    if tensor.device != device:
-        raise ValueError(f"{name} is on {tensor.device} but logits are on {device}")
+    check_same_device(device, **{name: tensor})
 
 
 def _check_inputs(

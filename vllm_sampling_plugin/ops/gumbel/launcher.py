@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..checks import check_same_device
 from ..host_math import next_power_of_2
 from ..random import gumbel_block, request_key
 from .plan import plan_launch
@@ -217,14 +218,10 @@ def _check_inputs(
             f"contiguous rows, got shape {tuple(processed_logits_out.shape)} "
             f"and strides {processed_logits_out.stride()}"
         )
-    tensors = {"idx_mapping": idx_mapping, "temperature": temperature, "seeds": seeds, "pos": pos}
-    if processed_logits_out is not None:
-        tensors["processed_logits_out"] = processed_logits_out
-    for name, tensor in tensors.items():
-        if tensor.device != logits.device:
-            raise ValueError(
-                f"{name} is on {tensor.device} but logits are on {logits.device}"
-            )
+    check_same_device(
+        logits.device, idx_mapping=idx_mapping, temperature=temperature, seeds=seeds, pos=pos,
+        processed_logits_out=processed_logits_out,
+    )
 
 
 def gumbel_sample(

@@ -13,21 +13,17 @@ def chunk_pass(
     token,
     chunk,
     num_chunks,
-    chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
-    chunk_best_id_ptr,  # [num_tokens, num_chunks] int32
-    chunk_mass_ptr,  # [num_tokens, num_chunks] fp32
-    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
-    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    logits_ptr,  # [num_tokens, vocab]
-    logits_row_stride,
-    logits_col_stride,
-    idx_mapping_ptr,  # [num_tokens]
-    temperature_ptr,  # [max_num_reqs] fp32
-    seeds_ptr,  # [max_num_reqs] int64
-    pos_ptr,  # [num_tokens] int64
-    top_k_ptr,  # [max_num_reqs]
-    top_p_ptr,  # [max_num_reqs] fp32
+    # [num_tokens, num_chunks] each: (best score: fp32, fp64 if USE_FP64;
+    #  its id: int32; mass: fp32; floor: int32, uint32 key bits)
+    chunk_stats,
+    # [num_tokens, num_chunks, LIST] each: (logits: fp32, -inf: no token; ids: int32)
+    chunk_lists,
+    # (logits [num_tokens, vocab], row stride, column stride)
+    logits,
+    # (idx_mapping [num_tokens], temperature [max_num_reqs] fp32,
+    #  seeds [max_num_reqs] int64, pos [num_tokens] int64,
+    #  top_k [max_num_reqs] int32/int64, top_p [max_num_reqs] fp32)
+    requests,
     vocab_size,
     CHUNK: tl.constexpr,
     GROUP: tl.constexpr,
@@ -38,6 +34,10 @@ def chunk_pass(
     USE_FP64: tl.constexpr,
 ):
     """One chunk of a row: its list, floor and best (see the module doc)."""
+    chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr, chunk_floor_ptr = chunk_stats
+    listed_logits_ptr, listed_ids_ptr = chunk_lists
+    logits_ptr, logits_row_stride, logits_col_stride = logits
+    idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr = requests
     req = tl.load(idx_mapping_ptr + token)
     temperature = tl.load(temperature_ptr + req)
     top_k = tl.load(top_k_ptr + req)
@@ -45,7 +45,12 @@ def chunk_pass(
     filter_p = tl.load(top_p_ptr + req) < 1.0
 
     chunk_start = chunk * CHUNK
-    logits_row_ptr = logits_ptr + token.to(tl.int64) * logits_row_stride
+    row_logits = (
+        logits_ptr + token.to(tl.int64) * logits_row_stride,
+        logits_col_stride,
+        temperature,
+        vocab_size,
+    )
     out = token.to(tl.int64) * num_chunks + chunk
     score_dtype: tl.constexpr = tl.float64 if USE_FP64 else tl.float32
 
@@ -58,8 +63,7 @@ def chunk_pass(
         for tile in tl.static_range(CHUNK // TILE):
             start = chunk_start + tile * TILE
             tile_ids, _, tile_logits = load_logits_block(
-                logits_row_ptr, logits_col_stride, start, temperature, vocab_size,
-                1, TILE, APPLY_TEMPERATURE,
+                row_logits, start, 1, TILE, APPLY_TEMPERATURE
             )
             score = tile_logits.to(score_dtype) + gumbel_block(key, start, TILE, USE_FP64)
             # Strictly greater: the earlier token keeps a tie.
@@ -76,8 +80,7 @@ def chunk_pass(
         # [groups, GROUP]: a group's tokens sit in neighbouring lanes, so the
         # per-group reductions stay within a warp.
         token_ids, in_vocab, x = load_logits_block(
-            logits_row_ptr, logits_col_stride, chunk_start, temperature, vocab_size,
-            CHUNK // GROUP, GROUP, APPLY_TEMPERATURE,
+            row_logits, chunk_start, CHUNK // GROUP, GROUP, APPLY_TEMPERATURE
         )
         if temperature == 0.0:
             # Greedy: the max and its lowest id.

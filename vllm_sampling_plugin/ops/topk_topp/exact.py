@@ -35,24 +35,19 @@ MAX_VOCAB_SIZE = 1 << 22
 
 @triton.jit
 def _kth_largest_key_of_row(
-    logits_row_ptr,
-    col_stride,
-    temperature,
-    vocab_size,
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     rank,
     BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """The ``rank``-th largest key of the row: one pass per 8-bit digit."""
+    vocab_size = row_logits[3]
     prefix = tl.full((), 0, tl.uint32)
     need = rank
     for r in tl.static_range(4):
         hist = tl.zeros([256], dtype=tl.int32)
         for start in range(0, vocab_size, BLOCK):
-            _, in_vocab, x = load_logits_block(
-                logits_row_ptr, col_stride, start, temperature, vocab_size,
-                1, BLOCK, APPLY_TEMPERATURE,
-            )
+            _, in_vocab, x = load_logits_block(row_logits, start, 1, BLOCK, APPLY_TEMPERATURE)
             digit, active = radix_digit(order_key(x), in_vocab, prefix, 24 - 8 * r)
             hist += tl.histogram(digit, 256, mask=active)
         best, above = pick_digit(hist, need)
@@ -63,10 +58,7 @@ def _kth_largest_key_of_row(
 
 @triton.jit
 def _top_p_key_of_row(
-    logits_row_ptr,
-    col_stride,
-    temperature,
-    vocab_size,
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     row_max,
     top_k_key,
     top_p,
@@ -76,16 +68,14 @@ def _top_p_key_of_row(
 ):
     """Largest key ``t`` whose tokens at or above it (within the top-k set,
     keys >= ``top_k_key``) hold at least ``top_p`` of the set's mass."""
+    vocab_size = row_logits[3]
     bins = tl.arange(0, 256)
     prefix = tl.full((), 0, tl.uint32)
     for r in tl.static_range(4):
         tl.store(mass_hist_ptr + bins, tl.zeros([256], dtype=tl.int64))
         tl.debug_barrier()
         for start in range(0, vocab_size, BLOCK):
-            _, in_vocab, x = load_logits_block(
-                logits_row_ptr, col_stride, start, temperature, vocab_size,
-                1, BLOCK, APPLY_TEMPERATURE,
-            )
+            _, in_vocab, x = load_logits_block(row_logits, start, 1, BLOCK, APPLY_TEMPERATURE)
             keys = order_key(x)
             digit, active = radix_digit(
                 keys, in_vocab & (keys >= top_k_key), prefix, 24 - 8 * r
@@ -110,10 +100,7 @@ def _top_p_key_of_row(
 
 @triton.jit
 def _gumbel_argmax_of_row(
-    logits_row_ptr,
-    col_stride,
-    temperature,
-    vocab_size,
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     threshold,
     key,
     BLOCK: tl.constexpr,
@@ -125,14 +112,12 @@ def _gumbel_argmax_of_row(
     A lane's best is replaced only by a strictly greater score, so among
     equal scores the lowest token id wins, as in the Gumbel kernel.
     """
+    vocab_size = row_logits[3]
     score_dtype: tl.constexpr = tl.float64 if USE_FP64 else tl.float32
     best = tl.full([BLOCK], float("-inf"), score_dtype)
     best_ids = tl.arange(0, BLOCK)
     for start in range(0, vocab_size, BLOCK):
-        token_ids, in_vocab, x = load_logits_block(
-            logits_row_ptr, col_stride, start, temperature, vocab_size,
-            1, BLOCK, APPLY_TEMPERATURE,
-        )
+        token_ids, in_vocab, x = load_logits_block(row_logits, start, 1, BLOCK, APPLY_TEMPERATURE)
         survive = in_vocab & (order_key(x) >= threshold)
         noise = gumbel_block(key, start, BLOCK, USE_FP64)
         score = tl.where(survive, x.to(score_dtype) + noise, float("-inf"))
@@ -145,15 +130,9 @@ def _gumbel_argmax_of_row(
 
 @triton.jit
 def sample_row_exactly(
-    logits_row_ptr,  # [vocab]: one row of logits
-    col_stride,
-    temperature,
-    vocab_size,
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     row_max,
-    filter_k,
-    top_k,
-    filter_p,
-    top_p,
+    filters,  # (filter_k, top_k, filter_p, top_p): each filter, whether on and its value
     mass_hist_ptr,  # [256] int64 scratch of this row
     key,
     BLOCK: tl.constexpr,
@@ -163,23 +142,19 @@ def sample_row_exactly(
     """Top-k, then top-p, then Gumbel-max, each by walking the whole row.
 
     ``row_max`` is the row's largest (canonical, temperature-divided) logit
-    and must be finite; ``temperature`` must not be 0.
+    and must be finite; the row's temperature must not be 0.
     """
+    filter_k, top_k, filter_p, top_p = filters
     top_k_key = tl.full((), 0, tl.uint32)
     if filter_k:
-        top_k_key = _kth_largest_key_of_row(
-            logits_row_ptr, col_stride, temperature, vocab_size, top_k,
-            BLOCK, APPLY_TEMPERATURE,
-        )
+        top_k_key = _kth_largest_key_of_row(row_logits, top_k, BLOCK, APPLY_TEMPERATURE)
     top_p_key = tl.full((), 0, tl.uint32)
     if filter_p:
         top_p_key = _top_p_key_of_row(
-            logits_row_ptr, col_stride, temperature, vocab_size, row_max,
-            top_k_key, top_p, mass_hist_ptr, BLOCK, APPLY_TEMPERATURE,
+            row_logits, row_max, top_k_key, top_p, mass_hist_ptr, BLOCK, APPLY_TEMPERATURE
         )
     # The top token always stays, even for top_p <= 0.
     threshold = tl.minimum(tl.maximum(top_k_key, top_p_key), order_key(row_max))
     return _gumbel_argmax_of_row(
-        logits_row_ptr, col_stride, temperature, vocab_size, threshold, key,
-        BLOCK, APPLY_TEMPERATURE, USE_FP64,
+        row_logits, threshold, key, BLOCK, APPLY_TEMPERATURE, USE_FP64
     )

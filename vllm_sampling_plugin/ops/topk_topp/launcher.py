@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..checks import check_same_device
 from ..host_math import next_power_of_2
 from .chunk import chunk_pass
 from .exact import MAX_VOCAB_SIZE
@@ -25,24 +26,12 @@ def _top_k_top_p_kernel(
     sampled_ptr,  # [num_tokens] int64
     paths_ptr,  # [num_tokens] int32 or None: which step decided each row
     arrivals_ptr,  # [num_tokens] int32, zero between calls
-    chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
-    chunk_best_id_ptr,  # [num_tokens, num_chunks] int32
-    chunk_mass_ptr,  # [num_tokens, num_chunks] fp32
-    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
-    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    scratch_logits_ptr,  # [num_tokens, WIDE] fp32 scratch
-    scratch_ids_ptr,  # [num_tokens, WIDE] int32 scratch
-    mass_hist_ptr,  # [num_tokens, 256] int64 scratch of the exact path
-    logits_ptr,  # [num_tokens, vocab]
-    logits_row_stride,
-    logits_col_stride,
-    idx_mapping_ptr,  # [num_tokens]
-    temperature_ptr,  # [max_num_reqs] fp32
-    seeds_ptr,  # [max_num_reqs] int64
-    pos_ptr,  # [num_tokens] int64
-    top_k_ptr,  # [max_num_reqs]
-    top_p_ptr,  # [max_num_reqs] fp32
+    # The arguments of ``chunk_pass`` and ``merge_row``, as they document them:
+    chunk_stats,  # 4 x [num_tokens, num_chunks]: best, best id, mass, floor
+    chunk_lists,  # 2 x [num_tokens, num_chunks, LIST]: listed logits, ids
+    scratch,  # the merge's: 2 x [num_tokens, WIDE], [num_tokens, 256]
+    logits,  # ([num_tokens, vocab], row stride, column stride)
+    requests,  # (idx_mapping, temperature, seeds, pos, top_k, top_p)
     vocab_size,
     NUM_CHUNKS: tl.constexpr,
     CHUNKS_BLOCK: tl.constexpr,
@@ -63,10 +52,8 @@ def _top_k_top_p_kernel(
     token = tl.program_id(0) // NUM_CHUNKS
     chunk = tl.program_id(0) % NUM_CHUNKS
     chunk_pass(
-        token, chunk, NUM_CHUNKS, chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr,
-        chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, logits_ptr, logits_row_stride,
-        logits_col_stride, idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr,
-        top_p_ptr, vocab_size, CHUNK, GROUP, PER_GROUP, LIST, TILE, APPLY_TEMPERATURE, USE_FP64,
+        token, chunk, NUM_CHUNKS, chunk_stats, chunk_lists, logits, requests, vocab_size,
+        CHUNK, GROUP, PER_GROUP, LIST, TILE, APPLY_TEMPERATURE, USE_FP64,
     )
     # The row's last chunk to finish merges it: one launch, no host sync.
     # The barrier puts every thread's stores before the releasing atomic;
@@ -78,10 +65,7 @@ def _top_k_top_p_kernel(
         # Ready for the next call.
         tl.store(arrivals_ptr + token, 0)
         merge_row(
-            token, sampled_ptr, paths_ptr, chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr,
-            chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, scratch_logits_ptr,
-            scratch_ids_ptr, mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride,
-            idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr,
+            token, sampled_ptr, paths_ptr, chunk_stats, chunk_lists, scratch, logits, requests,
             vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, WIDE, ROW_BLOCK,
             APPLY_TEMPERATURE, CHUNK, USE_FP64,
         )
@@ -89,20 +73,28 @@ def _top_k_top_p_kernel(
 
 @triton.jit
 def _merge_kernel(
-    sampled_ptr, paths_ptr, chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr,
-    chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, scratch_logits_ptr, scratch_ids_ptr,
-    mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride, idx_mapping_ptr,
-    temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr, vocab_size,
-    NUM_CHUNKS: tl.constexpr, CHUNKS_BLOCK: tl.constexpr, LIST: tl.constexpr,
-    SHORT: tl.constexpr, WIDE: tl.constexpr, ROW_BLOCK: tl.constexpr,
-    APPLY_TEMPERATURE: tl.constexpr, CHUNK: tl.constexpr, USE_FP64: tl.constexpr,
+    sampled_ptr,  # [num_tokens] int64
+    paths_ptr,  # [num_tokens] int32 or None
+    # As in _top_k_top_p_kernel:
+    chunk_stats,
+    chunk_lists,
+    scratch,
+    logits,
+    requests,
+    vocab_size,
+    NUM_CHUNKS: tl.constexpr,
+    CHUNKS_BLOCK: tl.constexpr,
+    LIST: tl.constexpr,
+    SHORT: tl.constexpr,
+    WIDE: tl.constexpr,
+    ROW_BLOCK: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+    CHUNK: tl.constexpr,
+    USE_FP64: tl.constexpr,
 ):
     merge_row(
-        tl.program_id(0), sampled_ptr, paths_ptr, chunk_best_ptr, chunk_best_id_ptr,
-        chunk_mass_ptr, chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr, scratch_logits_ptr,
-        scratch_ids_ptr, mass_hist_ptr, logits_ptr, logits_row_stride, logits_col_stride,
-        idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr,
-        vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, WIDE, ROW_BLOCK,
+        tl.program_id(0), sampled_ptr, paths_ptr, chunk_stats, chunk_lists, scratch, logits,
+        requests, vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, WIDE, ROW_BLOCK,
         APPLY_TEMPERATURE, CHUNK, USE_FP64,
     )
 
@@ -151,19 +143,10 @@ def _check_inputs(
         raise ValueError(f"idx_mapping must be int32 or int64, got {idx_mapping.dtype}")
     if pos.dtype != torch.int64:
         raise ValueError(f"pos must be int64, got {pos.dtype}")
-    tensors = {
-        "idx_mapping": idx_mapping,
-        "temperature": temperature,
-        "seeds": seeds,
-        "pos": pos,
-        "top_k": top_k,
-        "top_p": top_p,
-    }
-    for name, tensor in tensors.items():
-        if tensor.device != logits.device:
-            raise ValueError(
-                f"{name} is on {tensor.device} but logits are on {logits.device}"
-            )
+    check_same_device(
+        logits.device, idx_mapping=idx_mapping, temperature=temperature, seeds=seeds, pos=pos,
+        top_k=top_k, top_p=top_p,
+    )
 
 
 def top_k_top_p_sample(
@@ -276,10 +259,12 @@ def top_k_top_p_sample(
 
     fused = num_tokens * shape.num_chunks <= tuning.fused_max_programs
     buffers = (
-        work.chunk_best, work.chunk_best_id, work.chunk_mass, work.chunk_floor,
-        work.listed_logits, work.listed_ids, work.scratch_logits, work.scratch_ids,
-        work.mass_hist, logits, logits.stride(0), logits.stride(1),
-        idx_mapping, temperature, seeds, pos, top_k, top_p, vocab_size,
+        work.chunk_stats,
+        work.chunk_lists,
+        work.scratch,
+        (logits, logits.stride(0), logits.stride(1)),
+        (idx_mapping, temperature, seeds, pos, top_k, top_p),
+        vocab_size,
     )
     merge_shape = dict(
         NUM_CHUNKS=shape.num_chunks,

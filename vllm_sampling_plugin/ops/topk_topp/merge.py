@@ -20,24 +20,13 @@ def merge_row(
     token,
     sampled_ptr,  # [num_tokens] int64
     paths_ptr,  # [num_tokens] int32 or None: which step decided each row
-    chunk_best_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if USE_FP64)
-    chunk_best_id_ptr,  # [num_tokens, num_chunks] int32
-    chunk_mass_ptr,  # [num_tokens, num_chunks] fp32
-    chunk_floor_ptr,  # [num_tokens, num_chunks] int32 (uint32 key bits)
-    listed_logits_ptr,  # [num_tokens, num_chunks, LIST] fp32, -inf: no token
-    listed_ids_ptr,  # [num_tokens, num_chunks, LIST] int32
-    scratch_logits_ptr,  # [num_tokens, WIDE] fp32 scratch
-    scratch_ids_ptr,  # [num_tokens, WIDE] int32 scratch
-    mass_hist_ptr,  # [num_tokens, 256] int64 scratch of the exact path
-    logits_ptr,  # [num_tokens, vocab]
-    logits_row_stride,
-    logits_col_stride,
-    idx_mapping_ptr,  # [num_tokens]
-    temperature_ptr,  # [max_num_reqs] fp32
-    seeds_ptr,  # [max_num_reqs] int64
-    pos_ptr,  # [num_tokens] int64
-    top_k_ptr,  # [max_num_reqs]
-    top_p_ptr,  # [max_num_reqs] fp32
+    chunk_stats,  # as chunk_pass writes them
+    chunk_lists,  # as chunk_pass writes them
+    # ([num_tokens, WIDE] fp32 and int32: a row's short list, or its collected
+    #  tokens; [num_tokens, 256] int64: the exact path's mass histogram)
+    scratch,
+    logits,  # ([num_tokens, vocab], row stride, column stride)
+    requests,  # (idx_mapping, temperature, seeds, pos, top_k, top_p), as chunk_pass
     vocab_size,
     num_chunks,
     CHUNKS_BLOCK: tl.constexpr,
@@ -56,6 +45,11 @@ def merge_row(
     and unfiltered rows read their ~20 KB of unwritten lists for nothing:
     cheaper than making the lists wait for the request's settings.)
     """
+    chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr, chunk_floor_ptr = chunk_stats
+    listed_logits_ptr, listed_ids_ptr = chunk_lists
+    scratch_logits_ptr, scratch_ids_ptr, mass_hist_ptr = scratch
+    logits_ptr, logits_row_stride, logits_col_stride = logits
+    idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr = requests
     req = tl.load(idx_mapping_ptr + token)
     chunks = tl.arange(0, CHUNKS_BLOCK)
     chunk_ok = chunks < num_chunks
@@ -87,9 +81,17 @@ def merge_row(
     # kernel picks) or -inf (all tokens are -inf: token 0).
     if (temperature != 0.0) & (filter_k | filter_p) & finite_max:
         key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token))
-        logits_row_ptr = logits_ptr + token.to(tl.int64) * logits_row_stride
-        scratch_logits_ptr += token.to(tl.int64) * WIDE
-        scratch_ids_ptr += token.to(tl.int64) * WIDE
+        row_logits = (
+            logits_ptr + token.to(tl.int64) * logits_row_stride,
+            logits_col_stride,
+            temperature,
+            vocab_size,
+        )
+        row_scratch = (
+            scratch_logits_ptr + token.to(tl.int64) * WIDE,
+            scratch_ids_ptr + token.to(tl.int64) * WIDE,
+        )
+        filters = (filter_k, top_k, filter_p, top_p)
         # Top-p alone needs the row's total mass: the chunks' sums.
         total_mass = 0.0
         if filter_p & ~filter_k:
@@ -107,15 +109,13 @@ def merge_row(
         )
         if capacity <= SHORT // 2:
             short_sampled, decided, bound = sample_short(
-                x, ids, floors, scratch_logits_ptr, scratch_ids_ptr, row_max, capacity,
-                filter_k, top_k, filter_p, top_p, total_mass, key, vocab_size,
-                SHORT // 2, USE_FP64,
+                x, ids, floors, row_scratch, row_max, capacity, filters, total_mass, key,
+                vocab_size, SHORT // 2, USE_FP64,
             )
         else:
             short_sampled, decided, bound = sample_short(
-                x, ids, floors, scratch_logits_ptr, scratch_ids_ptr, row_max, capacity,
-                filter_k, top_k, filter_p, top_p, total_mass, key, vocab_size,
-                SHORT, USE_FP64,
+                x, ids, floors, row_scratch, row_max, capacity, filters, total_mass, key,
+                vocab_size, SHORT, USE_FP64,
             )
         path = PATH_SHORT_LIST
         if decided:
@@ -123,23 +123,15 @@ def merge_row(
         else:
             path = PATH_COLLECTED
             sampled, decided = sample_wide(
-                x, ids, floors, logits_row_ptr, logits_col_stride, temperature, vocab_size,
-                row_max, filter_k, top_k, filter_p, top_p, total_mass, bound,
-                scratch_logits_ptr, scratch_ids_ptr, key, CHUNK, LIST, SHORT, WIDE,
-                APPLY_TEMPERATURE, USE_FP64,
+                x, ids, floors, row_logits, row_max, filters, total_mass, bound, row_scratch,
+                key, CHUNK, LIST, SHORT, WIDE, APPLY_TEMPERATURE, USE_FP64,
             )
         if not decided:
             path = PATH_EXACT
             sampled = sample_row_exactly(
-                logits_row_ptr,
-                logits_col_stride,
-                temperature,
-                vocab_size,
+                row_logits,
                 row_max,
-                filter_k,
-                top_k,
-                filter_p,
-                top_p,
+                filters,
                 mass_hist_ptr + token.to(tl.int64) * 256,
                 key,
                 ROW_BLOCK,

@@ -82,15 +82,17 @@ def list_largest(x, valid, top, capacity):
 
 
 @triton.jit
-def append_taken(x, ids, taken, count, scratch_logits_ptr, scratch_ids_ptr, CAPACITY: tl.constexpr):
+def append_taken(x, ids, taken, count, scratch, CAPACITY: tl.constexpr):
     """Append the ``taken`` lanes of a 2-D block to the scratch list of
-    ``count`` tokens, in row-major order; returns the new count (lanes past
-    ``CAPACITY`` are counted, not stored).
+    ``count`` tokens (``scratch``: its logits and ids pointers), in row-major
+    order; returns the new count (lanes past ``CAPACITY`` are counted, not
+    stored).
 
     The slots come from a scan along each row plus one over the row totals:
     short scans within a warp, which cost a fraction of one scan over the
     flattened block.
     """
+    scratch_logits_ptr, scratch_ids_ptr = scratch
     taken_count = taken.to(tl.int32)
     per_row = tl.sum(taken_count, axis=1)
     row_start = count + tl.cumsum(per_row, axis=0) - per_row
@@ -101,13 +103,14 @@ def append_taken(x, ids, taken, count, scratch_logits_ptr, scratch_ids_ptr, CAPA
 
 
 @triton.jit
-def load_list(short_logits_ptr, short_ids_ptr, count, SHORT: tl.constexpr):
+def load_list(scratch, count, SHORT: tl.constexpr):
     """The first ``count`` tokens of a scratch row: logits, ids, keys, and
     which of the ``SHORT`` lanes hold one."""
+    scratch_logits_ptr, scratch_ids_ptr = scratch
     lanes = tl.arange(0, SHORT)
     listed = lanes < count
-    x = tl.load(short_logits_ptr + lanes, mask=listed, other=float("-inf"))
-    ids = tl.load(short_ids_ptr + lanes, mask=listed, other=0)
+    x = tl.load(scratch_logits_ptr + lanes, mask=listed, other=float("-inf"))
+    ids = tl.load(scratch_ids_ptr + lanes, mask=listed, other=0)
     return x, ids, tl.where(listed, order_key(x), 0), listed
 
 
@@ -117,13 +120,9 @@ def collect_at_least(
     keys,  # [CHUNKS_BLOCK, LIST] uint32 keys of x, 0 where no token
     ids,  # [CHUNKS_BLOCK, LIST] int32
     floors,  # [CHUNKS_BLOCK] uint32: the chunks' floors, 0 past the last chunk
-    logits_row_ptr,  # [vocab]: one row of logits
-    col_stride,
-    temperature,
-    vocab_size,
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     bound,
-    scratch_logits_ptr,  # [CAPACITY] fp32 scratch of this row
-    scratch_ids_ptr,  # [CAPACITY] int32 scratch of this row
+    scratch,  # [CAPACITY] each, this row's: (logits fp32, ids int32)
     CHUNK: tl.constexpr,
     LIST: tl.constexpr,
     CAPACITY: tl.constexpr,
@@ -142,13 +141,12 @@ def collect_at_least(
     chunks = tl.arange(0, floors.shape[0])
     walk = floors >= bound
     taken = (keys >= bound) & ~walk[:, None]
-    count = append_taken(x, ids, taken, 0, scratch_logits_ptr, scratch_ids_ptr, CAPACITY)
+    count = append_taken(x, ids, taken, 0, scratch, CAPACITY)
     while tl.max(walk.to(tl.int32), axis=0) > 0:
         chunk = tl.min(tl.where(walk, chunks, floors.shape[0]), axis=0)
         walk = walk & (chunks != chunk)
         token_ids, in_vocab, block_x = load_logits_block(
-            logits_row_ptr, col_stride, chunk * CHUNK, temperature, vocab_size,
-            1, CHUNK, APPLY_TEMPERATURE,
+            row_logits, chunk * CHUNK, 1, CHUNK, APPLY_TEMPERATURE
         )
         block_taken = in_vocab & (block_x > float("-inf")) & (order_key(block_x) >= bound)
         # The chunk in one block, shaped like the lists (LIST divides CHUNK).
@@ -156,10 +154,7 @@ def collect_at_least(
         block_x = tl.reshape(block_x, block_shape)
         token_ids = tl.reshape(token_ids, block_shape)
         block_taken = tl.reshape(block_taken, block_shape)
-        count = append_taken(
-            block_x, token_ids, block_taken, count, scratch_logits_ptr, scratch_ids_ptr,
-            CAPACITY,
-        )
+        count = append_taken(block_x, token_ids, block_taken, count, scratch, CAPACITY)
     tl.debug_barrier()
     return count
 
@@ -171,10 +166,7 @@ def decide(
     listed,
     floor,
     row_max,
-    filter_k,
-    top_k,
-    filter_p,
-    top_p,
+    filters,  # (filter_k, top_k, filter_p, top_p): each filter, whether on and its value
     total_mass,
 ):
     """Top-k then top-p on the listed tokens (every token of the row above
@@ -187,6 +179,7 @@ def decide(
     reaches p), or 0 when these tokens cannot tell. ``total_mass`` is the
     row's (used by top-p alone).
     """
+    filter_k, top_k, filter_p, top_p = filters
     mass = tl.where(listed, tl.exp(x - row_max), 0.0)
     # For every token j, how many listed tokens lie strictly above it, and
     # their mass: one [SHORT, SHORT] comparison in registers. Both tests use
@@ -232,14 +225,10 @@ def sample_short(
     x,  # [CHUNKS_BLOCK, LIST] fp32: the row's listed logits, -inf: no token
     ids,  # [CHUNKS_BLOCK, LIST] int32
     floors,  # [CHUNKS_BLOCK] uint32: the chunks' floors, 0 past the last chunk
-    short_logits_ptr,  # [LANES] fp32 scratch of this row
-    short_ids_ptr,  # [LANES] int32 scratch of this row
+    scratch,  # [LANES] each, this row's: (logits fp32, ids int32)
     row_max,
     capacity,
-    filter_k,
-    top_k,
-    filter_p,
-    top_p,
+    filters,  # (filter_k, top_k, filter_p, top_p): each filter, whether on and its value
     total_mass,
     key,
     vocab_size,
@@ -255,11 +244,11 @@ def sample_short(
     # largest one left out, and compact the kept ones through the scratch.
     floor = tl.max(floors, axis=0)
     chosen, cut = list_largest(x, x > float("-inf"), row_max, capacity)
-    count = append_taken(x, ids, chosen, 0, short_logits_ptr, short_ids_ptr, LANES)
+    count = append_taken(x, ids, chosen, 0, scratch, LANES)
     tl.debug_barrier()
     return decide_listed(
-        short_logits_ptr, short_ids_ptr, count, tl.maximum(floor, cut), row_max, filter_k,
-        top_k, filter_p, top_p, total_mass, key, vocab_size, LANES, USE_FP64,
+        scratch, count, tl.maximum(floor, cut), row_max, filters, total_mass, key, vocab_size,
+        LANES, USE_FP64,
     )
 
 
@@ -268,19 +257,12 @@ def sample_wide(
     x,  # [CHUNKS_BLOCK, LIST] fp32: the row's listed logits, -inf: no token
     ids,  # [CHUNKS_BLOCK, LIST] int32
     floors,  # [CHUNKS_BLOCK] uint32: the chunks' floors, 0 past the last chunk
-    logits_row_ptr,  # [vocab]: this row of logits
-    col_stride,
-    temperature,
-    vocab_size,
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     row_max,
-    filter_k,
-    top_k,
-    filter_p,
-    top_p,
+    filters,  # (filter_k, top_k, filter_p, top_p): each filter, whether on and its value
     total_mass,
     bound,
-    scratch_logits_ptr,  # [WIDE] fp32 scratch of this row
-    scratch_ids_ptr,  # [WIDE] int32 scratch of this row
+    scratch,  # [WIDE] each, this row's: (logits fp32, ids int32)
     key,
     CHUNK: tl.constexpr,
     LIST: tl.constexpr,
@@ -301,6 +283,8 @@ def sample_wide(
     pairwise, as the short list is; up to ``WIDE``, by bit-by-bit searches.
     Returns (token, decided).
     """
+    filter_k, top_k, filter_p, top_p = filters
+    vocab_size = row_logits[3]
     listed = x > float("-inf")
     keys = tl.where(listed, order_key(x), 0)
     if bound == 0:
@@ -320,26 +304,24 @@ def sample_wide(
         # Every token at or above the bound is collected, and the cuts are at
         # or above it: counts and masses from here are the row's.
         count = collect_at_least(
-            x, keys, ids, floors, logits_row_ptr, col_stride, temperature, vocab_size, bound,
-            scratch_logits_ptr, scratch_ids_ptr, CHUNK, LIST, WIDE, APPLY_TEMPERATURE,
+            x, keys, ids, floors, row_logits, bound, scratch, CHUNK, LIST, WIDE,
+            APPLY_TEMPERATURE,
         )
         decided = count <= WIDE
         # The usual case (a few tokens at the bound): the pairwise decision,
         # on half the short list's lanes when they hold the tokens.
         if count <= SHORT // 2:
             sampled, _, _ = decide_listed(
-                scratch_logits_ptr, scratch_ids_ptr, count, bound, row_max, filter_k, top_k,
-                filter_p, top_p, total_mass, key, vocab_size, SHORT // 2, USE_FP64,
+                scratch, count, bound, row_max, filters, total_mass, key, vocab_size,
+                SHORT // 2, USE_FP64,
             )
         elif count <= SHORT:
             sampled, _, _ = decide_listed(
-                scratch_logits_ptr, scratch_ids_ptr, count, bound, row_max, filter_k, top_k,
-                filter_p, top_p, total_mass, key, vocab_size, SHORT, USE_FP64,
+                scratch, count, bound, row_max, filters, total_mass, key, vocab_size, SHORT,
+                USE_FP64,
             )
         elif decided:
-            wide_x, wide_ids, wide_keys, collected = load_list(
-                scratch_logits_ptr, scratch_ids_ptr, count, WIDE
-            )
+            wide_x, wide_ids, wide_keys, collected = load_list(scratch, count, WIDE)
             top_k_key = tl.full((), 0, tl.uint32)
             if filter_k:
                 top_k_key = largest_key_reaching(wide_keys, collected.to(tl.int32), top_k)
@@ -358,15 +340,11 @@ def sample_wide(
 
 @triton.jit
 def decide_listed(
-    scratch_logits_ptr,  # [LANES] fp32: the tokens
-    scratch_ids_ptr,  # [LANES] int32
+    scratch,  # [LANES] each: (logits fp32, ids int32) of the tokens
     count,
     floor,
     row_max,
-    filter_k,
-    top_k,
-    filter_p,
-    top_p,
+    filters,  # (filter_k, top_k, filter_p, top_p): each filter, whether on and its value
     total_mass,
     key,
     vocab_size,
@@ -376,10 +354,8 @@ def decide_listed(
     """``decide`` on the ``count <= LANES`` tokens of a scratch list (every
     token of the row above ``floor``), and the draw among the survivors.
     Returns (token, decided, bound); the token is the row's if decided."""
-    x, ids, keys, listed = load_list(scratch_logits_ptr, scratch_ids_ptr, count, LANES)
-    keep, decided, bound = decide(
-        x, keys, listed, floor, row_max, filter_k, top_k, filter_p, top_p, total_mass,
-    )
+    x, ids, keys, listed = load_list(scratch, count, LANES)
+    keep, decided, bound = decide(x, keys, listed, floor, row_max, filters, total_mass)
     return gumbel_argmax(x, ids, keep, key, vocab_size, USE_FP64), decided, bound
 
 

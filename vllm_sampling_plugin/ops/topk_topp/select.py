@@ -132,11 +132,8 @@ def gumbel_at(key, token_ids, USE_FP64: tl.constexpr):
 
 @triton.jit
 def load_logits_block(
-    logits_row_ptr,  # [vocab]: one row of logits
-    col_stride,
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     start,
-    temperature,
-    vocab_size,
     ROWS: tl.constexpr,
     COLS: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
@@ -148,6 +145,7 @@ def load_logits_block(
     ``APPLY_TEMPERATURE`` and the temperature is not 0; tokens past the
     vocabulary read as -inf and are flagged in ``in_vocab``.
     """
+    logits_row_ptr, col_stride, temperature, vocab_size = row_logits
     if ROWS == 1:
         token_ids = start + tl.arange(0, COLS)
     else:

@@ -30,6 +30,21 @@ class Workspace:
     scratch_ids: torch.Tensor  # [capacity, wide_list] int32
     mass_hist: torch.Tensor  # [capacity, RADIX_BINS] int64, the exact path's
 
+    @property
+    def chunk_stats(self) -> tuple[torch.Tensor, ...]:
+        """The kernels' ``chunk_stats`` argument."""
+        return (self.chunk_best, self.chunk_best_id, self.chunk_mass, self.chunk_floor)
+
+    @property
+    def chunk_lists(self) -> tuple[torch.Tensor, ...]:
+        """The kernels' ``chunk_lists`` argument."""
+        return (self.listed_logits, self.listed_ids)
+
+    @property
+    def scratch(self) -> tuple[torch.Tensor, ...]:
+        """The kernels' ``scratch`` argument."""
+        return (self.scratch_logits, self.scratch_ids, self.mass_hist)
+
     @classmethod
     def allocate(cls, capacity, device, num_chunks, list_len, wide_list, use_fp64):
         def empty(*shape, dtype=torch.int32):
