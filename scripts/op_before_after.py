@@ -13,9 +13,13 @@ its ``vllm_sampling_plugin/`` with the package name rewritten), every case of
 alternate round by round; each side's time is the median over rounds of the
 mean over ``--reps`` back-to-back calls (CUDA events). Only the public ops are
 called, and they never import vLLM, so no vLLM is needed.
-Exits 1 when a case's tokens differ or its new/old time ratio is outside
-``--tolerance`` percent (cases faster than ``--min-us`` on the old side are
-reported but not judged: launch time dominates them).
+Exits 1 when a case's tokens differ or the new revision is more than
+``--tolerance`` percent slower (a refactor must not cost time; being faster,
+for example from cheaper host-side launch planning, is reported, not failed).
+Cases faster than ``--min-us`` on the old side are reported but not judged:
+launch time dominates them.
+Each call includes the op's host work (input checks, launch planning), as a
+caller of the public op pays it; kernel-only timings are the benchmarks'.
 """
 
 from __future__ import annotations
@@ -105,17 +109,18 @@ def main(argv=None) -> int:
             continue
         r = results[name] = compare_case(old_call, new_call, args.rounds, args.reps)
         judged = r["old_us"] >= args.min_us
-        off = judged and abs(r["ratio"] - 1) * 100 > args.tolerance
-        failures += off or not r["tokens_identical"]
+        slower = judged and (r["ratio"] - 1) * 100 > args.tolerance
+        faster = judged and (1 - r["ratio"]) * 100 > args.tolerance
+        failures += slower or not r["tokens_identical"]
         print(
             f"{name:42s} old {r['old_us']:9.2f} us ({r['old_spread']:.1%})"
             f"  new {r['new_us']:9.2f} us ({r['new_spread']:.1%})  x{r['ratio']:.3f}"
             f"  tokens {'same' if r['tokens_identical'] else 'DIFFER'}"
             + ("" if judged else "  (not judged)")
-            + ("  OUT OF TOLERANCE" if off else ""),
+            + ("  SLOWER" if slower else "  faster" if faster else ""),
             flush=True,
         )
-    print(f"{len(results)} cases, {failures} failing (tolerance {args.tolerance}%)")
+    print(f"{len(results)} cases, {failures} failing (tokens differ, or over {args.tolerance}% slower)")
     if args.out:
         report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                   "args": vars(args), "cases": results}

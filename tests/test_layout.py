@@ -1,0 +1,48 @@
+"""docs/architecture.md's tree names every module, and every module opens
+with a comment saying the one idea it holds."""
+
+import ast
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "vllm_sampling_plugin"
+MODULES = sorted(
+    p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" and "__pycache__" not in p.parts
+)
+
+
+def _tree_names() -> set[str]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    tree = text.split("```")[1]  # the first code block is the tree
+    return set(re.findall(r"[\w]+\.py", tree))
+
+
+def test_architecture_tree_names_every_module():
+    missing = [str(p.relative_to(PACKAGE)) for p in MODULES if p.name not in _tree_names()]
+    assert not missing, f"docs/architecture.md's tree lacks {missing}"
+
+
+def test_every_module_opens_with_its_idea():
+    silent = [
+        str(p.relative_to(PACKAGE))
+        for p in MODULES
+        if not ast.get_docstring(ast.parse(p.read_text()))
+    ]
+    assert not silent, f"modules without an opening docstring: {silent}"
+
+
+def _imported_roots(path: pathlib.Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_ops_never_import_vllm():
+    ops = [p for p in (PACKAGE / "ops").rglob("*.py") if "__pycache__" not in p.parts]
+    offenders = [str(p.relative_to(PACKAGE)) for p in ops if "vllm" in _imported_roots(p)]
+    assert not offenders, f"ops/ must not import vllm: {offenders}"
