@@ -44,6 +44,8 @@ from pathlib import Path
 
 import torch
 
+from vllm_sampling_plugin.bench.e2e.workload import FIRST_WORD_ID
+
 # Logit of the successor when the stream is exactly the current token's embedding.
 COPY_LOGIT = 16.0
 # Scale of o_proj and down_proj relative to the peaked checkpoint's.
@@ -52,7 +54,6 @@ CYCLE_LEN = 16
 # The cycles depend on the vocabulary only, so the workload can rebuild them
 # without reading the checkpoint.
 PERMUTATION_SEED = 12
-FIRST_WORD_ID = 3  # below: the tokenizer's specials (checkpoint.BOS_ID ...)
 CHECK_FILE = "copy_check.json"
 
 

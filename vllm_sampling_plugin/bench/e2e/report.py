@@ -4,8 +4,9 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
 
     {
       "schema": 1, "gpu": str, "vllm": str, "torch": str, "args": {...},
-      "models": {name: {"shape", "vocab", "path", "top1_probability":
-                        {"p10", "p50", "p90", "tokens"}}},
+      "models": {name: {"shape", "vocab", "kind", "path", "top1_probability":
+                        {"p10", "p50", "p90", "tokens"},
+                        "copy_check": {...} (copy kind: copying.verify's result)}},
       "cells": [{"model", "mix", "max_num_seqs", "orders": [[first, second], ...],
                  "stock_tok_s": [...], "plugin_tok_s": [...],
                  "stock": DIST, "plugin": DIST, "ratio": plugin median / stock median}],
@@ -19,7 +20,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                               "differences": [{"request", "position", "nospec_top2",
                                                "spec_top2", "near_tie"}]}}],
       "engines": [{"model", "role", "sampler", "startup_s"}],
-      "cold_start": [{"model", "role", "cold_ttft_ms", "warm_ttft_ms", "ratio"}]
+      "cold_start": [{"model", "role", "order": [mix, ...], "ttft_ms": [...],
+                      "warm_ttft_ms", "ratio": first request's TTFT / warm}]
     }
 
 ``DIST`` is ``{"median", "min", "max", "spread"}`` with ``spread = (max -
@@ -245,10 +247,11 @@ def render_markdown(results: dict) -> str:
                 f"{'yes' if ident['all_differences_near_ties'] else 'no'} |")
         lines.append("")
     if results["cold_start"]:
-        lines += ["| model | engine | first top-k/top-p TTFT ms (fresh engine) | "
-                  "warm TTFT ms | cold/warm |", "|---|---|---|---|---|"]
+        lines += ["| model | engine | first requests of the fresh engine, in order: TTFT ms | "
+                  "warm top-k/top-p TTFT ms | first/warm |", "|---|---|---|---|---|"]
         for c in results["cold_start"]:
-            lines.append(f"| {c['model']} | {c['role']} | {c['cold_ttft_ms']:.1f} | "
+            firsts = ", ".join(f"{mix} {ms:.1f}" for mix, ms in zip(c["order"], c["ttft_ms"]))
+            lines.append(f"| {c['model']} | {c['role']} | {firsts} | "
                          f"{c['warm_ttft_ms']:.1f} | {c['ratio']:.2f} |")
         lines.append("")
     return "\n".join(lines)
