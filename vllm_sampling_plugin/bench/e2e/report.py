@@ -22,6 +22,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
       "engines": [{"model", "role", "sampler", "startup_s"}],
       "cold_start": [{"model", "role", "order": [mix, ...], "ttft_ms": [...],
                       "warm_ttft_ms", "ratio": first request's TTFT / warm}]
+      (the first H100 run's files have "cold_ttft_ms", a first top-k/top-p
+      request, instead of "order" and "ttft_ms")
     }
 
 ``DIST`` is ``{"median", "min", "max", "spread"}`` with ``spread = (max -
@@ -191,6 +193,20 @@ def _fmt(value, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+def first_requests(cold_start: dict) -> list[tuple[str, float]]:
+    """``(mix, TTFT ms)`` of a fresh engine's first requests, in order, from a
+    ``cold_start`` entry of either form (see the schema).
+
+    Example::
+
+        >>> first_requests({"cold_ttft_ms": 915.3, "warm_ttft_ms": 14.4})
+        [('topk_topp', 915.3)]
+    """
+    if "order" not in cold_start:
+        return [("topk_topp", cold_start["cold_ttft_ms"])]
+    return list(zip(cold_start["order"], cold_start["ttft_ms"]))
+
+
 def render_markdown(results: dict) -> str:
     """The tables of docs/benchmarks.md's end-to-end section."""
     lines = [f"{results.get('gpu')}, vLLM {results.get('vllm')}, torch {results.get('torch')}", ""]
@@ -250,7 +266,7 @@ def render_markdown(results: dict) -> str:
         lines += ["| model | engine | first requests of the fresh engine, in order: TTFT ms | "
                   "warm top-k/top-p TTFT ms | first/warm |", "|---|---|---|---|---|"]
         for c in results["cold_start"]:
-            firsts = ", ".join(f"{mix} {ms:.1f}" for mix, ms in zip(c["order"], c["ttft_ms"]))
+            firsts = ", ".join(f"{mix} {ms:.1f}" for mix, ms in first_requests(c))
             lines.append(f"| {c['model']} | {c['role']} | {firsts} | "
                          f"{c['warm_ttft_ms']:.1f} | {c['ratio']:.2f} |")
         lines.append("")
