@@ -125,6 +125,16 @@ def step_cases(sampler, rejection, speculator, stock_gumbel, n: int, vocab: int)
                 slots, torch.ones(n, dtype=torch.int32), speculator.req_states.last_sampled_tokens
             ),
         ),
+        (
+            # What every step after the first costs (NgramProposerGPU.propose).
+            "n-gram draft, checked once",
+            lambda: speculator.draft(
+                slots,
+                torch.ones(n, dtype=torch.int32),
+                speculator.req_states.last_sampled_tokens,
+                check_inputs=False,
+            ),
+        ),
     ]
 
 
