@@ -86,3 +86,17 @@ def test_copy_checkpoint_scales_only_the_residual_outputs(deep_copy_checkpoint):
     assert std("model.layers.3.self_attn.o_proj.weight") == pytest.approx(scaled, rel=0.05)
     assert std("model.layers.3.self_attn.q_proj.weight") == pytest.approx(
         checkpoint.PROJECTION_STD, rel=0.05)
+
+
+def test_cli_writes_and_checks_a_copy_checkpoint_and_rechecks_a_missing_check(
+        tmp_path, capsys):
+    out = tmp_path / "copy"
+    assert checkpoint.main(["--shape", "tiny", "--vocab", "512", "--kind", "copy",
+                            "--out", str(out)]) == 0
+    assert "argmax is the successor at 100.0%" in capsys.readouterr().out
+    (out / copying.CHECK_FILE).unlink()
+    assert checkpoint.main(["--shape", "tiny", "--vocab", "512", "--kind", "copy",
+                            "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "already written" in printed and "copy check" in printed
+    assert json.loads((out / copying.CHECK_FILE).read_text())["argmax_is_successor"] == 1.0

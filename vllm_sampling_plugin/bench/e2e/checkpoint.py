@@ -273,12 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if is_written(args.out, args.shape, args.vocab, args.kind):
         print(f"checkpoint {args.out} already written", flush=True)
-        return 0
-    start = time.perf_counter()
-    write_checkpoint(args.out, args.shape, args.vocab, seed=args.seed, kind=args.kind)
-    print(f"wrote {args.kind} {args.shape} vocab {args.vocab} to {args.out} in "
-          f"{time.perf_counter() - start:.1f} s", flush=True)
-    if args.kind == "copy":
+    else:
+        start = time.perf_counter()
+        write_checkpoint(args.out, args.shape, args.vocab, seed=args.seed, kind=args.kind)
+        print(f"wrote {args.kind} {args.shape} vocab {args.vocab} to {args.out} in "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+    # Also when a run stopped between the weights and the check.
+    if args.kind == "copy" and not (Path(args.out) / copying.CHECK_FILE).exists():
         check_copying(args.out, args.shape, args.vocab)
     return 0
 

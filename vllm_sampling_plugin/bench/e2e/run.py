@@ -97,7 +97,8 @@ def ensure_checkpoint(directory: str, shape: str, vocab: int, kind: str = "peake
     returned before any engine profiles the GPU (the copy kind is also
     checked there, see ``checkpoint.check_copying``)."""
     path = os.path.join(directory, model_name(shape, vocab, kind))
-    if not checkpoint.is_written(path, shape, vocab, kind):
+    checked = kind != "copy" or os.path.exists(os.path.join(path, copying.CHECK_FILE))
+    if not (checkpoint.is_written(path, shape, vocab, kind) and checked):
         subprocess.run([sys.executable, "-m", "vllm_sampling_plugin.bench.e2e.checkpoint",
                         "--shape", shape, "--vocab", str(vocab), "--kind", kind,
                         "--out", path], check=True)
