@@ -21,8 +21,8 @@ sum of ``hidden`` unit-variance terms and has standard deviation LOGIT_STD,
 independent of depth. The residual stream itself is dominated by the layers'
 outputs (projections at the usual 0.02 initialisation each add about one unit
 per layer), not by the unit-variance embeddings, so the next token depends on
-the whole context as in a real model and greedy continuations fall into
-cycles (which the n-gram workload relies on). For ``vocab`` independent
+the whole context as in a real model (which is also why it never continues
+a text by copying it: the n-gram cell uses the copy kind). For ``vocab`` independent
 Gaussian logits of standard deviation 6 the top-1 probability has a median of
 about 0.39 at both vocabulary sizes (10th to 90th percentile about 0.17 to
 0.84; at 4.5 the median would be 0.21, at 3.5 under 0.1);
