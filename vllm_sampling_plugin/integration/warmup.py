@@ -191,7 +191,8 @@ def warm_up_sampling(runner: Any) -> list[str]:
     if isinstance(speculator, NgramProposerGPU):
         num_sampled = torch.ones(max_num_reqs, dtype=torch.int32, device=device)
         fill_tokens = runner.req_states.last_sampled_tokens
-        history_len = runner.req_states.all_token_ids.gpu.shape[1]
+        # The history the drafts scan (NgramProposerGPU.draft).
+        history_len = speculator.req_states.all_token_ids.gpu.shape[1]
         sizes = representatives(
             max_num_reqs, lambda n: ngram_variant(n, history_len, device)
         )
