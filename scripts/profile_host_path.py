@@ -102,6 +102,11 @@ def step_cases(sampler, rejection, speculator, stock_gumbel, n: int, vocab: int)
         ("route()", lambda: sampler.route(batch_np)),
         ("draw gumbel", lambda: sampler.draw(Route.GUMBEL, logits, slots, pos)),
         (
+            # What every Gumbel step after the first costs (PluginSampler.sample).
+            "draw gumbel, checked once",
+            lambda: sampler.draw(Route.GUMBEL, logits, slots, pos, check_inputs=False),
+        ),
+        (
             "draw fused top-k/top-p",
             lambda: sampler.draw(Route.FUSED_TOP_K_TOP_P, logits, slots, pos),
         ),
