@@ -6,7 +6,8 @@
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
-# narrows the benchmark (e.g. "--batch-sizes 64 256 1024").
+# narrows the benchmark (e.g. "--batch-sizes 64 256 1024"); E2E_ARGS comes after an e2e
+# step's own options, so it overrides them (e.g. "--max-num-seqs 64").
 set -uo pipefail
 out=${OUT:-gpu-results}
 mkdir -p "$out"
@@ -44,16 +45,16 @@ for step in "$@"; do
     e2e-smoke) run e2e-smoke python3 -m vllm_sampling_plugin.cli bench e2e --models tiny:128256 \
         --pairs 1 --num-requests 64 --output-len 32 --max-num-seqs 16,64 --identity-requests 64 \
         --gpu-memory-utilization 0.2 --time-budget $((limit - 60)) --out "$out/e2e-smoke" ;;
-    e2e-1b) run e2e-1b python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 ${E2E_ARGS:-} \
+    e2e-1b) run e2e-1b python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
         --mixes greedy,t1,topk_topp,seeded_topp,mixed --max-num-seqs 64,256 --pairs 3 \
-        --num-requests 512 --output-len 128 --breakdown-mixes topk_topp \
+        --num-requests 512 --output-len 128 --breakdown-mixes topk_topp ${E2E_ARGS:-} \
         --time-budget $((limit - 90)) --out "$out/e2e-1b" ;;
-    e2e-ngram) run e2e-ngram python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 ${E2E_ARGS:-} \
+    e2e-ngram) run e2e-ngram python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
         --mixes ngram --max-num-seqs 64,256 --pairs 3 --num-requests 512 --output-len 256 \
-        --identity-requests 256 --breakdown-mixes ngram --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
-    e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 ${E2E_ARGS:-} \
+        --identity-requests 256 --breakdown-mixes ngram ${E2E_ARGS:-} --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
+    e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
-        --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 \
+        --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \
         --time-budget $((limit - 90)) --out "$out/e2e-8b" ;;
     e2e-parallel)
       # The tiny engines take ~12% of the GPU each: run the groups side by side.

@@ -43,6 +43,11 @@ def step_cases(sampler, rejection, speculator, stock_gumbel, n: int, vocab: int)
         ("route()", lambda: sampler.route(batch_np)),
         ("draw gumbel", lambda: sampler.draw(Route.GUMBEL, logits, slots, pos)),
         (
+            # What every Gumbel step after the first costs (PluginSampler.sample).
+            "draw gumbel, checked once",
+            lambda: sampler.draw(Route.GUMBEL, logits, slots, pos, check_inputs=False),
+        ),
+        (
             "draw fused top-k/top-p",
             lambda: sampler.draw(Route.FUSED_TOP_K_TOP_P, logits, slots, pos),
         ),
@@ -64,6 +69,16 @@ def step_cases(sampler, rejection, speculator, stock_gumbel, n: int, vocab: int)
             "n-gram draft",
             lambda: speculator.draft(
                 slots, torch.ones(n, dtype=torch.int32), speculator.req_states.last_sampled_tokens
+            ),
+        ),
+        (
+            # What every step after the first costs (NgramProposerGPU.propose).
+            "n-gram draft, checked once",
+            lambda: speculator.draft(
+                slots,
+                torch.ones(n, dtype=torch.int32),
+                speculator.req_states.last_sampled_tokens,
+                check_inputs=False,
             ),
         ),
     ]

@@ -59,10 +59,6 @@ def test_prompts_are_words_of_the_vocabulary():
     assert [len(p) for p in prompts] == [64] * 4
     assert all(workload.FIRST_WORD_ID <= t < 1000 for p in prompts for t in p)
     assert prompts == workload.random_prompts(4, 64, 1000, seed=1)
-    copying = workload.copying_prompts(3, 20, 1000, span=8)
-    for p in copying:
-        assert len(p) == 20 and p[8:16] == p[:8] and p[16:] == p[:4]
-    assert copying[0] != copying[1]
 
 
 def test_pairs_alternate_which_engine_goes_first():
@@ -226,8 +222,10 @@ def _sample_results():
         "speedup": 1.8, "acceptance": report.acceptance({"drafts": 4, "drafted": 12,
                                                          "accepted": 9}),
         "identity": report.identity_report([[1]], [[1]])})
-    results["cold_start"].append({"model": "8b-v151936", "role": "plugin", "cold_ttft_ms": 30.0,
-                                  "warm_ttft_ms": 20.0, "ratio": 1.5})
+    results["cold_start"].append({"model": "8b-v151936", "role": "plugin",
+                                  "order": ["greedy", "topk_topp", "seeded_topp"],
+                                  "ttft_ms": [30.0, 21.0, 22.5], "warm_ttft_ms": 20.0,
+                                  "ratio": 1.5})
     return results
 
 
@@ -248,7 +246,8 @@ def test_markdown_tables_show_every_section():
     assert ("| 8b-v151936 | topk_topp | 256 | stock | 3 | 11.000 | 1.000 | 12.1% | 3.000 | "
             "11.500 |") in text
     assert "| 1b-v128256 | 64 | 3 | 100 (0.0%) | 180 (0.0%) | 1.80 | 3.250 | 1/1 | yes |" in text
-    assert "| 8b-v151936 | plugin | 30.0 | 20.0 | 1.50 |" in text
+    assert ("| 8b-v151936 | plugin | greedy 30.0, topk_topp 21.0, seeded_topp 22.5 | 20.0 | "
+            "1.50 |") in text
 
 
 def test_json_round_trip_and_render_command(tmp_path, capsys):
@@ -260,7 +259,8 @@ def test_json_round_trip_and_render_command(tmp_path, capsys):
     from vllm_sampling_plugin import cli
 
     assert cli.main(["bench", "e2e", "--render", path]) == 0
-    assert "| 8b-v151936 | plugin | 30.0 | 20.0 | 1.50 |" in capsys.readouterr().out
+    assert ("| 8b-v151936 | plugin | greedy 30.0, topk_topp 21.0, seeded_topp 22.5 | 20.0 | "
+            "1.50 |") in capsys.readouterr().out
 
 
 def test_plot_writes_a_png(tmp_path):
@@ -306,9 +306,11 @@ class FakeLLM:
                 SimpleNamespace(name="vllm:other")]
 
 
-def _server():
+def _server(cold_start_first="greedy"):
     server = engine._EngineServer.__new__(engine._EngineServer)
     server.llm, server.vocab = FakeLLM(), 1000
+    server.spec = engine.EngineSpec("plugin", "/m", 8, 0.4, 100,
+                                    cold_start_first=cold_start_first)
     return server
 
 
@@ -328,8 +330,72 @@ def test_greedy_tokens_reports_probabilities_and_counter_deltas():
     assert server.greedy_tokens([[5, 6]], 2)["top1_probability"] == []
 
 
-def test_cold_start_times_the_first_topk_topp_request_apart():
-    server = _server()
+@pytest.mark.parametrize("first", engine.COLD_START_MIXES)
+def test_cold_start_times_each_routes_first_request_then_warm(first, monkeypatch):
+    sent = []
+    monkeypatch.setattr(workload, "sampling_kwargs",
+                        lambda mix, i, n, real=workload.sampling_kwargs: (
+                            sent.append(mix), real(mix, i, n))[1])
+    server = _server(first)
     result = server._cold_start()
-    assert set(result) == {"cold_ttft_ms", "warm_ttft_ms"}
-    assert server.llm.calls == [(1, [1])] * 6
+    assert result["order"][0] == first
+    assert sorted(result["order"]) == sorted(engine.COLD_START_MIXES)
+    assert sent == result["order"] + ["topk_topp"] * engine.WARM_REPEATS
+    assert len(result["ttft_ms"]) == len(engine.COLD_START_MIXES)
+    assert server.llm.calls == [(1, [1])] * len(sent)
+
+
+class RecordingRun(run.Run):
+    """A Run whose engines and checkpoints are stand-ins that log what happens."""
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.log = []
+
+    def checkpoint(self, shape, vocab, kind):
+        return f"{shape}-{kind}", f"/ckpt/{kind}"
+
+    def start_engine(self, spec, model):
+        self.log.append(("start", spec.role, spec.model, spec.ngram_k, spec.cold_start_first))
+        log = self.log
+
+        class Handle:
+            def close(self):
+                log.append(("close", spec.model, spec.ngram_k))
+        return Handle()
+
+    def peakedness(self, model, vocab, engine):
+        self.log.append(("peakedness", model))
+
+    def plain_cells(self, model, vocab, engines, mixes):
+        self.log.append(("cells", model, tuple(engines)))
+
+    def breakdowns(self, model, vocab, engines, mixes, waves=None, prompts=None):
+        pass
+
+    def ngram_cells(self, model, vocab, nospec, spec):
+        self.log.append(("ngram", model))
+
+
+def test_ngram_runs_on_the_copy_checkpoint_after_the_peaked_engines_are_closed(tmp_path):
+    bench = RecordingRun(run.parse_args(["--mixes", "greedy,ngram", "--out", str(tmp_path)]))
+    bench.model("1b", 128256)
+    assert bench.log == [
+        ("start", "stock", "/ckpt/peaked", 0, "greedy"),
+        ("start", "plugin", "/ckpt/peaked", 0, "greedy"),
+        ("peakedness", "1b-peaked"),
+        ("cells", "1b-peaked", ("stock", "plugin")),
+        ("close", "/ckpt/peaked", 0), ("close", "/ckpt/peaked", 0),
+        # The fresh engine whose first request is top-k/top-p (cold-start split).
+        ("start", "plugin", "/ckpt/copy", 0, "topk_topp"),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy"),
+        ("peakedness", "1b-copy"),
+        ("ngram", "1b-copy"),
+        ("close", "/ckpt/copy", 0), ("close", "/ckpt/copy", 3),
+    ]
+
+
+def test_ngram_alone_starts_no_peaked_engine(tmp_path):
+    bench = RecordingRun(run.parse_args(["--mixes", "ngram", "--out", str(tmp_path)]))
+    bench.model("1b", 128256)
+    assert [entry[2] for entry in bench.log if entry[0] == "start"] == ["/ckpt/copy"] * 2

@@ -248,6 +248,29 @@ def test_max_model_len_is_read_every_step(device):
     assert spec.propose(batch(device, [0]), num_sampled=ones).tolist() == [[55, 55, 55]]
 
 
+def test_only_the_first_steps_inputs_are_checked(device, monkeypatch):
+    from vllm_sampling_plugin.ops.ngram import launcher
+
+    launched = []
+    monkeypatch.setattr(launcher, "_launch", lambda *args: launched.append(args))
+    tokens = np.zeros((MAX_NUM_REQS, MAX_MODEL_LEN), dtype=np.int32)
+    lens = np.full(MAX_NUM_REQS, 20, dtype=np.int32)
+    spec = NgramProposerGPU(make_config(), device)
+    spec.bind(FakeRequestState(device, tokens, lens, np.zeros((MAX_NUM_REQS, 1))))
+    wrong = torch.ones(1, dtype=torch.float32, device=device)  # num_sampled must be int
+    with pytest.raises(ValueError, match="num_sampled"):
+        spec.propose(batch(device, [0]), num_sampled=wrong)
+    ones = torch.ones(1, dtype=torch.int32, device=device)
+    spec.propose(batch(device, [0]), num_sampled=ones)
+    assert spec.step_inputs_checked
+    # Later steps skip the checks: the same wrong input now reaches the launch.
+    spec.propose(batch(device, [0]), num_sampled=wrong)
+    assert launched[-1][3] is wrong
+    # The warm-up's and other callers' draws keep them.
+    with pytest.raises(ValueError, match="num_sampled"):
+        spec.draft(batch(device, [0]).idx_mapping, wrong, spec.req_states.last_sampled_tokens)
+
+
 class FakeStagedWriteTensor:
     def __init__(
         self, size, dtype, device, max_concurrency=2, uva_instead_of_gpu=False

@@ -22,7 +22,7 @@ import torch
 pytest.importorskip("vllm")
 
 from vllm_sampling_plugin.integration import warmup
-from vllm_sampling_plugin.integration.sampler import Route
+from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
 from vllm_sampling_plugin.integration.warmup import warm_up_sampling
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
@@ -84,19 +84,19 @@ def compile_keys(monkeypatch):
     return keys
 
 
-def make_runner(spec_method=None, use_fp64=False):
-    sampler = fake_sampler(MAX_NUM_REQS, VOCAB, use_fp64)
+def make_runner(spec_method=None, use_fp64=False, max_num_reqs=MAX_NUM_REQS, vocab=VOCAB):
+    sampler = fake_sampler(max_num_reqs, vocab, use_fp64)
     runner = SimpleNamespace(
         sampler=sampler,
         device=torch.device("cpu"),
-        max_num_reqs=MAX_NUM_REQS,
+        max_num_reqs=max_num_reqs,
         rejection_sampler=None,
         speculator=None,
         input_buffers=SimpleNamespace(input_ids=torch.zeros(8, dtype=torch.int32)),
     )
     if spec_method is not None:
         runner.rejection_sampler = fake_rejection_sampler(sampler, K, spec_method)
-        speculator = fake_ngram_speculator(MAX_NUM_REQS, K, max_model_len=1024)
+        speculator = fake_ngram_speculator(max_num_reqs, K, max_model_len=1024)
         runner.speculator = speculator
         runner.req_states = speculator.req_states
     return runner
@@ -154,6 +154,52 @@ def test_warm_up_covers_every_step_variant(compile_keys, spec_method, use_fp64):
     engine_steps(runner, np.random.default_rng(0))
     missing = compile_keys - warm_keys
     assert not missing, f"{len(missing)} step variants not warmed up, e.g. {min(missing)}"
+
+
+@pytest.mark.parametrize(
+    "max_num_reqs,vocab,spec_method,use_fp64",
+    [(64, 128256, "probabilistic", False), (256, 128256, "probabilistic", False),
+     (256, 151936, "synthetic", True)],
+)
+def test_representatives_cover_the_compile_keys_of_every_batch_size(
+        compile_keys, max_num_reqs, vocab, spec_method, use_fp64):
+    """Every batch size 1 .. max_num_reqs, each route at one logit per request,
+    launches only kernels whose compile keys the warm-up's launches made."""
+    runner = make_runner(spec_method, use_fp64, max_num_reqs, vocab)
+    warm_up_sampling(runner)
+    warm_keys = set(compile_keys)
+    logits = torch.empty(max_num_reqs, vocab, dtype=torch.float32)
+    slots = torch.arange(max_num_reqs + 1, dtype=torch.int32)
+    pos = torch.zeros(max_num_reqs, dtype=torch.int64)
+    fill_tokens = runner.req_states.last_sampled_tokens
+    for n in range(1, max_num_reqs + 1):
+        compile_keys.clear()
+        for route in (Route.GUMBEL, Route.FUSED_TOP_K_TOP_P):
+            runner.sampler.draw(route, logits[:n], slots[:n], pos[:n])
+        runner.rejection_sampler.draw(logits[:n], slots[:n], slots[: n + 1], slots[:n],
+                                      pos[:n], None)
+        runner.speculator.draft(slots[:n], torch.ones(n, dtype=torch.int32), fill_tokens)
+        missing = compile_keys - warm_keys
+        assert not missing, f"batch size {n}: not warmed up: {min(missing)}"
+
+
+def test_warm_up_launches_one_batch_size_per_variant(monkeypatch):
+    sizes = []
+    monkeypatch.setattr(PluginSampler, "draw", lambda self, route, logits, *a: sizes.append(
+        (route, logits.shape[0])))
+    warm_up_sampling(make_runner(None, False, max_num_reqs=256, vocab=128256))
+    gumbel = [n for route, n in sizes if route is Route.GUMBEL]
+    fused = [n for route, n in sizes if route is Route.FUSED_TOP_K_TOP_P]
+    assert gumbel == warmup.representatives(
+        256, lambda n: warmup.gumbel_variant(n, 128256, False, torch.device("cpu")))
+    # Batch 1 merges in the chunk kernel, 256 rows in the merge kernel.
+    assert fused[0] == 1 and len(fused) == 2
+    assert len(sizes) < 256
+
+
+def test_integer_class_follows_tritons_specialization():
+    assert [warmup.integer_class(v) for v in (1, 16, 48, 2, 17)] == [
+        "one", "multiple_of_16", "multiple_of_16", "other", "other"]
 
 
 def test_wrapper_warms_up_after_vllms_dummy_sampler_run(monkeypatch):

@@ -110,6 +110,10 @@ class PluginSampler(Sampler):
             )
         self.use_fp64_gumbel = settings.use_fp64_gumbel
         self.use_flashinfer = use_flashinfer_sampler(settings.flashinfer_sampler)
+        # The Gumbel kernel's inputs are checked on the first step that draws
+        # with it; later steps pass tensors of the same dtypes, devices and
+        # roles, so their checks (a few microseconds of host time) are skipped.
+        self.gumbel_inputs_checked = False
         logger.info(
             "vllm-sampling-plugin sampler: Gumbel-max noise in %s%s.",
             "FP64" if self.use_fp64_gumbel else "FP32",
@@ -181,7 +185,16 @@ class PluginSampler(Sampler):
             expanded_local_pos,
             top_k_top_p=route is Route.MASKED_TOP_K_TOP_P,
         )
-        return self.draw(route, processed_logits, expanded_idx_mapping, pos), processed_logits
+        draws_with_gumbel = route in (Route.GUMBEL, Route.MASKED_TOP_K_TOP_P)
+        tokens = self.draw(
+            route,
+            processed_logits,
+            expanded_idx_mapping,
+            pos,
+            check_inputs=not (draws_with_gumbel and self.gumbel_inputs_checked),
+        )
+        self.gumbel_inputs_checked |= draws_with_gumbel
+        return tokens, processed_logits
 
     def draw(
         self,
@@ -189,8 +202,11 @@ class PluginSampler(Sampler):
         processed_logits: torch.Tensor,  # [num_tokens, vocab_size] fp32
         expanded_idx_mapping: torch.Tensor,  # [num_tokens] int32
         pos: torch.Tensor,  # [num_tokens] int64
+        check_inputs: bool = True,
     ) -> torch.Tensor:
-        """The tokens of ``route``'s kernel (also what the start-up warm-up runs)."""
+        """The tokens of ``route``'s kernel (also what the start-up warm-up
+        runs); ``check_inputs=False`` skips the Gumbel launcher's argument
+        checks (the other routes always check)."""
         states = self.sampling_states
         if route is Route.FLASHINFER:
             return flashinfer_top_k_top_p_sample(
@@ -218,4 +234,5 @@ class PluginSampler(Sampler):
             pos,
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
+            check_inputs=check_inputs,
         )

@@ -9,8 +9,24 @@ and launch style, the n-gram scan's splits). Left to the first request, a
 new batch size mid-run costs a compile of about a second.
 
 So the runner's profile run, after vLLM's own dummy sampler run, launches
-every kernel the engine can use at **every** batch size it can sample
-(1 .. max_num_reqs): complete by construction, whatever a plan depends on.
+every kernel the engine can use at one batch size per compile variant of
+1 .. max_num_reqs (``representatives``): the ``*_variant`` functions below
+compute, from the plan functions the launchers call, everything a launch
+derives from the batch size that reaches a compile key (constexprs, launch
+options, which kernels launch, integer arguments as Triton specializes
+them). Batch sizes with equal variants compile the same binaries, so one of
+them warms all; ``tests/integration/test_warmup.py`` records the real
+launches' compile keys at every batch size and checks that. On an H100 at
+vocabulary 128256 that is 9 launches with n-gram speculation at
+max_num_seqs 64 and 11 at 256 (FP64: 14 and 15), instead of four per batch
+size (256 and 1024); the compiles, most of the time on a cold Triton cache,
+are the same ones. FlashInfer's kernels are not Triton's, so that route still
+runs at every batch size.
+
+vLLM 0.20's V2 runner captures only the model forward (and the speculator's
+own graphs; the n-gram speculator captures nothing) in CUDA graphs, never the
+sampling step, so the capture sizes need nothing of the warm-up.
+
 It runs in the engine's precision (FP32 or FP64: the other one cannot be
 launched), through the same methods the sampling step calls
 (``PluginSampler.draw``, ``PluginRejectionSampler.draw``,
@@ -29,6 +45,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
@@ -36,6 +53,13 @@ import torch
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
 from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
 from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
+from vllm_sampling_plugin.ops.gumbel.plan import plan_launch as gumbel_plan
+from vllm_sampling_plugin.ops.ngram import launcher as ngram_launcher
+from vllm_sampling_plugin.ops.rejection import launcher as rejection_launcher
+from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
+from vllm_sampling_plugin.ops.rejection.plan import plan_launch as rejection_plan
+from vllm_sampling_plugin.ops.topk_topp.plan import DEFAULT_TUNING as TOP_K_TOP_P_TUNING
+from vllm_sampling_plugin.ops.topk_topp.plan import launch_shape as top_k_top_p_shape
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -52,9 +76,59 @@ def warming_up_sampling(dummy_sampler_run):
     return _dummy_sampler_run
 
 
+def integer_class(value: int) -> str:
+    """What Triton's compile key keeps of an integer argument: equal to 1,
+    divisible by 16, or neither."""
+    if value == 1:
+        return "one"
+    return "multiple_of_16" if value % 16 == 0 else "other"
+
+
+def gumbel_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):
+    """The Gumbel launcher's plan: tile, chunking (whether the reduce kernel
+    runs and its block) and warps all come from it."""
+    return gumbel_plan(n, vocab_size, use_fp64, device)
+
+
+def fused_top_k_top_p_variant(n: int, vocab_size: int) -> bool:
+    """The fused launcher's shape depends on the vocabulary only; the batch
+    decides whether rows merge in the chunk kernel or in a second one (the
+    launcher's ``fused`` test)."""
+    shape = top_k_top_p_shape(vocab_size, TOP_K_TOP_P_TUNING)
+    return n * shape.num_chunks <= TOP_K_TOP_P_TUNING.fused_max_programs
+
+
+def rejection_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):
+    """The rejection launcher's plan for ``n`` requests: block, chunks, warps
+    and launch style (the integration passes the default tuning)."""
+    num_sms = rejection_launcher._num_sms(device)
+    return rejection_plan(n, vocab_size, REJECTION_TUNING[use_fp64], num_sms)
+
+
+def ngram_variant(n: int, history_len: int, device: torch.device) -> tuple[int, str]:
+    """The scan's block (a constexpr) and its split count (an integer argument)."""
+    block, num_splits = ngram_launcher._scan_shape(n, history_len, device)
+    return block, integer_class(num_splits)
+
+
+def representatives(max_num_reqs: int, variant: Callable[[int], Hashable]) -> list[int]:
+    """The smallest batch size of each distinct ``variant`` over 1 .. max_num_reqs.
+
+    Example::
+
+        >>> representatives(40, lambda n: n >= 17)
+        [1, 17]
+    """
+    first: dict[Hashable, int] = {}
+    for n in range(1, max_num_reqs + 1):
+        first.setdefault(variant(n), n)
+    return sorted(first.values())
+
+
 @torch.inference_mode()
 def warm_up_sampling(runner: Any) -> list[str]:
-    """Launch every plugin kernel the runner can use at every batch size.
+    """Launch every plugin kernel the runner can use at one batch size per
+    compile variant (see the module docstring).
 
     Returns (and logs, in one line) what was warmed up.
     """
@@ -64,23 +138,31 @@ def warm_up_sampling(runner: Any) -> list[str]:
     start = time.perf_counter()
     device = runner.device
     max_num_reqs = runner.max_num_reqs
-    batch_sizes = range(1, max_num_reqs + 1)
-    logits = torch.zeros(
-        max_num_reqs, sampler.sampling_states.vocab_size, dtype=torch.float32, device=device
-    )
+    vocab_size = sampler.sampling_states.vocab_size
+    use_fp64 = sampler.use_fp64_gumbel
+    launches = 0
+    logits = torch.zeros(max_num_reqs, vocab_size, dtype=torch.float32, device=device)
     # Slots 0 .. n-1 for n requests; [: n + 1] is also the cu_num_logits of
     # one logit per request.
     counts = torch.arange(max_num_reqs + 1, dtype=torch.int32, device=device)
     positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
 
     # The masked route draws with the Gumbel kernel.
-    routes = [Route.GUMBEL, Route.FUSED_TOP_K_TOP_P]
+    batch_sizes = {
+        Route.GUMBEL: representatives(
+            max_num_reqs, lambda n: gumbel_variant(n, vocab_size, use_fp64, device)
+        ),
+        Route.FUSED_TOP_K_TOP_P: representatives(
+            max_num_reqs, lambda n: fused_top_k_top_p_variant(n, vocab_size)
+        ),
+    }
     if sampler.use_flashinfer:
-        routes.append(Route.FLASHINFER)
-    for route in routes:
-        for n in batch_sizes:
+        batch_sizes[Route.FLASHINFER] = list(range(1, max_num_reqs + 1))
+    for route, sizes in batch_sizes.items():
+        for n in sizes:
             sampler.draw(route, logits[:n], counts[:n], positions[:n])
-    warmed = [route.value for route in routes]
+        launches += len(sizes)
+    warmed = [route.value for route in batch_sizes]
 
     rejection_sampler = runner.rejection_sampler
     if isinstance(rejection_sampler, PluginRejectionSampler):
@@ -90,7 +172,10 @@ def warm_up_sampling(runner: Any) -> list[str]:
             max_num_reqs, dtype=runner.input_buffers.input_ids.dtype, device=device
         )
         draft_logits = getattr(runner.speculator, "draft_logits", None)
-        for n in batch_sizes:
+        sizes = representatives(
+            max_num_reqs, lambda n: rejection_variant(n, vocab_size, use_fp64, device)
+        )
+        for n in sizes:
             rejection_sampler.draw(
                 logits[:n],
                 draft_tokens[:n],
@@ -99,23 +184,31 @@ def warm_up_sampling(runner: Any) -> list[str]:
                 positions[:n],
                 draft_logits,
             )
+        launches += len(sizes)
         warmed.append(f"rejection_{rejection_sampler.rejection_sample_method}")
 
     speculator = runner.speculator
     if isinstance(speculator, NgramProposerGPU):
         num_sampled = torch.ones(max_num_reqs, dtype=torch.int32, device=device)
         fill_tokens = runner.req_states.last_sampled_tokens
-        for n in batch_sizes:
+        # The history the drafts scan (NgramProposerGPU.draft).
+        history_len = speculator.req_states.all_token_ids.gpu.shape[1]
+        sizes = representatives(
+            max_num_reqs, lambda n: ngram_variant(n, history_len, device)
+        )
+        for n in sizes:
             speculator.draft(counts[:n], num_sampled[:n], fill_tokens)
+        launches += len(sizes)
         warmed.append("ngram")
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     logger.info(
-        "vllm-sampling-plugin warm-up: compiled and ran %s in %s at every batch "
-        "size 1..%d in %.1f s.",
+        "vllm-sampling-plugin warm-up: compiled and ran %s in %s, %d launches "
+        "covering every batch size 1..%d, in %.1f s.",
         ", ".join(warmed),
-        "FP64" if sampler.use_fp64_gumbel else "FP32",
+        "FP64" if use_fp64 else "FP32",
+        launches,
         max_num_reqs,
         time.perf_counter() - start,
     )

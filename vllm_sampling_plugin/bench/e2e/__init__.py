@@ -5,8 +5,8 @@ V2-runner engines (async scheduling and CUDA graphs, vLLM's defaults) for
 each sampling mix and batch size, stock (``VLLM_PLUGINS=none``) against the
 plugin; the per-step GPU time of the sampling step and of the whole step and
 the host time per step, inside both engines; n-gram speculation's speed-up,
-acceptance and output identity; and the first top-k/top-p request's time to
-first token on a fresh engine.
+acceptance and output identity; and the time to first token of a fresh
+engine's first requests.
 
 How, and why so:
 
@@ -33,10 +33,17 @@ How, and why so:
   timers), installed alike in both engines through ``collective_rpc``.
 - N-gram speculation exists only with the plugin (0.20's V2 runner has no
   n-gram proposer), so that cell compares the plugin engine without and with
-  speculation on prompts that repeat a phrase (``workload.copying_prompts``),
-  reports vLLM's spec-decode counters, and compares greedy outputs token by
-  token; at each request's first differing position it measures the top-2
-  raw logits of that context in both engines to show whether it is a near tie.
+  speculation. A random model never continues by copying, so nothing would be
+  accepted: the cell runs on the copy checkpoint (``copying.py``: same shapes
+  and compute, greedy follows fixed token cycles) with prompts that repeat a
+  cycle (``copying.prompts``), a best case for acceptance. It reports vLLM's
+  spec-decode counters, and compares greedy outputs token by token; at each
+  request's first differing position it measures the top-2 raw logits of
+  that context in both engines to show whether it is a near tie.
+- Cold start: every fresh engine times its first greedy, top-k/top-p and
+  seeded top-p requests (``engine.COLD_START_MIXES``); the copy checkpoint's
+  engine without speculation sends top-k/top-p first, the others greedy, so
+  the run separates the engine's first-request cost from a sampling route's.
 - Results go to ``--out``/e2e.json after every cell (schema in ``report.py``),
   then e2e.png and markdown tables; ``--render e2e.json`` prints the tables.
 """

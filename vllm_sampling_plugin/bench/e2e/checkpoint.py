@@ -1,6 +1,11 @@
 """Write a Llama-shaped bf16 checkpoint with random, *peaked* weights, offline.
 
     python3 -m vllm_sampling_plugin.bench.e2e.checkpoint --shape 8b --vocab 151936 --out DIR
+    python3 -m vllm_sampling_plugin.bench.e2e.checkpoint --shape 1b --vocab 128256 --kind copy --out DIR
+
+Two kinds: ``peaked`` (below) for the sampling mixes, and ``copy``
+(``copying.py``: same shapes and compute, but greedy follows fixed token
+cycles) for the n-gram speculation cell.
 
 Why not ``load_format="dummy"``: vLLM's dummy weights are uniform in
 [-1e-3, 1e-3], so every logit is close to zero and the next-token distribution
@@ -16,8 +21,8 @@ sum of ``hidden`` unit-variance terms and has standard deviation LOGIT_STD,
 independent of depth. The residual stream itself is dominated by the layers'
 outputs (projections at the usual 0.02 initialisation each add about one unit
 per layer), not by the unit-variance embeddings, so the next token depends on
-the whole context as in a real model and greedy continuations fall into
-cycles (which the n-gram workload relies on). For ``vocab`` independent
+the whole context as in a real model (which is also why it never continues
+a text by copying it: the n-gram cell uses the copy kind). For ``vocab`` independent
 Gaussian logits of standard deviation 6 the top-1 probability has a median of
 about 0.39 at both vocabulary sizes (10th to 90th percentile about 0.17 to
 0.84; at 4.5 the median would be 0.21, at 3.5 under 0.1);
@@ -41,6 +46,8 @@ import sys
 from pathlib import Path
 
 import torch
+
+from vllm_sampling_plugin.bench.e2e import copying
 
 # Standard deviation of every logit for any input (see the module docstring).
 LOGIT_STD = 6.0
@@ -73,6 +80,11 @@ SHAPES = {
     "tiny": Shape(hidden=64, intermediate=128, layers=2, heads=2, kv_heads=1, head_dim=32),
 }
 VOCABS = (128256, 151936)
+KINDS = ("peaked", "copy")
+# Records the kind next to the weights (the config is the same for both).
+KIND_FILE = "e2e_checkpoint.json"
+# The projections whose output is added to the residual stream.
+RESIDUAL_OUTPUTS = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
 
 
 def hf_config(shape: Shape, vocab: int) -> dict:
@@ -122,14 +134,17 @@ def tensor_shapes(shape: Shape, vocab: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def weight_std(name: str, hidden: int) -> float | None:
-    """Standard deviation of a tensor's entries; None for norm weights (all ones)."""
+def weight_std(name: str, hidden: int, kind: str = "peaked") -> float | None:
+    """Standard deviation of a tensor's entries; None for norm weights (all
+    ones). The copy kind's ``lm_head`` is not drawn (``copying.lm_head``)."""
     if name.endswith("layernorm.weight") or name == "model.norm.weight":
         return None
     if name == "lm_head.weight":
         return LOGIT_STD / math.sqrt(hidden)
     if name == "model.embed_tokens.weight":
         return EMBEDDING_STD
+    if kind == "copy" and name.endswith(RESIDUAL_OUTPUTS):
+        return PROJECTION_STD * copying.RESIDUAL_SCALE
     return PROJECTION_STD
 
 
@@ -159,7 +174,7 @@ def write_tokenizer(out: Path, vocab: int) -> None:
 
 
 def write_checkpoint(out: str | Path, shape_name: str, vocab: int, seed: int = 0,
-                     device: str | None = None) -> Path:
+                     device: str | None = None, kind: str = "peaked") -> Path:
     """Write config, generation config, tokenizer and sharded safetensors weights.
 
     Args:
@@ -168,6 +183,7 @@ def write_checkpoint(out: str | Path, shape_name: str, vocab: int, seed: int = 0
         vocab: vocabulary size (the logits' width).
         seed: seeds the weights; the same arguments write the same bytes.
         device: where to draw the weights; default CUDA when available.
+        kind: ``"peaked"`` or ``"copy"`` (see ``KINDS``).
 
     Returns:
         The directory, loadable by ``LLM(model=...)`` and
@@ -183,6 +199,7 @@ def write_checkpoint(out: str | Path, shape_name: str, vocab: int, seed: int = 0
     (directory / "generation_config.json").write_text(
         json.dumps({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID}))
     write_tokenizer(directory, vocab)
+    (directory / KIND_FILE).write_text(json.dumps({"kind": kind, "seed": seed}))
 
     generator = torch.Generator(device=device).manual_seed(seed)
     weight_map: dict[str, str] = {}
@@ -197,8 +214,14 @@ def write_checkpoint(out: str | Path, shape_name: str, vocab: int, seed: int = 0
         shard_files.append(name)
         shard, shard_bytes = {}, 0
 
+    embedding = None
     for name, tensor_shape in tensor_shapes(shape, vocab).items():
-        tensor = _draw(tensor_shape, weight_std(name, shape.hidden), generator, device)
+        if kind == "copy" and name == "lm_head.weight":
+            tensor = copying.lm_head(embedding.to(device)).cpu()
+        else:
+            tensor = _draw(tensor_shape, weight_std(name, shape.hidden, kind), generator, device)
+        if name == "model.embed_tokens.weight":
+            embedding = tensor
         nbytes = tensor.numel() * tensor.element_size()
         if shard and shard_bytes + nbytes > SHARD_BYTES:
             flush()
@@ -211,18 +234,22 @@ def write_checkpoint(out: str | Path, shape_name: str, vocab: int, seed: int = 0
     return directory
 
 
-def is_written(out: str | Path, shape_name: str, vocab: int) -> bool:
-    """True when ``out`` holds a complete checkpoint of this shape and vocabulary
-    (the index is written last, so an interrupted write is not mistaken for one)."""
+def is_written(out: str | Path, shape_name: str, vocab: int, kind: str = "peaked") -> bool:
+    """True when ``out`` holds a complete checkpoint of this shape, vocabulary
+    and kind (the index is written last, so an interrupted write is not
+    mistaken for one; a checkpoint without a kind file predates the copy kind)."""
     directory = Path(out)
     try:
         config = json.loads((directory / "config.json").read_text())
         index = json.loads((directory / "model.safetensors.index.json").read_text())
-    except (OSError, ValueError):
+        kind_file = directory / KIND_FILE
+        written_kind = json.loads(kind_file.read_text())["kind"] if kind_file.exists() else "peaked"
+    except (OSError, ValueError, KeyError):
         return False
     expected = hf_config(SHAPES[shape_name], vocab)
     files = set(index["weight_map"].values())
-    return config == expected and all((directory / f).exists() for f in files)
+    return (config == expected and written_kind == kind
+            and all((directory / f).exists() for f in files))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -234,6 +261,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"vocabulary size; the benchmark uses {VOCABS}")
     parser.add_argument("--out", required=True, help="directory to write")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kind", choices=KINDS, default="peaked",
+                        help="peaked: random peaked logits; copy: greedy follows fixed "
+                             "token cycles (the n-gram cell's model)")
     return parser.parse_args(argv)
 
 
@@ -241,14 +271,32 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     args = parse_args(argv)
-    if is_written(args.out, args.shape, args.vocab):
+    if is_written(args.out, args.shape, args.vocab, args.kind):
         print(f"checkpoint {args.out} already written", flush=True)
-        return 0
-    start = time.perf_counter()
-    write_checkpoint(args.out, args.shape, args.vocab, seed=args.seed)
-    print(f"wrote {args.shape} vocab {args.vocab} to {args.out} in "
-          f"{time.perf_counter() - start:.1f} s", flush=True)
+    else:
+        start = time.perf_counter()
+        write_checkpoint(args.out, args.shape, args.vocab, seed=args.seed, kind=args.kind)
+        print(f"wrote {args.kind} {args.shape} vocab {args.vocab} to {args.out} in "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+    # Also when a run stopped between the weights and the check.
+    if args.kind == "copy" and not (Path(args.out) / copying.CHECK_FILE).exists():
+        check_copying(args.out, args.shape, args.vocab)
     return 0
+
+
+def check_copying(out: str, shape_name: str, vocab: int) -> None:
+    """Measure the copy checkpoint with the real forward (``copying.verify``)
+    and fail unless greedy follows the cycles everywhere."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    check = copying.verify(out, device=device)
+    predicted = copying.predicted_top1_probability(SHAPES[shape_name].hidden, vocab)
+    print(f"copy check ({device}, {check['positions']} positions): argmax is the successor "
+          f"at {100 * check['argmax_is_successor']:.1f}%, top-2 gap min "
+          f"{check['gap_min']:.2f} ({check['gap_min_bf16_spacings']:.0f} bf16 spacings), "
+          f"top-1 probability min {check['top1_probability_min']:.4f} median "
+          f"{check['top1_probability_median']:.4f} (predicted {predicted:.4f})", flush=True)
+    if check["argmax_is_successor"] < 1.0:
+        raise SystemExit(f"{out}: greedy does not follow the cycles; see {copying.CHECK_FILE}")
 
 
 if __name__ == "__main__":

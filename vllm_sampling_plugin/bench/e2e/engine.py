@@ -7,8 +7,9 @@ before it imports vLLM (the process is spawned, so nothing of the parent's
 state leaks in) and answers requests ``(command, kwargs)`` with a dict.
 
 The first thing a fresh engine does after start-up is the cold-start probe:
-one top-k/top-p request, timed to its first token, then the same request
-again once warm (see ``cold_start``).
+one greedy, one top-k/top-p and one seeded top-p request in turn (the
+spec's ``cold_start_first`` goes first), each timed to its first token,
+then top-k/top-p again once warm (see ``_cold_start``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ COMMON_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
 }
 COLD_START_PROMPT_LEN = 64
+# The first requests of a fresh engine, one of each: the first one pays
+# whatever the engine does once (prefill shapes, detokenizer, ...), and a
+# sampling route's own first-use cost shows on the first request that takes it.
+COLD_START_MIXES = ("greedy", "topk_topp", "seeded_topp")
+WARM_REPEATS = 5
 PLUGIN_PACKAGE = "vllm_sampling_plugin."
 
 
@@ -60,6 +66,7 @@ class EngineSpec:
     max_model_len: int
     ngram_k: int = 0  # > 0: n-gram speculation with this many drafts (plugin only)
     attention_backend: str | None = None  # None: vLLM's choice
+    cold_start_first: str = "greedy"  # the mix of COLD_START_MIXES sent first
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -176,20 +183,26 @@ class _EngineServer:
         return self.llm.generate(inputs, params, use_tqdm=False)
 
     def _cold_start(self) -> dict:
-        """TTFT of the first top-k/top-p request of this fresh engine, then warm.
+        """TTFT of the first request of each of ``COLD_START_MIXES`` on this
+        fresh engine (``cold_start_first`` first, then the others in order),
+        then of top-k/top-p once warm.
 
-        One request with ``max_tokens=1``: its latency is its time to first
-        token (prefill and one sampling step). Each repeat has its own prompt,
-        so the warm ones do not gain from the prefix cache.
+        One request at a time with ``max_tokens=1``: its latency is its time
+        to first token (prefill and one sampling step). Every request has its
+        own prompt, so none gains from the prefix cache.
         """
-        prompts = workload.random_prompts(6, COLD_START_PROMPT_LEN, self.vocab, seed=7)
-        params = self._params("topk_topp", 1, 1)
+        first = self.spec.cold_start_first
+        order = [first, *(m for m in COLD_START_MIXES if m != first)]
+        mixes = order + ["topk_topp"] * WARM_REPEATS
+        prompts = workload.random_prompts(len(mixes), COLD_START_PROMPT_LEN, self.vocab, seed=7)
         times = []
-        for prompt in prompts:
+        for mix, prompt in zip(mixes, prompts):
+            params = self._params(mix, 1, 1)
             start = time.perf_counter()
             self._generate([prompt], params)
-            times.append(time.perf_counter() - start)
-        return {"cold_ttft_ms": 1e3 * times[0], "warm_ttft_ms": 1e3 * statistics.median(times[1:])}
+            times.append(1e3 * (time.perf_counter() - start))
+        return {"order": order, "ttft_ms": times[:len(order)],
+                "warm_ttft_ms": statistics.median(times[len(order):])}
 
     def throughput(self, mix: str, prompts: list[list[int]], output_len: int,
                    wave: int) -> dict:

@@ -4,8 +4,9 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
 
     {
       "schema": 1, "gpu": str, "vllm": str, "torch": str, "args": {...},
-      "models": {name: {"shape", "vocab", "path", "top1_probability":
-                        {"p10", "p50", "p90", "tokens"}}},
+      "models": {name: {"shape", "vocab", "kind", "path", "top1_probability":
+                        {"p10", "p50", "p90", "tokens"},
+                        "copy_check": {...} (copy kind: copying.verify's result)}},
       "cells": [{"model", "mix", "max_num_seqs", "orders": [[first, second], ...],
                  "stock_tok_s": [...], "plugin_tok_s": [...],
                  "stock": DIST, "plugin": DIST, "ratio": plugin median / stock median}],
@@ -19,7 +20,10 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                               "differences": [{"request", "position", "nospec_top2",
                                                "spec_top2", "near_tie"}]}}],
       "engines": [{"model", "role", "sampler", "startup_s"}],
-      "cold_start": [{"model", "role", "cold_ttft_ms", "warm_ttft_ms", "ratio"}]
+      "cold_start": [{"model", "role", "order": [mix, ...], "ttft_ms": [...],
+                      "warm_ttft_ms", "ratio": first request's TTFT / warm}]
+      (the first H100 run's files have "cold_ttft_ms", a first top-k/top-p
+      request, instead of "order" and "ttft_ms")
     }
 
 ``DIST`` is ``{"median", "min", "max", "spread"}`` with ``spread = (max -
@@ -189,6 +193,20 @@ def _fmt(value, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+def first_requests(cold_start: dict) -> list[tuple[str, float]]:
+    """``(mix, TTFT ms)`` of a fresh engine's first requests, in order, from a
+    ``cold_start`` entry of either form (see the schema).
+
+    Example::
+
+        >>> first_requests({"cold_ttft_ms": 915.3, "warm_ttft_ms": 14.4})
+        [('topk_topp', 915.3)]
+    """
+    if "order" not in cold_start:
+        return [("topk_topp", cold_start["cold_ttft_ms"])]
+    return list(zip(cold_start["order"], cold_start["ttft_ms"]))
+
+
 def render_markdown(results: dict) -> str:
     """The tables of docs/benchmarks.md's end-to-end section."""
     lines = [f"{results.get('gpu')}, vLLM {results.get('vllm')}, torch {results.get('torch')}", ""]
@@ -245,10 +263,11 @@ def render_markdown(results: dict) -> str:
                 f"{'yes' if ident['all_differences_near_ties'] else 'no'} |")
         lines.append("")
     if results["cold_start"]:
-        lines += ["| model | engine | first top-k/top-p TTFT ms (fresh engine) | "
-                  "warm TTFT ms | cold/warm |", "|---|---|---|---|---|"]
+        lines += ["| model | engine | first requests of the fresh engine, in order: TTFT ms | "
+                  "warm top-k/top-p TTFT ms | first/warm |", "|---|---|---|---|---|"]
         for c in results["cold_start"]:
-            lines.append(f"| {c['model']} | {c['role']} | {c['cold_ttft_ms']:.1f} | "
+            firsts = ", ".join(f"{mix} {ms:.1f}" for mix, ms in first_requests(c))
+            lines.append(f"| {c['model']} | {c['role']} | {firsts} | "
                          f"{c['warm_ttft_ms']:.1f} | {c['ratio']:.2f} |")
         lines.append("")
     return "\n".join(lines)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import time
 
-from vllm_sampling_plugin.bench.e2e import checkpoint, report, workload
+from vllm_sampling_plugin.bench.e2e import checkpoint, copying, report, workload
 from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
 
 PEAKEDNESS_PROMPTS = 64
@@ -87,17 +88,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def model_name(shape: str, vocab: int) -> str:
-    return f"{shape}-v{vocab}"
+def model_name(shape: str, vocab: int, kind: str = "peaked") -> str:
+    return f"{shape}-v{vocab}" + ("" if kind == "peaked" else f"-{kind}")
 
 
-def ensure_checkpoint(directory: str, shape: str, vocab: int) -> str:
+def ensure_checkpoint(directory: str, shape: str, vocab: int, kind: str = "peaked") -> str:
     """Write the checkpoint in a separate process, so its GPU memory is
-    returned before any engine profiles the GPU."""
-    path = os.path.join(directory, model_name(shape, vocab))
-    if not checkpoint.is_written(path, shape, vocab):
+    returned before any engine profiles the GPU (the copy kind is also
+    checked there, see ``checkpoint.check_copying``)."""
+    path = os.path.join(directory, model_name(shape, vocab, kind))
+    checked = kind != "copy" or os.path.exists(os.path.join(path, copying.CHECK_FILE))
+    if not (checkpoint.is_written(path, shape, vocab, kind) and checked):
         subprocess.run([sys.executable, "-m", "vllm_sampling_plugin.bench.e2e.checkpoint",
-                        "--shape", shape, "--vocab", str(vocab), "--out", path], check=True)
+                        "--shape", shape, "--vocab", str(vocab), "--kind", kind,
+                        "--out", path], check=True)
     return path
 
 
@@ -135,9 +139,10 @@ class Run:
         cold = info["cold_start"]
         self.results["cold_start"].append({
             "model": model, "role": spec.label, **cold,
-            "ratio": cold["cold_ttft_ms"] / cold["warm_ttft_ms"]})
-        self.say(f"{spec.label} up in {info['startup_s']:.0f} s; first top-k/top-p TTFT "
-                 f"{cold['cold_ttft_ms']:.1f} ms, warm {cold['warm_ttft_ms']:.1f} ms")
+            "ratio": cold["ttft_ms"][0] / cold["warm_ttft_ms"]})
+        firsts = ", ".join(f"{mix} {ms:.1f}" for mix, ms in zip(cold["order"], cold["ttft_ms"]))
+        self.say(f"{spec.label} up in {info['startup_s']:.0f} s; first requests' TTFT ms: "
+                 f"{firsts}; warm top-k/top-p {cold['warm_ttft_ms']:.1f}")
         self.save()
         return engine
 
@@ -197,6 +202,7 @@ class Run:
                 self.save()
 
     def peakedness(self, model: str, vocab: int, engine: Engine) -> None:
+        """Top-1 probability of greedy tokens on random prompts, in the engine."""
         prompts = workload.random_prompts(PEAKEDNESS_PROMPTS, self.args.prompt_len, vocab,
                                           seed=99)
         result = engine.call("greedy_tokens", prompts=prompts, output_len=PEAKEDNESS_TOKENS,
@@ -214,7 +220,7 @@ class Run:
         for wave in a.max_num_seqs:
             if self.out_of_time(f"{model} ngram B={wave}"):
                 return
-            prompts = workload.copying_prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
+            prompts = copying.prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
             orders, tok_s = self.measure_pairs(engines, ("nospec", "spec"), "ngram",
                                                prompts, wave)
             identity_prompts = prompts[:a.identity_requests]
@@ -248,36 +254,61 @@ class Run:
                      f"identical {ident['identical']}/{ident['requests']}, differences all "
                      f"near ties: {ident['all_differences_near_ties']}")
 
-    def model(self, shape: str, vocab: int) -> None:
-        a = self.args
-        name = model_name(shape, vocab)
-        path = ensure_checkpoint(a.checkpoint_dir, shape, vocab)
-        self.results["models"][name] = {"shape": shape, "vocab": vocab, "path": path}
+    def checkpoint(self, shape: str, vocab: int, kind: str) -> tuple[str, str]:
+        """Name and path of a written (and, for the copy kind, checked) checkpoint."""
+        name = model_name(shape, vocab, kind)
+        path = ensure_checkpoint(self.args.checkpoint_dir, shape, vocab, kind)
+        entry = {"shape": shape, "vocab": vocab, "kind": kind, "path": path}
+        if kind == "copy":
+            with open(os.path.join(path, copying.CHECK_FILE)) as f:
+                entry["copy_check"] = json.load(f)
+        self.results["models"][name] = entry
         self.say(f"checkpoint {path} ready")
+        return name, path
+
+    def model(self, shape: str, vocab: int) -> None:
+        """The sampling mixes, stock against plugin, on the peaked checkpoint;
+        then n-gram speculation, plugin without and with, on the copy one.
+
+        Cold start: every engine times its first greedy, top-k/top-p and
+        seeded top-p requests; the plugin engine without speculation on the
+        copy checkpoint sends top-k/top-p first, the others greedy, so a
+        full run shows whether a first request's cost is the engine's or the
+        sampling route's without starting an extra engine.
+        """
+        a = self.args
         plain = [m for m in a.mixes if m != "ngram"]
         max_model_len = a.prompt_len + a.output_len + a.ngram_k + 16
 
-        def spec_for(role: str, ngram_k: int = 0) -> EngineSpec:
+        def spec_for(role: str, path: str, ngram_k: int = 0,
+                     cold_start_first: str = "greedy") -> EngineSpec:
             return EngineSpec(role=role, model=path, max_num_seqs=max(a.max_num_seqs),
                               gpu_memory_utilization=a.gpu_memory_utilization,
                               max_model_len=max_model_len, ngram_k=ngram_k,
-                              attention_backend=a.attention_backend)
+                              attention_backend=a.attention_backend,
+                              cold_start_first=cold_start_first)
 
         engines: dict[str, Engine] = {}
         try:
-            # One after the other: vLLM's memory profiling must not see the
-            # other engine's start-up allocations come and go.
             if plain:
-                engines["stock"] = self.start_engine(spec_for("stock"), name)
-            engines["plugin"] = self.start_engine(spec_for("plugin"), name)
-            self.peakedness(name, vocab, engines["plugin"])
-            self.plain_cells(name, vocab, engines, plain)
-            self.breakdowns(name, vocab, engines, [m for m in a.breakdown_mixes if m in plain])
-            if "ngram" in a.mixes and not self.out_of_time(f"{name} ngram engine"):
-                if "stock" in engines:
-                    engines.pop("stock").close()
-                engines["spec"] = self.start_engine(spec_for("plugin", a.ngram_k), name)
-                self.ngram_cells(name, vocab, engines["plugin"], engines["spec"])
+                name, path = self.checkpoint(shape, vocab, "peaked")
+                # One after the other: vLLM's memory profiling must not see the
+                # other engine's start-up allocations come and go.
+                engines["stock"] = self.start_engine(spec_for("stock", path), name)
+                engines["plugin"] = self.start_engine(spec_for("plugin", path), name)
+                self.peakedness(name, vocab, engines["plugin"])
+                self.plain_cells(name, vocab, engines, plain)
+                self.breakdowns(name, vocab, engines,
+                                [m for m in a.breakdown_mixes if m in plain])
+            if "ngram" in a.mixes and not self.out_of_time(f"{shape} ngram engines"):
+                while engines:
+                    engines.popitem()[1].close()
+                name, path = self.checkpoint(shape, vocab, "copy")
+                engines["nospec"] = self.start_engine(
+                    spec_for("plugin", path, cold_start_first="topk_topp"), name)
+                engines["spec"] = self.start_engine(spec_for("plugin", path, a.ngram_k), name)
+                self.peakedness(name, vocab, engines["nospec"])
+                self.ngram_cells(name, vocab, engines["nospec"], engines["spec"])
         finally:
             for engine in engines.values():
                 engine.close()
@@ -293,8 +324,6 @@ class Run:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        import json
-
         with open(args.render) as f:
             print(report.render_markdown(json.load(f)))
         return 0

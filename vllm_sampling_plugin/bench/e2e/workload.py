@@ -51,23 +51,6 @@ def random_prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[l
     return [[rng.randrange(FIRST_WORD_ID, vocab) for _ in range(length)] for _ in range(count)]
 
 
-def copying_prompts(count: int, length: int, vocab: int, span: int = 8,
-                    seed: int = 0) -> list[list[int]]:
-    """Prompts made of one random ``span``-token phrase repeated to ``length``.
-
-    The n-gram proposer drafts from the prompt as soon as the model repeats a
-    phrase; a random peaked model's greedy continuation falls into short
-    cycles of its own within a few dozen tokens, which the proposer then
-    predicts from the output so far. The run reports the acceptance it saw.
-    """
-    rng = random.Random(seed)
-    prompts = []
-    for _ in range(count):
-        phrase = [rng.randrange(FIRST_WORD_ID, vocab) for _ in range(span)]
-        prompts.append((phrase * (length // span + 1))[:length])
-    return prompts
-
-
 def pair_orders(pairs: int, roles: tuple[str, str] = ("stock", "plugin")) -> list[tuple[str, str]]:
     """Which engine runs first in each pair: alternating, so a drift over the
     run (clocks, temperature, fragmentation) hits both engines equally.
