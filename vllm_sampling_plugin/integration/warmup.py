@@ -60,6 +60,7 @@ from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
 from vllm_sampling_plugin.ops.rejection.plan import plan_launch as rejection_plan
 from vllm_sampling_plugin.ops.topk_topp.plan import DEFAULT_TUNING as TOP_K_TOP_P_TUNING
 from vllm_sampling_plugin.ops.topk_topp.plan import launch_shape as top_k_top_p_shape
+from vllm_sampling_plugin.ops.topk_topp.plan import merges_in_chunk_kernel
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -92,10 +93,9 @@ def gumbel_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device
 
 def fused_top_k_top_p_variant(n: int, vocab_size: int) -> bool:
     """The fused launcher's shape depends on the vocabulary only; the batch
-    decides whether rows merge in the chunk kernel or in a second one (the
-    launcher's ``fused`` test)."""
+    decides whether rows merge in the chunk kernel or in a second one."""
     shape = top_k_top_p_shape(vocab_size, TOP_K_TOP_P_TUNING)
-    return n * shape.num_chunks <= TOP_K_TOP_P_TUNING.fused_max_programs
+    return merges_in_chunk_kernel(n, shape, TOP_K_TOP_P_TUNING)
 
 
 def rejection_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):

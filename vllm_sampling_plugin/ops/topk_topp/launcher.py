@@ -17,7 +17,14 @@ from ..host_math import next_power_of_2
 from .chunk import chunk_pass
 from .exact import MAX_VOCAB_SIZE
 from .merge import merge_row
-from .plan import DEFAULT_TUNING, GUMBEL_TILE, TopKTopPTuning, check_tuning, launch_shape
+from .plan import (
+    DEFAULT_TUNING,
+    GUMBEL_TILE,
+    TopKTopPTuning,
+    check_tuning,
+    launch_shape,
+    merges_in_chunk_kernel,
+)
 from .workspace import workspace_for
 
 
@@ -257,7 +264,7 @@ def top_k_top_p_sample(
     )
     sampled = torch.empty(num_tokens, dtype=torch.int64, device=device)
 
-    fused = num_tokens * shape.num_chunks <= tuning.fused_max_programs
+    fused = merges_in_chunk_kernel(num_tokens, shape, tuning)
     buffers = (
         work.chunk_stats,
         work.chunk_lists,

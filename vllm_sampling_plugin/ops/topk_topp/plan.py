@@ -95,3 +95,10 @@ def launch_shape(vocab_size: int, tuning: TopKTopPTuning) -> LaunchShape:
         per_group=min(tuning.per_group, group),
         num_chunks=cdiv(vocab_size, chunk),
     )
+
+
+def merges_in_chunk_kernel(num_tokens: int, shape: LaunchShape, tuning: TopKTopPTuning) -> bool:
+    """Whether each row is merged by the chunk kernel's last program (one
+    launch) rather than by a second, merge-only kernel: the one choice of the
+    launch that depends on the batch size."""
+    return num_tokens * shape.num_chunks <= tuning.fused_max_programs
