@@ -77,6 +77,9 @@ def test_engine_roles_and_arguments():
     assert "VLLM_PLUGINS" not in engine.child_env(engine.EngineSpec("plugin", "/m", 256, 0.4, 400))
     kwargs = stock.llm_kwargs()
     assert kwargs["max_num_seqs"] == 256 and "speculative_config" not in kwargs
+    assert "compilation_config" not in kwargs  # vLLM's own CUDA-graph sizes unless asked
+    capped = engine.EngineSpec("stock", "/m", 256, 0.4, 400, max_cudagraph_capture_size=256)
+    assert capped.llm_kwargs()["compilation_config"] == {"max_cudagraph_capture_size": 256}
     spec = engine.EngineSpec("plugin", "/m", 64, 0.4, 400, ngram_k=3)
     assert spec.llm_kwargs()["speculative_config"]["num_speculative_tokens"] == 3
     assert spec.label == "plugin+ngram3"

@@ -66,6 +66,7 @@ class EngineSpec:
     max_model_len: int
     ngram_k: int = 0  # > 0: n-gram speculation with this many drafts (plugin only)
     attention_backend: str | None = None  # None: vLLM's choice
+    max_cudagraph_capture_size: int | None = None  # None: vLLM's choice
     cold_start_first: str = "greedy"  # the mix of COLD_START_MIXES sent first
 
     def llm_kwargs(self) -> dict:
@@ -81,6 +82,10 @@ class EngineSpec:
         }
         if self.attention_backend:
             kwargs["attention_backend"] = self.attention_backend
+        if self.max_cudagraph_capture_size:
+            kwargs["compilation_config"] = {
+                "max_cudagraph_capture_size": self.max_cudagraph_capture_size
+            }
         if self.ngram_k:
             kwargs["speculative_config"] = {
                 "method": "ngram", "num_speculative_tokens": self.ngram_k,

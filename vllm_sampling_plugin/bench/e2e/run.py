@@ -75,6 +75,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--attention-backend", default=None,
                         help="vLLM attention backend of every engine (default: vLLM's choice); "
                         "TRITON_ATTN where FlashAttention is unavailable or fails")
+    parser.add_argument("--max-cudagraph-capture-size", type=int, default=None,
+                        help="largest CUDA-graph batch of every engine (default: vLLM's, "
+                        "2 x max_num_seqs up to 512); the staged vLLM 0.20.0 hit an illegal "
+                        "address capturing 496 tokens at max_num_seqs 256")
     parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints")
     parser.add_argument("--out", default="bench-results/e2e")
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
@@ -286,6 +290,7 @@ class Run:
                               gpu_memory_utilization=a.gpu_memory_utilization,
                               max_model_len=max_model_len, ngram_k=ngram_k,
                               attention_backend=a.attention_backend,
+                              max_cudagraph_capture_size=a.max_cudagraph_capture_size,
                               cold_start_first=cold_start_first)
 
         engines: dict[str, Engine] = {}
