@@ -62,6 +62,9 @@ def _apply_patches() -> None:
         PluginRejectionSampler,
     )
     from vllm_sampling_plugin.integration.sampler import PluginSampler
+    from vllm_sampling_plugin.integration.spec_sampling_fields import (
+        patch_spec_decode_validation,
+    )
     from vllm_sampling_plugin.integration.speculator import (
         connecting_speculator,
         init_speculator,
@@ -75,6 +78,7 @@ def _apply_patches() -> None:
     setattr(ModelConfig, cfg.FP64_ATTR, False)
     setattr(ModelConfig, cfg.FLASHINFER_ATTR, None)
     patch_vllm_config()
+    patch_spec_decode_validation()
     # The runner module binds these names at import; patch them there.
     model_runner.Sampler = PluginSampler
     model_runner.RejectionSampler = PluginRejectionSampler
