@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from vllm_sampling_plugin.soak.mix import SoakRequest
-from vllm_sampling_plugin.soak.summary import MemorySample, SoakSummary, tokens_per_window
+from vllm_sampling_plugin.soak.summary import (
+    MemorySample,
+    SoakSummary,
+    tokens_per_window,
+)
 from vllm_sampling_plugin.soak.validate import choice_problems, is_refusal
 
 

@@ -79,18 +79,18 @@ def render(summary: SoakSummary, failures: list[str]) -> str:
 
     p50, p99 = percentile(summary.latencies_s, 50), percentile(summary.latencies_s, 99)
     lines = [
-        f"requests ok {summary.ok} / rejected (expected 400) {summary.rejected} / "
-        f"aborted {summary.aborted} / unexpected {len(summary.unexpected)}",
+        (f"requests ok {summary.ok} / rejected (expected 400) {summary.rejected} / "
+         f"aborted {summary.aborted} / unexpected {len(summary.unexpected)}"),
         f"structured outputs cut by max_tokens (not judged): {summary.truncated_structured}",
         f"tokens {summary.tokens}",
         "latency p50 "
         + ("n/a" if p50 is None else f"{p50:.3f} s")
         + " / p99 "
         + ("n/a" if p99 is None else f"{p99:.3f} s"),
-        f"GPU memory start {mib(summary.memory_start, 'gpu_mib')} / "
-        f"end {mib(summary.memory_end, 'gpu_mib')}",
-        f"server host RSS start {mib(summary.memory_start, 'host_rss_mib')} / "
-        f"end {mib(summary.memory_end, 'host_rss_mib')}",
+        (f"GPU memory start {mib(summary.memory_start, 'gpu_mib')} / "
+         f"end {mib(summary.memory_end, 'gpu_mib')}"),
+        (f"server host RSS start {mib(summary.memory_start, 'host_rss_mib')} / "
+         f"end {mib(summary.memory_end, 'host_rss_mib')}"),
         "tokens per window: " + ", ".join(f"{start:.0f}s:{n}" for start, n in summary.windows),
     ]
     lines += [f"  unexpected #{i} [{kind}]: {problem}" for i, kind, problem in summary.unexpected[:20]]

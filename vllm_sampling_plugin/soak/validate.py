@@ -8,6 +8,7 @@ finished on their own (not cut by ``max_tokens``), its text.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -32,7 +33,7 @@ def logprob_problems(logprobs: dict | None, num_tokens: int, wanted: int) -> lis
     problems = []
     if len(values) != num_tokens:
         problems.append(f"{len(values)} logprobs for {num_tokens} tokens")
-    if any(v is None or not v <= 0.0 or v != v for v in values):
+    if any(v is None or math.isnan(v) or v > 0.0 for v in values):
         problems.append("a token logprob is NaN or positive")
     tops = logprobs.get("top_logprobs") or []
     if any(len(top) < min(wanted, 1) for top in tops if top is not None):
