@@ -13,13 +13,10 @@ import pytest
 import torch
 from scipy import stats
 
+from tests.ops.interpreter_warnings import IGNORE_MASKED_ARITHMETIC
 from vllm_sampling_plugin.ops import rejection_sample_packed
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
-    pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning"),
-]
+pytestmark = IGNORE_MASKED_ARITHMETIC
 
 P_MIN = 1e-3
 VOCAB = 24
