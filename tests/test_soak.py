@@ -34,7 +34,7 @@ from vllm_sampling_plugin.soak.validate import (
     token_id_problems,
 )
 
-VOCAB = 500
+VOCAB = 2000
 
 
 def _mix(n, **kwargs):
@@ -64,6 +64,8 @@ def test_mix_fractions_and_expectations():
             assert request.kind in MALFORMED
         if request.kind == "logit_bias_out_of_vocab":
             assert all(int(k) >= VOCAB for k in request.body["logit_bias"])
+        if request.kind == "logit_bias_over_v2_table":
+            assert len(request.body["logit_bias"]) > 1024
         if request.kind in ("logit_bias", "allowed_token_ids"):
             ids = request.body.get("allowed_token_ids") or map(int, request.body["logit_bias"])
             assert all(0 <= i < VOCAB for i in ids)
@@ -159,7 +161,8 @@ def _fake_text(body):
 def _fake_refuses(body):
     return (body.get("temperature", 1.0) < 0 or body.get("top_p", 1.0) == 0
             or body.get("n", 1) == 0 or (body.get("logprobs") or 0) > 20
-            or any(int(k) >= VOCAB for k in body.get("logit_bias") or {}))
+            or any(int(k) >= VOCAB for k in body.get("logit_bias") or {})
+            or len(body.get("logit_bias") or {}) > 1024)
 
 
 def _fake_server(bad_token_id):

@@ -102,14 +102,25 @@ SAMPLING_KINDS = [
     "json_min_p_top_k", "regex", "choice",
 ]
 
-# Requests vLLM must refuse with a 400, whatever the plugin does.
+# Requests that must get a 400. The last one passes vLLM 0.20's own checks
+# and, without the plugin's front-end limit, stops the engine.
 MALFORMED = {
     "negative_temperature": {"temperature": -1.0},
     "top_p_zero": {"top_p": 0.0},
     "n_zero": {"n": 0},
-    "logit_bias_out_of_vocab": None,  # needs the vocabulary size
+    "logit_bias_out_of_vocab": None,  # these two need the vocabulary size
+    "logit_bias_over_v2_table": None,
     "too_many_logprobs": {"logprobs": 10_000},
 }
+
+
+def _malformed_fields(kind: str, vocab_size: int) -> dict:
+    if kind == "logit_bias_out_of_vocab":
+        return {"logit_bias": {str(vocab_size + 7): 1.0}}
+    if kind == "logit_bias_over_v2_table":
+        # 1,100 distinct ids on any vocabulary larger than that.
+        return {"logit_bias": {str(i % vocab_size): 0.1 for i in range(1100)}}
+    return MALFORMED[kind]
 
 
 def make_request(
@@ -134,7 +145,7 @@ def make_request(
     draw = rng.random()
     if draw < malformed_fraction:
         kind = rng.choice(sorted(MALFORMED))
-        bad = MALFORMED[kind] or {"logit_bias": {str(vocab_size + 7): 1.0}}
+        bad = _malformed_fields(kind, vocab_size)
         return SoakRequest(index, kind, {**base, "stream": rng.random() < 0.5, **bad},
                            expect="rejected")
     kind = SAMPLING_KINDS[rng.randrange(len(SAMPLING_KINDS))]
