@@ -64,8 +64,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-host-growth-mib", type=float, default=1024.0)
     parser.add_argument("--startup-timeout-s", type=float, default=900.0)
     args = parser.parse_args(argv)
-    if args.url and args.vocab_size is None:
-        parser.error("--url needs --vocab-size (with --launch it is read from the model)")
+    if args.vocab_size is None and not (args.launch and Path(args.launch, "config.json").is_file()):
+        parser.error("--vocab-size is needed unless --launch names a local model directory")
     args.serve_args = serve_args
     return args
 
