@@ -61,7 +61,11 @@ def _apply_patches() -> None:
     from vllm_sampling_plugin.integration.rejection_sampler import (
         PluginRejectionSampler,
     )
+    from vllm_sampling_plugin.integration.request_limits import patch_request_limits
     from vllm_sampling_plugin.integration.sampler import PluginSampler
+    from vllm_sampling_plugin.integration.spec_sampling_fields import (
+        patch_spec_decode_validation,
+    )
     from vllm_sampling_plugin.integration.speculator import (
         connecting_speculator,
         init_speculator,
@@ -75,6 +79,8 @@ def _apply_patches() -> None:
     setattr(ModelConfig, cfg.FP64_ATTR, False)
     setattr(ModelConfig, cfg.FLASHINFER_ATTR, None)
     patch_vllm_config()
+    patch_spec_decode_validation()
+    patch_request_limits()
     # The runner module binds these names at import; patch them there.
     model_runner.Sampler = PluginSampler
     model_runner.RejectionSampler = PluginRejectionSampler

@@ -26,6 +26,7 @@ from vllm.v1.worker.gpu.sample.sampler import Sampler
 from vllm.v1.worker.gpu.sample.states import NO_LOGPROBS, SamplingStates
 
 from vllm_sampling_plugin.config import PluginSettings, settings_from_model_config
+from vllm_sampling_plugin.integration.spec_bad_words import DraftAlignedBadWordsState
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
@@ -102,6 +103,7 @@ class PluginSampler(Sampler):
             num_speculative_tokens=num_speculative_tokens,
         )
         self.sampling_states = PluginSamplingStates(max_num_reqs, vocab_size)
+        self.bad_words_state = DraftAlignedBadWordsState(req_states)
         if settings is None:
             # The worker builds the runner inside set_current_vllm_config().
             vllm_config = get_current_vllm_config_or_none()
