@@ -33,6 +33,9 @@ from vllm_sampling_plugin.integration.sampler import (
     Route,
 )
 from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+from tests.vllm_lines import needs_vllm_line  # noqa: E402
+
+pytestmark = needs_vllm_line("0.20")
 
 VOCAB = 151936
 MAX_NUM_REQS = 64
