@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from tests.vllm_lines import needs_vllm_line
+
 
 def run_cli(*args, env=None):
     import os
@@ -16,6 +18,7 @@ def run_cli(*args, env=None):
     )
 
 
+@needs_vllm_line("0.20")
 def test_info_reports_versions_registration_and_settings():
     proc = run_cli("info", env={"VLLM_USE_FLASHINFER_SAMPLER": "0"})
     assert proc.returncode == 0, proc.stderr
@@ -58,3 +61,21 @@ def test_demo_samples_valid_tokens():
     # Row 0 is greedy over the demo's logits (torch.randn with seed 0).
     logits = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
     assert tokens[0] == int(logits[0].argmax())
+
+
+def test_info_prints_the_parts_of_the_installed_line():
+    from tests.vllm_lines import INSTALLED_LINE
+    from vllm_sampling_plugin.integration.parts import parts_rows
+
+    proc = run_cli("info")
+    assert proc.returncode in (0, 1), proc.stderr
+    assert f"parts on vLLM {INSTALLED_LINE}.x" in proc.stdout
+    for part, owner, _, ratio in parts_rows(INSTALLED_LINE):
+        assert f"  {part}: {owner};" in proc.stdout
+        assert ratio in proc.stdout
+
+
+def test_info_markdown_renders_the_compatibility_table():
+    proc = run_cli("info", "--markdown")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("| part | vLLM 0.20.x | vLLM 0.32.x |")

@@ -1,6 +1,7 @@
 """``vllm-sampling-plugin``: inspect the installation, run benchmarks, try the ops.
 
-    vllm-sampling-plugin info                 versions, registration, settings
+    vllm-sampling-plugin info                 versions, registration, settings, parts
+    vllm-sampling-plugin info --markdown      the release x part table of docs/compatibility.md
     vllm-sampling-plugin bench AREA [ARGS]    AREA: sampler, topk_topp, rejection, ngram, e2e
     vllm-sampling-plugin demo                 sample a few tokens with the functional API
 """
@@ -52,8 +53,9 @@ def _plugin_status() -> str:
 
 
 def info() -> int:
-    from vllm_sampling_plugin.ops.topk_topp.flashinfer import probe_flashinfer
-    from vllm_sampling_plugin.selection import decide_flashinfer
+    from vllm_sampling_plugin.integration.version import LINE_0_20, release_line
+
+    line = release_line(_version_of("vllm"))
 
     rows = [
         ("vllm-sampling-plugin", __version__),
@@ -77,15 +79,46 @@ def info() -> int:
     else:
         shown = {None: "unset (on where supported)", True: "1", False: "0"}[setting]
         rows.append((config.FLASHINFER_ENV, shown))
-        decision = decide_flashinfer(setting, probe_flashinfer)
-        rows.append(("FlashInfer sampler", "used" if decision.use else "not used"))
-        rows.append(("  because", decision.message))
-        if decision.level == logging.ERROR:
-            status = 1
+        if line == LINE_0_20:
+            status = _flashinfer_decision(setting, rows)
+        elif line is not None:
+            rows.append((
+                "FlashInfer sampler",
+                f"decided by vLLM {line} at start-up; the plugin draws only the "
+                "batches vLLM does not send to FlashInfer",
+            ))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
+    if line is not None:
+        _print_parts(line)
     return status
+
+
+def _flashinfer_decision(setting: bool | None, rows: list[tuple[str, str]]) -> int:
+    """The plugin's own FlashInfer decision (vLLM 0.20); 1 if start-up would fail."""
+    from vllm_sampling_plugin.ops.topk_topp.flashinfer import probe_flashinfer
+    from vllm_sampling_plugin.selection import decide_flashinfer
+
+    decision = decide_flashinfer(setting, probe_flashinfer)
+    rows.append(("FlashInfer sampler", "used" if decision.use else "not used"))
+    rows.append(("  because", decision.message))
+    return 1 if decision.level == logging.ERROR else 0
+
+
+def _print_parts(line: str) -> None:
+    from vllm_sampling_plugin.integration.parts import parts_rows
+
+    print(f"\nparts on vLLM {line}.x (part: owner; why; plugin vs upstream):")
+    for part, owner, why, ratio in parts_rows(line):
+        print(f"  {part}: {owner}; {why}; {ratio}")
+
+
+def markdown() -> int:
+    from vllm_sampling_plugin.integration.parts import compatibility_markdown
+
+    print(compatibility_markdown())
+    return 0
 
 
 def demo() -> int:
@@ -113,14 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vllm-sampling-plugin", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, registration and resolved settings")
+    info_parser = sub.add_parser("info", help="versions, registration, settings, parts")
+    info_parser.add_argument(
+        "--markdown", action="store_true",
+        help="print the release x part table of docs/compatibility.md instead",
+    )
     bench = sub.add_parser("bench", help="run a GPU benchmark")
     bench.add_argument("area", choices=BENCH_AREAS)
     bench.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("demo", help="sample a few tokens with the functional API")
     args = parser.parse_args(argv)
     if args.command == "info":
-        return info()
+        return markdown() if args.markdown else info()
     if args.command == "demo":
         return demo()
     module = importlib.import_module(f"vllm_sampling_plugin.bench.{args.area}")

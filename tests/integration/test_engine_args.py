@@ -9,6 +9,9 @@ import pytest
 
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
+from tests.vllm_lines import needs_vllm_line
+
+pytestmark = needs_vllm_line("0.20")
 
 
 @pytest.fixture(scope="module")

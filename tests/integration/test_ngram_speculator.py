@@ -19,6 +19,9 @@ from vllm.v1.spec_decode.ngram_proposer import (  # noqa: E402
 from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers  # noqa: E402
 
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU  # noqa: E402
+from tests.vllm_lines import needs_vllm_line  # noqa: E402
+
+pytestmark = needs_vllm_line("0.20")
 
 MAX_NUM_REQS, MAX_MODEL_LEN, K = 8, 32, 3
 

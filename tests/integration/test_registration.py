@@ -3,6 +3,9 @@
 import pytest
 
 from tests.integration.helpers import run_python
+from tests.vllm_lines import needs_vllm_line
+
+pytestmark = needs_vllm_line("0.20")
 
 CHECK_PATCHED = """
 import vllm.v1.worker.gpu.model_runner as mr

@@ -16,6 +16,9 @@ from vllm_sampling_plugin.integration.sampler import (  # noqa: E402
     PluginSamplingStates,
     Route,
 )
+from tests.vllm_lines import needs_vllm_line  # noqa: E402
+
+pytestmark = needs_vllm_line("0.20")
 
 VOCAB = 100
 

@@ -1,6 +1,9 @@
 """The V2 runner's config checks accept n-gram speculation with the plugin."""
 
 from tests.integration.helpers import run_python
+from tests.vllm_lines import needs_vllm_line
+
+pytestmark = needs_vllm_line("0.20")
 
 
 def test_v2_validation_accepts_ngram_but_keeps_other_restrictions():

@@ -24,6 +24,9 @@ pytest.importorskip("vllm")
 from vllm_sampling_plugin.integration import warmup
 from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
 from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+from tests.vllm_lines import needs_vllm_line  # noqa: E402
+
+pytestmark = needs_vllm_line("0.20")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from stub_runner import (

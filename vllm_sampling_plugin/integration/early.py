@@ -2,7 +2,8 @@
 
 ``LLM(model=..., use_fp64_gumbel=True)`` hands its keywords to
 ``EngineArgs(...)``, whose generated ``__init__`` rejects unknown keywords
-before ``__post_init__`` loads the general plugins. The only hook vLLM 0.20
+before ``__post_init__`` loads the general plugins (vLLM 0.20 only: later
+lines have the field upstream, and nothing is patched there). The only hook vLLM 0.20
 runs earlier is platform-plugin discovery, which happens on the first use of
 ``vllm.platforms.current_platform`` while ``vllm.config`` is imported. This
 module is registered as a ``vllm.platform_plugins`` entry point for that reason
@@ -27,7 +28,11 @@ import sys
 from types import ModuleType
 
 from vllm_sampling_plugin.integration.engine_args import patch_engine_args
-from vllm_sampling_plugin.integration.version import vllm_version_supported
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_20,
+    installed_vllm_version,
+    release_line,
+)
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -37,7 +42,9 @@ ARG_UTILS = "vllm.engine.arg_utils"
 def teach_engine_args() -> None:
     """``vllm.platform_plugins`` entry point; returns None (no platform)."""
     try:
-        if vllm_version_supported():
+        # Only 0.20 lacks the field; later lines have their own
+        # use_fp64_gumbel, which must not be shadowed.
+        if release_line(installed_vllm_version()) == LINE_0_20:
             when_arg_utils_ready(patch_engine_args)
     except Exception:  # vLLM swallows platform-plugin errors; say why here.
         logger.exception("vllm-sampling-plugin could not patch EngineArgs early")

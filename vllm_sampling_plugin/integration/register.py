@@ -9,12 +9,14 @@ first. Nothing here touches CUDA (that would force spawn on later children).
 
 from __future__ import annotations
 
+import importlib
 import logging
 
+from vllm_sampling_plugin.integration.parts import parts_summary
 from vllm_sampling_plugin.integration.version import (
     SUPPORTED_RANGE,
     installed_vllm_version,
-    vllm_version_supported,
+    release_line,
 )
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
@@ -24,12 +26,13 @@ _state: str | None = None
 
 
 def register() -> None:
-    """Patch vLLM 0.20's V2 runner to use the plugin's components. Idempotent."""
+    """Apply the integration of the installed vLLM release line. Idempotent."""
     global _state
     if _state is not None:
         return
     found = installed_vllm_version()
-    if not vllm_version_supported(found):
+    line = release_line(found)
+    if line is None:
         _state = f"inactive: vLLM {found} is outside the supported range {SUPPORTED_RANGE}"
         logger.error(
             "vllm-sampling-plugin supports vLLM %s but vLLM %s is installed; "
@@ -38,11 +41,14 @@ def register() -> None:
             found,
         )
         return
-    _apply_patches()
+    integration = importlib.import_module(line_module(line))
+    integration.apply()
     _state = "active"
     logger.info(
-        "vllm-sampling-plugin active: the V2 model runner uses the plugin's "
-        "Sampler, RejectionSampler and n-gram speculator."
+        "vllm-sampling-plugin active for vLLM %s (line %s): %s.",
+        found,
+        line,
+        parts_summary(line),
     )
 
 
@@ -51,41 +57,6 @@ def registration_state() -> str | None:
     return _state
 
 
-def _apply_patches() -> None:
-    import vllm.engine.arg_utils as arg_utils
-    import vllm.v1.worker.gpu.model_runner as model_runner
-    from vllm.config import ModelConfig
-
-    from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
-    from vllm_sampling_plugin.integration.rejection_sampler import (
-        PluginRejectionSampler,
-    )
-    from vllm_sampling_plugin.integration.request_limits import patch_request_limits
-    from vllm_sampling_plugin.integration.sampler import PluginSampler
-    from vllm_sampling_plugin.integration.spec_sampling_fields import (
-        patch_spec_decode_validation,
-    )
-    from vllm_sampling_plugin.integration.speculator import (
-        connecting_speculator,
-        init_speculator,
-    )
-    from vllm_sampling_plugin.integration.vllm_config import patch_vllm_config
-    from vllm_sampling_plugin.integration.warmup import warming_up_sampling
-
-    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs)
-    # Class defaults: ModelConfigs built without the front-end wrapper (draft
-    # models, tests) still answer with the defaults.
-    setattr(ModelConfig, cfg.FP64_ATTR, False)
-    setattr(ModelConfig, cfg.FLASHINFER_ATTR, None)
-    patch_vllm_config()
-    patch_spec_decode_validation()
-    patch_request_limits()
-    # The runner module binds these names at import; patch them there.
-    model_runner.Sampler = PluginSampler
-    model_runner.RejectionSampler = PluginRejectionSampler
-    model_runner.init_speculator = init_speculator
-    runner_cls = model_runner.GPUModelRunner
-    runner_cls.__init__ = connecting_speculator(runner_cls.__init__)
-    # The profile run compiles every sampling kernel variant before serving.
-    runner_cls._dummy_sampler_run = warming_up_sampling(runner_cls._dummy_sampler_run)
+def line_module(line: str) -> str:
+    """The module holding ``apply()`` for a release line (``0.32`` -> ``v0_32``)."""
+    return f"vllm_sampling_plugin.integration.v{line.replace('.', '_')}"

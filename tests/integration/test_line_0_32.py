@@ -1,0 +1,214 @@
+"""The vLLM 0.32.x line: what register() patches and what it leaves alone,
+and the Sampler subclass built the way upstream's runner builds it.
+
+vLLM 0.32's own Triton kernels (temperature, penalties) do not run without a
+GPU, so the sampler tests call the overridden ``_sample_random`` with logits
+that upstream's processing would have produced; the plugin's kernels run in
+Triton's interpreter.
+"""
+
+import pytest
+
+from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
+from tests.vllm_lines import needs_vllm_line
+
+pytestmark = needs_vllm_line("0.32")
+
+
+def test_registration_patches_only_the_sampler_name():
+    out = run_python(
+        """
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+
+        import vllm.v1.worker.gpu.model_runner as mr
+        from vllm.config import ModelConfig, VllmConfig
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
+        from vllm_sampling_plugin.integration.register import registration_state
+        from vllm_sampling_plugin.integration.v0_32.sampler import PluginSampler
+
+        assert registration_state() == "active", registration_state()
+        assert mr.Sampler is PluginSampler, mr.Sampler
+        assert mr.RejectionSampler is RejectionSampler
+        assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
+        # Upstream owns use_fp64_gumbel on 0.32: nothing of the 0.20 line's
+        # EngineArgs, ModelConfig or VllmConfig patches is applied.
+        assert "_vllm_sampling_plugin_patched" not in EngineArgs.__dict__
+        assert "_vllm_sampling_plugin_patched" not in VllmConfig.__dict__
+        assert not hasattr(ModelConfig, "flashinfer_sampler")
+        assert EngineArgs.__dataclass_fields__["use_fp64_gumbel"].default is False
+        print("ok")
+        """
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_unsupported_version_leaves_vllm_untouched_and_logs_one_error():
+    out = run_python(
+        """
+        import logging
+        import vllm_sampling_plugin.integration.version as version
+        version.installed_vllm_version = lambda: "0.33.0"
+        from vllm.plugins import load_general_plugins
+        records = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
+        load_general_plugins()
+
+        import vllm.v1.worker.gpu.model_runner as mr
+        from vllm.v1.worker.gpu.sample.sampler import Sampler
+        assert mr.Sampler is Sampler
+        errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "0.33.0" in errors[0], errors
+        print("ok")
+        """
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+# Builds the sampler with the keyword arguments of upstream's
+# GPUModelRunner.load_model (model_runner.py:471-483 in 0.32), on the CPU:
+# without pinned memory, vLLM's buffers fall back to plain tensors.
+SAMPLER_PRELUDE = CPU_DEVICE_SHIM + """
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import numpy as np
+import torch
+import vllm.v1.worker.gpu.buffer_utils as buffer_utils
+buffer_utils.is_uva_available = lambda: False
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+import vllm.v1.worker.gpu.model_runner as mr
+from vllm.config import VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.v1.worker.gpu.states import RequestState
+
+VOCAB, MAX_REQS = 64, 8
+CPU = torch.device("cpu")
+
+def build_sampler(**overrides):
+    vllm_config = VllmConfig()
+    req_states = RequestState(
+        max_num_reqs=MAX_REQS, max_model_len=128, max_num_batched_tokens=128,
+        num_speculative_steps=0, vocab_size=VOCAB, device=CPU,
+    )
+    kwargs = dict(
+        vllm_config=vllm_config, max_num_reqs=MAX_REQS, vocab_size=VOCAB,
+        device=CPU, req_states=req_states, logprobs_mode="raw_logprobs",
+        num_speculative_tokens=1, use_fp64_gumbel=False,
+        enable_trace_replay=False, return_sampling_mask=False,
+        custom_logits_processors=(),
+    )
+    kwargs.update(overrides)
+    return mr.Sampler(**kwargs)
+
+def draw(sampler, logits, slots, pos):
+    idx = torch.tensor(slots, dtype=torch.int32)
+    idx_np = np.array(slots)
+    top_k, top_p = sampler.sampling_states.get_top_k_top_p(idx, idx_np)
+    return sampler._sample_random(
+        logits, idx, idx_np, torch.tensor(pos, dtype=torch.int64), top_k, top_p,
+        False,
+    )
+
+LOGITS = torch.randn(MAX_REQS, VOCAB, generator=torch.Generator().manual_seed(0))
+"""
+
+
+@pytest.mark.parametrize("fp64", [False, True])
+def test_sampler_builds_from_upstream_arguments_and_keeps_their_settings(fp64):
+    out = run_python(
+        f"""
+        from vllm_sampling_plugin.integration.v0_32.sampler import PluginSampler
+        sampler = build_sampler(use_fp64_gumbel={fp64})
+        assert type(sampler) is PluginSampler
+        assert sampler.use_fp64_gumbel is {fp64}
+        # Upstream's own state, processors and FlashInfer decision are kept.
+        assert [type(p).__name__ for p in sampler.logits_processors] == [
+            "LogitBiasState", "PenaltiesState", "BadWordsState"]
+        assert sampler.use_flashinfer is False  # no CUDA platform here
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_draw_is_greedy_top_k_bounded_and_seeded_batch_invariant():
+    out = run_python(
+        """
+        sampler = build_sampler()
+        sampler.add_request(0, SamplingParams(temperature=0.0))
+        sampler.add_request(1, SamplingParams(temperature=1.0, top_k=3, seed=11))
+        sampler.add_request(2, SamplingParams(temperature=1.0, seed=7))
+        sampler.add_request(3, SamplingParams(temperature=1.0, seed=7))
+        sampler.apply_staged_writes()
+
+        # All four rows: the top-k row sends the batch to the fused kernel.
+        mixed, returned = draw(sampler, LOGITS[:4].clone(), [0, 1, 2, 3], [5] * 4)
+        assert returned.shape == (4, VOCAB)
+        assert mixed[0] == LOGITS[0].argmax()
+        assert int(mixed[1]) in LOGITS[1].topk(3).indices.tolist()
+
+        # Seeded row 2 alone goes through the plain Gumbel kernel and must
+        # draw the same token as beside the top-k row.
+        alone, _ = draw(sampler, LOGITS[2:3].clone(), [2], [5])
+        assert alone[0] == mixed[2], (alone, mixed)
+        # Same seed and position, different logits row: the noise is the
+        # seed's, so the same logits give the same token.
+        twin, _ = draw(sampler, LOGITS[2:3].clone(), [3], [5])
+        assert twin[0] == alone[0]
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_sampling_mask_request_returns_the_masked_logits():
+    out = run_python(
+        """
+        sampler = build_sampler(return_sampling_mask=True)
+        sampler.add_request(0, SamplingParams(temperature=1.0, top_k=2, seed=1))
+        sampler.apply_staged_writes()
+        sampled, returned = draw(sampler, LOGITS[:1].clone(), [0], [0])
+        kept = torch.isfinite(returned[0]).nonzero().flatten().tolist()
+        assert sorted(kept) == sorted(LOGITS[0].topk(2).indices.tolist()), kept
+        assert int(sampled[0]) in kept
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_flashinfer_batches_stay_upstream():
+    out = run_python(
+        """
+        import vllm.v1.worker.gpu.sample.sampler as upstream
+        calls = []
+        def fake_flashinfer(logits, top_k, top_p):
+            calls.append(logits.shape)
+            return torch.zeros(logits.shape[0], dtype=torch.int32)
+        upstream.flashinfer_sample = fake_flashinfer
+        sampler = build_sampler()
+        sampler.use_flashinfer = True  # as upstream decides on a supported GPU
+        sampler.add_request(0, SamplingParams(temperature=1.0, top_k=5))
+        sampler.apply_staged_writes()
+        idx = torch.tensor([0], dtype=torch.int32)
+        top_k, top_p = sampler.sampling_states.get_top_k_top_p(idx, np.array([0]))
+        sampled, _ = sampler._sample_random(
+            LOGITS[:1].clone(), idx, np.array([0]), torch.tensor([0]), top_k, top_p,
+            True,
+        )
+        assert calls == [(1, VOCAB)] and sampled.dtype == torch.int64
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+    )
+    assert out.strip().splitlines()[-1] == "ok"

@@ -1,0 +1,66 @@
+"""The per-line parts table, and the docs built from it."""
+
+from pathlib import Path
+
+import pytest
+
+from vllm_sampling_plugin.integration.parts import (
+    LINE_PARTS,
+    NOT_MEASURED,
+    PARTS,
+    Owner,
+    compatibility_markdown,
+    parts_summary,
+)
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_20,
+    LINE_0_32,
+    SUPPORTED_LINES,
+    release_line,
+)
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "compatibility.md"
+
+
+def test_every_supported_line_decides_every_part():
+    assert set(LINE_PARTS) == set(SUPPORTED_LINES)
+    for line in SUPPORTED_LINES:
+        assert set(LINE_PARTS[line]) == set(PARTS), line
+
+
+def test_0_20_takes_everything_over():
+    assert all(c.owner is Owner.PLUGIN for c in LINE_PARTS[LINE_0_20].values())
+
+
+def test_0_32_keeps_upstream_settings_and_unmeasured_kernels_honest():
+    table = LINE_PARTS[LINE_0_32]
+    owners = {part: choice.owner for part, choice in table.items()}
+    assert owners["use_fp64_gumbel setting"] is Owner.UPSTREAM
+    assert owners["VLLM_USE_FLASHINFER_SAMPLER"] is Owner.UPSTREAM
+    assert owners["top-k/top-p, batches FlashInfer may take"] is Owner.UPSTREAM
+    # No GPU has timed the 0.32 line yet: every plugin-owned kernel says so.
+    for part, choice in table.items():
+        if choice.owner is Owner.PLUGIN:
+            assert choice.ratio == NOT_MEASURED, part
+
+
+def test_summary_names_the_owners():
+    summary = parts_summary(LINE_0_32)
+    assert summary.startswith("plugin: Gumbel-max")
+    assert "upstream: " in summary and "rejection sampling" in summary
+
+
+@pytest.mark.parametrize(
+    "found, line",
+    [("0.20.2", "0.20"), ("0.32.0", "0.32"), ("0.32.3rc1", "0.32"),
+     ("0.33.0", None), ("0.21.0", None), (None, None)],
+)
+def test_release_line(found, line):
+    assert release_line(found) == line
+
+
+def test_compatibility_doc_holds_the_rendered_table():
+    text = DOC.read_text()
+    begin = text.index("<!-- parts table: begin -->\n") + len("<!-- parts table: begin -->\n")
+    end = text.index("<!-- parts table: end -->")
+    assert text[begin:end].strip() == compatibility_markdown().strip()

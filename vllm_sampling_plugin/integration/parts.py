@@ -1,0 +1,174 @@
+"""Which parts of sampling the plugin takes over on each vLLM release line.
+
+This table is the single source for the ``vllm-sampling-plugin info`` output,
+the log line of ``register()`` and docs/compatibility.md
+(``vllm-sampling-plugin info --markdown`` renders it). It imports nothing
+from vLLM so ``info`` can print it for any installed release.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from vllm_sampling_plugin.integration.version import LINE_0_20, LINE_0_32
+
+
+class Owner(enum.Enum):
+    PLUGIN = "plugin"
+    UPSTREAM = "upstream"
+    NOT_SUPPORTED = "not supported"
+
+
+NOT_MEASURED = "not measured yet on 0.32"
+
+# The parts, in the order a decode step reaches them.
+GUMBEL = "Gumbel-max sampling (no top-k/top-p)"
+TOP_K_TOP_P_SEEDED = "top-k/top-p, batches FlashInfer may not take"
+TOP_K_TOP_P_FLASHINFER = "top-k/top-p, batches FlashInfer may take"
+REJECTION = "rejection sampling"
+NGRAM = "n-gram speculator"
+FP64_SETTING = "use_fp64_gumbel setting"
+FLASHINFER_SETTING = "VLLM_USE_FLASHINFER_SAMPLER"
+PARTS = (
+    GUMBEL,
+    TOP_K_TOP_P_SEEDED,
+    TOP_K_TOP_P_FLASHINFER,
+    REJECTION,
+    NGRAM,
+    FP64_SETTING,
+    FLASHINFER_SETTING,
+)
+
+
+@dataclass(frozen=True)
+class PartChoice:
+    owner: Owner
+    why: str
+    # Plugin time against upstream's on the same GPU, or why there is none.
+    ratio: str
+
+
+_BENCH = "docs/benchmarks.md, H100"
+
+LINE_PARTS: dict[str, dict[str, PartChoice]] = {
+    LINE_0_20: {
+        GUMBEL: PartChoice(
+            Owner.PLUGIN,
+            "upstream draws FP64 noise only; the plugin adds FP32 noise",
+            f"FP32 5.7x faster than upstream FP64 at B=1024; FP64 on par ({_BENCH})",
+        ),
+        TOP_K_TOP_P_SEEDED: PartChoice(
+            Owner.PLUGIN,
+            "upstream sorts, masks, then samples; the plugin's fused kernel is "
+            "seeded and batch-invariant",
+            f"5.5-5.8x faster than FlashInfer at B=64-1024 ({_BENCH})",
+        ),
+        TOP_K_TOP_P_FLASHINFER: PartChoice(
+            Owner.PLUGIN,
+            "FlashInfer when selected, else the plugin's fused kernel; the "
+            "plugin routes the batch",
+            "FlashInfer's own kernel where it runs",
+        ),
+        REJECTION: PartChoice(
+            Owner.PLUGIN,
+            "one fused kernel for strict, probabilistic and synthetic",
+            f"1.71x upstream probabilistic at B=256, K=3 ({_BENCH})",
+        ),
+        NGRAM: PartChoice(
+            Owner.PLUGIN,
+            "upstream's V2 runner has no n-gram speculator",
+            f"no upstream counterpart; 37.7 us at R=256, L=8192, k=5 ({_BENCH})",
+        ),
+        FP64_SETTING: PartChoice(
+            Owner.PLUGIN,
+            "upstream has no such setting; the plugin adds --use-fp64-gumbel",
+            "n/a",
+        ),
+        FLASHINFER_SETTING: PartChoice(
+            Owner.PLUGIN,
+            "read once in the front-end, tri-state (1 forces, 0 off, unset "
+            "where supported), carried to workers on ModelConfig",
+            "n/a",
+        ),
+    },
+    LINE_0_32: {
+        GUMBEL: PartChoice(
+            Owner.PLUGIN,
+            "same algorithm (Gumbel-max, counter-based noise); the plugin must "
+            "own it whenever it owns the seeded top-k/top-p draw, or a seeded "
+            "request's noise would depend on its batch-mates",
+            NOT_MEASURED,
+        ),
+        TOP_K_TOP_P_SEEDED: PartChoice(
+            Owner.PLUGIN,
+            "upstream falls back to mask-then-sample for greedy rows and "
+            "explicit seeds; the plugin's fused kernel is seeded and "
+            "batch-invariant",
+            NOT_MEASURED,
+        ),
+        TOP_K_TOP_P_FLASHINFER: PartChoice(
+            Owner.UPSTREAM,
+            "upstream already calls FlashInfer for these batches",
+            "upstream's own kernel",
+        ),
+        REJECTION: PartChoice(
+            Owner.UPSTREAM,
+            "upstream has one fused kernel plus adaptive verification and "
+            "watermark keys the plugin's kernel does not handle",
+            NOT_MEASURED,
+        ),
+        NGRAM: PartChoice(
+            Owner.UPSTREAM,
+            "upstream has its own GPU n-gram proposer",
+            NOT_MEASURED,
+        ),
+        FP64_SETTING: PartChoice(
+            Owner.UPSTREAM,
+            "upstream's ModelConfig.use_fp64_gumbel (--use-fp64-gumbel), read "
+            "by the plugin's sampler",
+            "n/a",
+        ),
+        FLASHINFER_SETTING: PartChoice(
+            Owner.UPSTREAM,
+            "upstream's flashinfer_sampler_supported() decides; the plugin "
+            "only takes the batches upstream would not send to FlashInfer",
+            "n/a",
+        ),
+    },
+}
+
+
+def parts_summary(line: str) -> str:
+    """One line for the log: which parts are the plugin's on ``line``."""
+    table = LINE_PARTS[line]
+    mine = [part for part in PARTS if table[part].owner is Owner.PLUGIN]
+    theirs = [part for part in PARTS if table[part].owner is Owner.UPSTREAM]
+    return f"plugin: {', '.join(mine)}; upstream: {', '.join(theirs) or 'nothing'}"
+
+
+def parts_rows(line: str) -> list[tuple[str, str, str, str]]:
+    """``(part, owner, why, ratio)`` for every part on ``line``."""
+    table = LINE_PARTS[line]
+    return [(p, table[p].owner.value, table[p].why, table[p].ratio) for p in PARTS]
+
+
+def compatibility_markdown() -> str:
+    """The release x part table of docs/compatibility.md."""
+    lines = sorted(LINE_PARTS, key=lambda line: tuple(map(int, line.split("."))))
+    out = ["| part | " + " | ".join(f"vLLM {line}.x" for line in lines) + " | vLLM 0.33.x |"]
+    out.append("|---" * (len(lines) + 2) + "|")
+    for part in PARTS:
+        cells = [
+            f"{LINE_PARTS[line][part].owner.value} ({LINE_PARTS[line][part].ratio})"
+            for line in lines
+        ]
+        out.append(f"| {part} | " + " | ".join(cells) + f" | {Owner.NOT_SUPPORTED.value} |")
+    out.append("")
+    for line in lines:
+        out.append(f"Why, on vLLM {line}.x:")
+        out.append("")
+        for part, owner, why, _ in parts_rows(line):
+            out.append(f"- {part} ({owner}): {why}.")
+        out.append("")
+    return "\n".join(out)
