@@ -16,3 +16,13 @@ def needs_vllm_line(line: str) -> pytest.MarkDecorator:
         INSTALLED_LINE != line,
         reason=f"needs vLLM {line}.x; vLLM {INSTALLED_VERSION} is installed",
     )
+
+
+def skip_module_unless_line(line: str) -> None:
+    """Call at the top of a test module, before it imports one line's vLLM
+    internals, so that on another line the module is skipped, not an error."""
+    if INSTALLED_LINE != line:
+        pytest.skip(
+            f"needs vLLM {line}.x; vLLM {INSTALLED_VERSION} is installed",
+            allow_module_level=True,
+        )

@@ -7,6 +7,11 @@ from http import HTTPStatus
 from types import SimpleNamespace
 
 import pytest
+
+from tests.vllm_lines import skip_module_unless_line
+
+skip_module_unless_line("0.20")  # the 0.20 line's request checks
+
 from vllm.entrypoints.utils import create_error_response
 from vllm.sampling_params import SamplingParams
 from vllm.v1.worker.gpu.sample import bad_words, logit_bias

@@ -13,6 +13,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+
+from tests.vllm_lines import skip_module_unless_line
+
+skip_module_unless_line("0.20")
+
 from vllm.sampling_params import SamplingParams
 
 from vllm_sampling_plugin.integration.spec_bad_words import DraftAlignedBadWordsState

@@ -9,6 +9,11 @@ from http import HTTPStatus
 from types import SimpleNamespace
 
 import pytest
+
+from tests.vllm_lines import skip_module_unless_line
+
+skip_module_unless_line("0.20")  # the 0.20 line's request checks
+
 from vllm.entrypoints.utils import create_error_response
 from vllm.sampling_params import SamplingParams
 
