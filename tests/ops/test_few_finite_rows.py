@@ -104,6 +104,7 @@ def _draw_args(device):
     )
 
 
+@pytest.mark.slow  # ~10 min under the interpreter; the GPU runs it in seconds
 @pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
 @pytest.mark.parametrize("filter_name", list(FILTERS))
 @pytest.mark.parametrize("num_finite", [2, 5])
@@ -130,6 +131,7 @@ def test_gumbel_draws_the_softmax_over_the_finite_tokens(device, num_finite, min
     _assert_follows(tokens, _target_probs(num_finite, 0, 1.0, min_p))
 
 
+@pytest.mark.slow  # ~10 min under the interpreter; the GPU runs it in seconds
 @pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
 @pytest.mark.parametrize("draft", ["likely", "unlikely", "masked"])
 @pytest.mark.parametrize("num_finite", [2, 5])
