@@ -72,9 +72,11 @@ def test_waves():
 
 def test_engine_roles_and_arguments():
     stock = engine.EngineSpec("stock", "/m", 256, 0.4, 400)
-    assert engine.child_env(stock)["VLLM_PLUGINS"] == "none"
-    assert engine.child_env(stock)["VLLM_USE_V2_MODEL_RUNNER"] == "1"
-    assert "VLLM_PLUGINS" not in engine.child_env(engine.EngineSpec("plugin", "/m", 256, 0.4, 400))
+    assert engine.child_env(stock, "/c")["VLLM_PLUGINS"] == "none"
+    assert engine.child_env(stock, "/c")["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert engine.child_env(stock, "/c")["TRITON_CACHE_DIR"] == "/c"
+    plugin = engine.EngineSpec("plugin", "/m", 256, 0.4, 400)
+    assert "VLLM_PLUGINS" not in engine.child_env(plugin, "/c")
     kwargs = stock.llm_kwargs()
     assert kwargs["max_num_seqs"] == 256 and "speculative_config" not in kwargs
     assert "compilation_config" not in kwargs  # vLLM's own CUDA-graph sizes unless asked
@@ -149,6 +151,31 @@ def test_distribution_and_pair_cell():
                             [100.0, 98.0, 102.0], [105.0, 99.0, 110.0])
     assert cell["ratio"] == pytest.approx(1.05)
     assert cell["plugin"]["median"] == 105.0 and cell["stock"]["min"] == 98.0
+    # Each pair's own ratio: 1.05, 99/98, 110/102; their median is 1.05.
+    assert cell["pair_ratios"] == pytest.approx([1.05, 99 / 98, 110 / 102])
+    assert cell["paired"]["median"] == pytest.approx(1.05)
+    assert cell["paired"]["min"] == pytest.approx(99 / 98)
+    assert cell["paired"]["max"] == pytest.approx(110 / 102)
+
+
+def test_paired_ratio_cancels_a_drift_between_pairs():
+    # The machine slows by half between pairs; each pair sees the plugin 2% ahead.
+    stock = [100.0, 50.0, 75.0]
+    cell = report.pair_cell("m", "greedy", 64, [], stock, [1.02 * s for s in stock])
+    assert cell["paired"]["median"] == pytest.approx(1.02)
+    assert cell["paired"]["spread"] == pytest.approx(0.0, abs=1e-12)
+    assert cell["stock"]["spread"] == pytest.approx(2 / 3)
+
+
+def test_compiled_kernels_lists_variants_not_group_files(tmp_path):
+    for directory, files in {"aaaaaaaaaaaa": ["_gumbel_kernel.json", "_gumbel_kernel.cubin",
+                                              "__grp___gumbel_kernel.json"],
+                             "bbbbbbbbbbbb": ["_gumbel_kernel.json"]}.items():
+        (tmp_path / directory).mkdir()
+        for name in files:
+            (tmp_path / directory / name).write_text("{}")
+    assert engine.compiled_kernels(str(tmp_path)) == {"_gumbel_kernel@aaaaaaaa",
+                                                      "_gumbel_kernel@bbbbbbbb"}
 
 
 def test_acceptance_counts_the_bonus_token():
@@ -218,6 +245,7 @@ def _sample_results():
                                      "step_gpu_ms": [10.0, 12.0, 11.0],
                                      "sampling_gpu_ms": [1.0, 1.0, 2.0],
                                      "host_ms": [3.0, 3.0, 3.0],
+                                     "sampling_host_ms": [0.2, 0.1, 0.3],
                                      "period_ms": [11.0, 12.0]})})
     results["ngram"].append({
         "model": "1b-v128256", "max_num_seqs": 64, "k": 3,
@@ -229,6 +257,12 @@ def _sample_results():
                                   "order": ["greedy", "topk_topp", "seeded_topp"],
                                   "ttft_ms": [30.0, 21.0, 22.5], "warm_ttft_ms": 20.0,
                                   "ratio": 1.5})
+    results["cold_start"].append({"model": "8b-v151936", "role": "stock",
+                                  "order": ["greedy", "topk_topp", "seeded_topp"],
+                                  "ttft_ms": [900.0, 25.0, 20.0], "warm_ttft_ms": 20.0,
+                                  "ratio": 45.0, "compiled_at_start": 40,
+                                  "compiled_by_request": [["_penalties@12345678",
+                                                           "_bad_words@abcdef01"], [], []]})
     return results
 
 
@@ -236,21 +270,26 @@ def test_summarize_timings():
     summary = _sample_results()["breakdown"][0]
     assert summary["steps"] == 3 and summary["step_gpu_ms"] == 11.0
     assert summary["sampling_gpu_ms"] == 1.0 and summary["period_ms"] == 11.5
+    assert summary["sampling_host_ms"] == 0.2
     assert summary["sampling_share"] == pytest.approx(4.0 / 33.0)
     assert hooks.summarize_timings({"step_gpu_ms": [], "sampling_gpu_ms": [], "host_ms": [],
-                                    "period_ms": []}) == {"steps": 0}
+                                    "sampling_host_ms": [], "period_ms": []}) == {"steps": 0}
 
 
 def test_markdown_tables_show_every_section():
     text = report.render_markdown(_sample_results())
     assert "NVIDIA H100 80GB HBM3, vLLM 0.20.0" in text
     assert "| 8b-v151936 | 0.20 / 0.40 / 0.60 (3) |" in text
-    assert "| 8b-v151936 | topk_topp | 256 | 1050 (9.5%) | 1150 (7.0%) | 1.095 |" in text
+    # Pair ratios 1.150, 1.018, 1.143: their median and range.
+    assert ("| 8b-v151936 | topk_topp | 256 | 3 | 1050 (9.5%) | 1150 (7.0%) | "
+            "1.143 [1.018, 1.150] |") in text
     assert ("| 8b-v151936 | topk_topp | 256 | stock | 3 | 11.000 | 1.000 | 12.1% | 3.000 | "
-            "11.500 |") in text
+            "0.200 | 11.500 |") in text
     assert "| 1b-v128256 | 64 | 3 | 100 (0.0%) | 180 (0.0%) | 1.80 | 3.250 | 1/1 | yes |" in text
     assert ("| 8b-v151936 | plugin | greedy 30.0, topk_topp 21.0, seeded_topp 22.5 | 20.0 | "
-            "1.50 |") in text
+            "1.50 | - |") in text
+    assert ("| 8b-v151936 | stock | greedy 900.0, topk_topp 25.0, seeded_topp 20.0 | 20.0 | "
+            "45.00 | 40; _bad_words _penalties, none, none |") in text
 
 
 def test_json_round_trip_and_render_command(tmp_path, capsys):
@@ -309,9 +348,9 @@ class FakeLLM:
                 SimpleNamespace(name="vllm:other")]
 
 
-def _server(cold_start_first="greedy"):
+def _server(cold_start_first="greedy", triton_cache="/nonexistent"):
     server = engine._EngineServer.__new__(engine._EngineServer)
-    server.llm, server.vocab = FakeLLM(), 1000
+    server.llm, server.vocab, server.triton_cache = FakeLLM(), 1000, triton_cache
     server.spec = engine.EngineSpec("plugin", "/m", 8, 0.4, 100,
                                     cold_start_first=cold_start_first)
     return server
@@ -346,6 +385,8 @@ def test_cold_start_times_each_routes_first_request_then_warm(first, monkeypatch
     assert sent == result["order"] + ["topk_topp"] * engine.WARM_REPEATS
     assert len(result["ttft_ms"]) == len(engine.COLD_START_MIXES)
     assert server.llm.calls == [(1, [1])] * len(sent)
+    assert result["compiled_at_start"] == 0
+    assert result["compiled_by_request"] == [[], [], []]
 
 
 class RecordingRun(run.Run):

@@ -19,6 +19,7 @@ import math
 import multiprocessing
 import os
 import statistics
+import tempfile
 import time
 import traceback
 
@@ -98,9 +99,26 @@ class EngineSpec:
         return f"{self.role}+ngram{self.ngram_k}" if self.ngram_k else self.role
 
 
-def child_env(spec: EngineSpec) -> dict[str, str]:
-    """The variables a child sets before importing vLLM."""
-    return {**COMMON_ENV, **ROLE_ENV[spec.role]}
+def child_env(spec: EngineSpec, triton_cache: str) -> dict[str, str]:
+    """The variables a child sets before importing vLLM.
+
+    Each engine compiles into its own empty Triton cache (``triton_cache``),
+    as a fresh container would: a plugin engine started after a stock one
+    does not find vLLM's kernels compiled, and the cold-start probe can list
+    what each first request still had to compile.
+    """
+    return {**COMMON_ENV, **ROLE_ENV[spec.role], "TRITON_CACHE_DIR": triton_cache}
+
+
+def compiled_kernels(triton_cache: str) -> set[str]:
+    """The kernel variants compiled into a Triton cache directory, as
+    ``name@hash`` (Triton writes one ``<hash>/<name>.json`` metadata file per
+    compiled variant, beside ``__grp__<name>.json`` group files)."""
+    variants = set()
+    for directory, _, files in os.walk(triton_cache):
+        variants.update(f"{f[:-len('.json')]}@{os.path.basename(directory)[:8]}" for f in files
+                        if f.endswith(".json") and not f.startswith("__grp__"))
+    return variants
 
 
 class Engine:
@@ -135,9 +153,10 @@ class Engine:
 
 
 def _serve(conn, spec: EngineSpec) -> None:
-    os.environ.update(child_env(spec))
+    triton_cache = tempfile.mkdtemp(prefix=f"triton-{spec.label}-")
+    os.environ.update(child_env(spec, triton_cache))
     try:
-        server = _EngineServer(spec)
+        server = _EngineServer(spec, triton_cache)
         conn.send(server.ready_info())
     except Exception:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send({"error": traceback.format_exc()})
@@ -156,11 +175,12 @@ def _serve(conn, spec: EngineSpec) -> None:
 class _EngineServer:
     """Runs in the child: the LLM and the commands the parent can send."""
 
-    def __init__(self, spec: EngineSpec) -> None:
+    def __init__(self, spec: EngineSpec, triton_cache: str) -> None:
         from vllm import LLM
 
         start = time.perf_counter()
         self.spec = spec
+        self.triton_cache = triton_cache
         self.llm = LLM(**spec.llm_kwargs())
         self.startup_s = time.perf_counter() - start
         self.vocab = self.llm.llm_engine.model_config.get_vocab_size()
@@ -200,14 +220,21 @@ class _EngineServer:
         order = [first, *(m for m in COLD_START_MIXES if m != first)]
         mixes = order + ["topk_topp"] * WARM_REPEATS
         prompts = workload.random_prompts(len(mixes), COLD_START_PROMPT_LEN, self.vocab, seed=7)
-        times = []
+        times, compiled = [], []
+        known = compiled_kernels(self.triton_cache)
+        at_start = len(known)
         for mix, prompt in zip(mixes, prompts):
             params = self._params(mix, 1, 1)
             start = time.perf_counter()
             self._generate([prompt], params)
             times.append(1e3 * (time.perf_counter() - start))
+            now = compiled_kernels(self.triton_cache)
+            compiled.append(sorted(now - known))
+            known = now
         return {"order": order, "ttft_ms": times[:len(order)],
-                "warm_ttft_ms": statistics.median(times[len(order):])}
+                "warm_ttft_ms": statistics.median(times[len(order):]),
+                "compiled_at_start": at_start,
+                "compiled_by_request": compiled[:len(order)]}
 
     def throughput(self, mix: str, prompts: list[list[int]], output_len: int,
                    wave: int) -> dict:

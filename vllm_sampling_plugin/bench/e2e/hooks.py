@@ -12,7 +12,8 @@ vLLM 0.20's V2 runner in stock and plugin engines alike:
 - ``runner.sampler`` and ``runner.rejection_sampler``: a proxy that forwards
   every attribute and brackets the call with CUDA events, so the GPU time of
   the sampling step (Sampler, or RejectionSampler when drafts are verified)
-  is measured without touching either class. The proxy can also record the
+  and the host time inside that call are measured without touching either
+  class. The proxy can also record the
   top-2 raw logits of every row it sees (the near-tie check).
 
 Events are only recorded during the run and read once in ``collect_timings``,
@@ -34,6 +35,7 @@ class _StepLog:
     def __init__(self) -> None:
         self.steps: list[dict] = []
         self.sampling_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self.sampling_host_s: list[float] = []  # host time inside each sampler call
         self.open_step: dict | None = None
         self.top2: list[list[float]] = []
         self.record_top2 = False
@@ -61,9 +63,11 @@ class _TimedSampler:
     def __call__(self, logits: torch.Tensor, *args, **kwargs):
         if self._log.record_top2:
             self._log.top2.extend(torch.topk(logits.float(), 2, dim=-1).values.tolist())
+        host_start = time.perf_counter()
         start = _event()
         output = self._inner(logits, *args, **kwargs)
         self._log.sampling_events.append((start, _event()))
+        self._log.sampling_host_s.append(time.perf_counter() - host_start)
         return output
 
 
@@ -136,20 +140,26 @@ def take_top2(worker) -> list[list[float]]:
 def collect_timings(worker) -> dict:
     """Per-step milliseconds since ``install_timers`` (or the last collect).
 
-    Returns ``{"step_gpu_ms", "sampling_gpu_ms", "host_ms", "period_ms"}``,
-    lists with one entry per step (``period_ms`` one fewer), and clears the log.
+    Returns ``{"step_gpu_ms", "sampling_gpu_ms", "host_ms", "sampling_host_ms",
+    "period_ms"}``, lists with one entry per step (``period_ms`` one fewer),
+    and clears the log.
     """
     log = worker.model_runner._e2e_log
     torch.cuda.synchronize()
     sampling = [start.elapsed_time(end) for start, end in log.sampling_events]
     steps = log.steps
+
+    def per_step(values: list[float], step: dict) -> float:
+        return sum(values[step["first_sampling"]:step["last_sampling"]])
+
     result = {
         "step_gpu_ms": [s["start"].elapsed_time(s["end"]) for s in steps],
-        "sampling_gpu_ms": [sum(sampling[s["first_sampling"]:s["last_sampling"]]) for s in steps],
+        "sampling_gpu_ms": [per_step(sampling, s) for s in steps],
         "host_ms": [1e3 * s["host_s"] for s in steps],
+        "sampling_host_ms": [1e3 * per_step(log.sampling_host_s, s) for s in steps],
         "period_ms": [1e3 * (b["host_start"] - a["host_start"]) for a, b in zip(steps, steps[1:])],
     }
-    log.steps, log.sampling_events = [], []
+    log.steps, log.sampling_events, log.sampling_host_s = [], [], []
     return result
 
 
@@ -164,6 +174,7 @@ def summarize_timings(timings: dict) -> dict:
         "step_gpu_ms": statistics.median(steps),
         "sampling_gpu_ms": statistics.median(timings["sampling_gpu_ms"]),
         "host_ms": statistics.median(timings["host_ms"]),
+        "sampling_host_ms": statistics.median(timings["sampling_host_ms"]),
         "period_ms": statistics.median(timings["period_ms"]) if timings["period_ms"] else None,
         "sampling_share": sum(timings["sampling_gpu_ms"]) / total_step if total_step else None,
     }

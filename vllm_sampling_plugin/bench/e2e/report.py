@@ -9,9 +9,11 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                         "copy_check": {...} (copy kind: copying.verify's result)}},
       "cells": [{"model", "mix", "max_num_seqs", "orders": [[first, second], ...],
                  "stock_tok_s": [...], "plugin_tok_s": [...],
-                 "stock": DIST, "plugin": DIST, "ratio": plugin median / stock median}],
+                 "stock": DIST, "plugin": DIST, "ratio": plugin median / stock median,
+                 "pair_ratios": [plugin / stock of each pair], "paired": DIST of those}],
       "breakdown": [{"model", "mix", "max_num_seqs", "role", "steps", "step_gpu_ms",
-                     "sampling_gpu_ms", "host_ms", "period_ms", "sampling_share"}],
+                     "sampling_gpu_ms", "host_ms", "sampling_host_ms", "period_ms",
+                     "sampling_share"}],
       "ngram": [{"model", "max_num_seqs", "k", "nospec_tok_s": [...], "spec_tok_s": [...],
                  "nospec": DIST, "spec": DIST, "speedup",
                  "acceptance": {"drafts", "drafted", "accepted", "acceptance_rate",
@@ -21,13 +23,19 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                                                "spec_top2", "near_tie"}]}}],
       "engines": [{"model", "role", "sampler", "startup_s"}],
       "cold_start": [{"model", "role", "order": [mix, ...], "ttft_ms": [...],
-                      "warm_ttft_ms", "ratio": first request's TTFT / warm}]
+                      "warm_ttft_ms", "ratio": first request's TTFT / warm,
+                      "compiled_at_start": Triton kernel variants compiled while the
+                      engine started, "compiled_by_request": [[name@hash, ...] per
+                      first request, compiled during it]}]
       (the first H100 run's files have "cold_ttft_ms", a first top-k/top-p
       request, instead of "order" and "ttft_ms")
     }
 
 ``DIST`` is ``{"median", "min", "max", "spread"}`` with ``spread = (max -
-min) / median``. Tokens per second count generated tokens only; step times
+min) / median``. ``paired`` is the statistic to read: the two runs of a pair
+are back to back, so a drift of the machine between pairs (the lent hosts'
+throughput wanders by tens of percent over minutes) cancels in their ratio,
+where it widens each engine's own spread. Tokens per second count generated tokens only; step times
 are medians over the steps of one instrumented pass, in milliseconds.
 """
 
@@ -60,10 +68,12 @@ def pair_cell(model: str, mix: str, max_num_seqs: int, orders: list,
               stock_tok_s: list[float], plugin_tok_s: list[float]) -> dict:
     """One stock-vs-plugin cell of the results (see the schema)."""
     stock, plugin = distribution(stock_tok_s), distribution(plugin_tok_s)
+    pair_ratios = [p / s for s, p in zip(stock_tok_s, plugin_tok_s)]
     return {"model": model, "mix": mix, "max_num_seqs": max_num_seqs,
             "orders": [list(o) for o in orders],
             "stock_tok_s": list(stock_tok_s), "plugin_tok_s": list(plugin_tok_s),
-            "stock": stock, "plugin": plugin, "ratio": plugin["median"] / stock["median"]}
+            "stock": stock, "plugin": plugin, "ratio": plugin["median"] / stock["median"],
+            "pair_ratios": pair_ratios, "paired": distribution(pair_ratios)}
 
 
 def acceptance(counters: dict) -> dict:
@@ -218,19 +228,24 @@ def render_markdown(results: dict) -> str:
                          f"{_fmt(t.get('p90'), 2)} ({t.get('tokens', 0)}) |")
         lines.append("")
     if results["cells"]:
-        lines += ["| model | mix | max_num_seqs | stock tok/s median (spread) | "
-                  "plugin tok/s median (spread) | plugin/stock |", "|---|---|---|---|---|---|"]
+        lines += ["| model | mix | max_num_seqs | pairs | stock tok/s median (spread) | "
+                  "plugin tok/s median (spread) | plugin/stock, median of pairs [min, max] |",
+                  "|---|---|---|---|---|---|---|"]
         for c in results["cells"]:
+            # Files written before paired ratios existed: the ratio of medians.
+            paired = c.get("paired") or {"median": c["ratio"], "min": None, "max": None}
             lines.append(
                 f"| {c['model']} | {c['mix']} | {c['max_num_seqs']} | "
+                f"{len(c['stock_tok_s'])} | "
                 f"{c['stock']['median']:.0f} ({100 * c['stock']['spread']:.1f}%) | "
                 f"{c['plugin']['median']:.0f} ({100 * c['plugin']['spread']:.1f}%) | "
-                f"{c['ratio']:.3f} |")
+                f"{paired['median']:.3f} [{_fmt(paired['min'], 3)}, {_fmt(paired['max'], 3)}] |")
         lines.append("")
     if results["breakdown"]:
         lines += ["| model | mix | max_num_seqs | engine | steps | step GPU ms | "
-                  "sampling GPU ms | sampling share | host ms in runner | step period ms |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "sampling GPU ms | sampling share | host ms in runner | host ms in sampler | "
+                  "step period ms |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for b in results["breakdown"]:
             share = b.get("sampling_share")
             lines.append(
@@ -238,7 +253,8 @@ def render_markdown(results: dict) -> str:
                 f"{b['steps']} | {_fmt(b.get('step_gpu_ms'), 3)} | "
                 f"{_fmt(b.get('sampling_gpu_ms'), 3)} | "
                 f"{'-' if share is None else f'{100 * share:.1f}%'} | "
-                f"{_fmt(b.get('host_ms'), 3)} | {_fmt(b.get('period_ms'), 3)} |")
+                f"{_fmt(b.get('host_ms'), 3)} | {_fmt(b.get('sampling_host_ms'), 3)} | "
+                f"{_fmt(b.get('period_ms'), 3)} |")
         lines.append("")
         ceilings = sampling_ceilings(results["breakdown"])
         if ceilings:
@@ -264,18 +280,25 @@ def render_markdown(results: dict) -> str:
         lines.append("")
     if results["cold_start"]:
         lines += ["| model | engine | first requests of the fresh engine, in order: TTFT ms | "
-                  "warm top-k/top-p TTFT ms | first/warm |", "|---|---|---|---|---|"]
+                  "warm top-k/top-p TTFT ms | first/warm | Triton kernels compiled at start; "
+                  "by each first request |", "|---|---|---|---|---|---|"]
         for c in results["cold_start"]:
             firsts = ", ".join(f"{mix} {ms:.1f}" for mix, ms in first_requests(c))
+            by_request = c.get("compiled_by_request")
+            compiled = "-" if by_request is None else (
+                f"{c['compiled_at_start']}; " + ", ".join(
+                    " ".join(sorted({v.split("@")[0] for v in names})) or "none"
+                    for names in by_request))
             lines.append(f"| {c['model']} | {c['role']} | {firsts} | "
-                         f"{c['warm_ttft_ms']:.1f} | {c['ratio']:.2f} |")
+                         f"{c['warm_ttft_ms']:.1f} | {c['ratio']:.2f} | {compiled} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def plot(results: dict, path: str) -> str | None:
-    """Plugin/stock tokens-per-second ratio per cell with each engine's
-    min-max range; returns None (and says so) without matplotlib."""
+    """Plugin/stock tokens-per-second ratio per cell, the median of the pairs'
+    ratios with their min-max range; returns None (and says so) without
+    matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -288,15 +311,15 @@ def plot(results: dict, path: str) -> str | None:
     if not cells:
         return None
     labels = [f"{c['model']}\n{c['mix']}\nB={c['max_num_seqs']}" for c in cells]
-    ratios = [c["ratio"] for c in cells]
-    # The ratio's range: worst and best plugin repeat against the stock median.
-    low = [c["ratio"] - c["plugin"]["min"] / c["stock"]["median"] for c in cells]
-    high = [c["plugin"]["max"] / c["stock"]["median"] - c["ratio"] for c in cells]
+    paired = [c["paired"] for c in cells]
+    ratios = [p["median"] for p in paired]
+    low = [p["median"] - p["min"] for p in paired]
+    high = [p["max"] - p["median"] for p in paired]
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(cells)), 4.5))
     ax.bar(range(len(cells)), ratios, yerr=[low, high], capsize=3, color="tab:blue")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(cells)), labels, fontsize=7)
-    ax.set_ylabel("plugin / stock median tokens/s")
+    ax.set_ylabel("plugin / stock tokens/s (median of pairs)")
     ax.set_title(f"vLLM e2e throughput, {results.get('gpu')}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

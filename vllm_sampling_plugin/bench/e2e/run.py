@@ -182,7 +182,9 @@ class Run:
                 self.save()
                 self.say(f"{model} {mix} B={wave}: stock {cell['stock']['median']:.0f} "
                          f"plugin {cell['plugin']['median']:.0f} tok/s, "
-                         f"ratio {cell['ratio']:.3f}")
+                         f"ratio of medians {cell['ratio']:.3f}, median of pair ratios "
+                         f"{cell['paired']['median']:.3f} [{cell['paired']['min']:.3f}, "
+                         f"{cell['paired']['max']:.3f}]")
 
     def breakdowns(self, model: str, vocab: int, engines: dict[str, Engine],
                    mixes: list[str], waves: list[int] | None = None,
