@@ -131,6 +131,44 @@ def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
                                            ["stock", "plugin"]]
 
 
+def test_control_pairs_stock_with_a_second_stock_engine(tmp_path):
+    args = run.parse_args(["--pairs", "2", "--num-requests", "4", "--max-num-seqs", "4",
+                           "--control", "--out", str(tmp_path)])
+    calls = []
+    engines = {"stock": FakeEngine("stock", calls, 100.0),
+               "control": FakeEngine("control", calls, 99.0)}
+    bench = run.Run(args)
+    bench.plain_cells("m", 1000, engines, ["greedy"])
+    assert {role for role, *_ in calls} == {"stock", "control"}
+    cell = bench.results["cells"][0]
+    assert cell["against"] == "control" and cell["paired"]["median"] == pytest.approx(0.99)
+    assert "| m | greedy (A/A: stock vs stock) | 4 | 2 |" in report.render_markdown(bench.results)
+    assert engine.child_env(engine.EngineSpec("control", "/m", 4, 0.4, 100),
+                            "/c")["VLLM_PLUGINS"] == "none"
+    engine.check_sampler("control", "vllm.v1.worker.gpu.sample.sampler.Sampler")
+
+
+def test_profiles_run_each_engine_per_mix_and_batch_size(tmp_path):
+    args = run.parse_args(["--profile-mixes", "t1", "--max-num-seqs", "4,8",
+                           "--breakdown-output-len", "16", "--out", str(tmp_path)])
+    calls = []
+
+    class Profiled(FakeEngine):
+        def call(self, command, **kwargs):
+            self.calls.append((self.role, command, len(kwargs["prompts"]), kwargs["wave"]))
+            return {"steps": 16, "device": [["_gumbel_kernel", 16, 1.6]],
+                    "host": [["aten::copy_", 32, 0.8]]}
+
+    engines = {"stock": Profiled("stock", calls, 0), "plugin": Profiled("plugin", calls, 0)}
+    bench = run.Run(args)
+    bench.profiles("m", 1000, engines)
+    assert calls == [("stock", "profile", 4, 4), ("plugin", "profile", 4, 4),
+                     ("stock", "profile", 8, 8), ("plugin", "profile", 8, 8)]
+    text = report.render_markdown(bench.results)
+    assert "m t1 max_num_seqs=8 plugin, 16 steps under torch.profiler:" in text
+    assert "| _gumbel_kernel | 16 | 0.100 |" in text
+
+
 def test_time_budget_skips_cells_but_keeps_the_finished_ones(tmp_path):
     args = run.parse_args(["--pairs", "1", "--num-requests", "4", "--max-num-seqs", "4",
                            "--time-budget", "0", "--out", str(tmp_path)])
@@ -297,7 +335,7 @@ def test_json_round_trip_and_render_command(tmp_path, capsys):
     loaded = json.loads(open(path).read())
     assert loaded["schema"] == report.SCHEMA_VERSION
     assert set(loaded) >= {"gpu", "vllm", "torch", "args", "models", "engines", "cells",
-                           "breakdown", "ngram", "cold_start"}
+                           "breakdown", "ngram", "cold_start", "profiles"}
     from vllm_sampling_plugin import cli
 
     assert cli.main(["bench", "e2e", "--render", path]) == 0
@@ -415,6 +453,9 @@ class RecordingRun(run.Run):
         self.log.append(("cells", model, tuple(engines)))
 
     def breakdowns(self, model, vocab, engines, mixes, waves=None, prompts=None):
+        pass
+
+    def profiles(self, model, vocab, engines):
         pass
 
     def ngram_cells(self, model, vocab, nospec, spec):

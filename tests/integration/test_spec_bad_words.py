@@ -55,7 +55,7 @@ def _banned(state, input_ids: list[int]) -> list[list[int]]:
         logits,
         torch.zeros(num_logits, dtype=torch.int32, device=device),
         np.zeros(1, dtype=np.int32),
-        torch.tensor(input_ids, dtype=torch.int64, device=device),
+        torch.tensor(input_ids, dtype=torch.int32, device=device),  # as the runner's input_ids
         torch.arange(num_logits, dtype=torch.int32, device=device),
     )
     return [row.isinf().nonzero().flatten().tolist() for row in logits.cpu()]

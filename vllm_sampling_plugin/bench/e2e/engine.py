@@ -29,6 +29,9 @@ ROLE_ENV = {
     # Stock vLLM 0.20: no general plugin is loaded at all.
     "stock": {"VLLM_PLUGINS": "none"},
     "plugin": {},
+    # A second stock engine in the plugin's place (``--control``): an A/A run
+    # shows what the method can resolve.
+    "control": {"VLLM_PLUGINS": "none"},
 }
 COMMON_ENV = {
     "VLLM_USE_V2_MODEL_RUNNER": "1",
@@ -299,6 +302,19 @@ class _EngineServer:
         finally:
             self.llm.collective_rpc(hooks.remove_timers)
         return hooks.summarize_timings(timings)
+
+    def profile(self, mix: str, prompts: list[list[int]], output_len: int, wave: int) -> dict:
+        """One pass under torch.profiler: the top GPU kernels and host operators
+        (``hooks.stop_profile``) and the pass's steps, to read them per step."""
+        self.llm.collective_rpc(hooks.install_timers)
+        self.llm.collective_rpc(hooks.start_profile)
+        try:
+            self.throughput(mix, prompts, output_len, wave)
+        finally:
+            top = self.llm.collective_rpc(hooks.stop_profile)[0]
+            steps = len(self.llm.collective_rpc(hooks.collect_timings)[0]["step_gpu_ms"])
+            self.llm.collective_rpc(hooks.remove_timers)
+        return {"steps": steps, **top}
 
     def _spec_counters(self) -> dict:
         names = {"drafts": "vllm:spec_decode_num_drafts",

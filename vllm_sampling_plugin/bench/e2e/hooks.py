@@ -178,3 +178,38 @@ def summarize_timings(timings: dict) -> dict:
         "period_ms": statistics.median(timings["period_ms"]) if timings["period_ms"] else None,
         "sampling_share": sum(timings["sampling_gpu_ms"]) / total_step if total_step else None,
     }
+
+
+PROFILE_ROWS = 15
+
+
+def start_profile(worker) -> bool:
+    """Start torch.profiler (CPU and CUDA activity) in the worker process."""
+    from torch.profiler import ProfilerActivity, profile
+
+    profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    profiler.__enter__()
+    worker.model_runner._e2e_profiler = profiler
+    return True
+
+
+def stop_profile(worker) -> dict:
+    """Stop the profiler of ``start_profile``; the operators and kernels that
+    took the most GPU time, and those that took the most host time.
+
+    Returns ``{"device": [[name, calls, self GPU ms], ...], "host": [[name,
+    calls, self host ms], ...]}``, ``PROFILE_ROWS`` rows each, largest first.
+    """
+    runner = worker.model_runner
+    profiler = runner._e2e_profiler
+    del runner._e2e_profiler
+    torch.cuda.synchronize()
+    profiler.__exit__(None, None, None)
+    events = profiler.key_averages()
+
+    def top(attribute: str) -> list[list]:
+        rows = sorted(events, key=lambda e: getattr(e, attribute), reverse=True)
+        return [[e.key, e.count, getattr(e, attribute) / 1e3] for e in rows[:PROFILE_ROWS]
+                if getattr(e, attribute) > 0]
+
+    return {"device": top("self_device_time_total"), "host": top("self_cpu_time_total")}

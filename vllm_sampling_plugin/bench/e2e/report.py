@@ -7,7 +7,9 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
       "models": {name: {"shape", "vocab", "kind", "path", "top1_probability":
                         {"p10", "p50", "p90", "tokens"},
                         "copy_check": {...} (copy kind: copying.verify's result)}},
-      "cells": [{"model", "mix", "max_num_seqs", "orders": [[first, second], ...],
+      "cells": [{"model", "mix", "max_num_seqs", "against": "plugin" or "control" (an A/A
+                 run, ``--control``: the "plugin" numbers are a second stock engine's),
+                 "orders": [[first, second], ...],
                  "stock_tok_s": [...], "plugin_tok_s": [...],
                  "stock": DIST, "plugin": DIST, "ratio": plugin median / stock median,
                  "pair_ratios": [plugin / stock of each pair], "paired": DIST of those}],
@@ -21,6 +23,9 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                  "identity": {"requests", "identical", "fraction", "all_differences_near_ties",
                               "differences": [{"request", "position", "nospec_top2",
                                                "spec_top2", "near_tie"}]}}],
+      "profiles": [{"model", "mix", "max_num_seqs", "role", "steps",
+                    "device": [[kernel or operator, calls, self GPU ms], ...],
+                    "host": [[operator, calls, self host ms], ...]}],
       "engines": [{"model", "role", "sampler", "startup_s"}],
       "cold_start": [{"model", "role", "order": [mix, ...], "ttft_ms": [...],
                       "warm_ttft_ms", "ratio": first request's TTFT / warm,
@@ -65,11 +70,13 @@ def distribution(values: Sequence[float]) -> dict:
 
 
 def pair_cell(model: str, mix: str, max_num_seqs: int, orders: list,
-              stock_tok_s: list[float], plugin_tok_s: list[float]) -> dict:
-    """One stock-vs-plugin cell of the results (see the schema)."""
+              stock_tok_s: list[float], plugin_tok_s: list[float],
+              against: str = "plugin") -> dict:
+    """One stock-vs-plugin cell of the results (see the schema); with
+    ``against="control"`` the "plugin" numbers are a second stock engine's."""
     stock, plugin = distribution(stock_tok_s), distribution(plugin_tok_s)
     pair_ratios = [p / s for s, p in zip(stock_tok_s, plugin_tok_s)]
-    return {"model": model, "mix": mix, "max_num_seqs": max_num_seqs,
+    return {"model": model, "mix": mix, "max_num_seqs": max_num_seqs, "against": against,
             "orders": [list(o) for o in orders],
             "stock_tok_s": list(stock_tok_s), "plugin_tok_s": list(plugin_tok_s),
             "stock": stock, "plugin": plugin, "ratio": plugin["median"] / stock["median"],
@@ -184,7 +191,7 @@ def quantiles(values: Sequence[float]) -> dict:
 def new_results(args: dict) -> dict:
     return {"schema": SCHEMA_VERSION, "gpu": None, "vllm": None, "torch": None,
             "args": args, "models": {}, "engines": [], "cells": [], "breakdown": [],
-            "ngram": [], "cold_start": []}
+            "ngram": [], "cold_start": [], "profiles": []}
 
 
 def write_json(results: dict, out_dir: str) -> str:
@@ -234,8 +241,9 @@ def render_markdown(results: dict) -> str:
         for c in results["cells"]:
             # Files written before paired ratios existed: the ratio of medians.
             paired = c.get("paired") or {"median": c["ratio"], "min": None, "max": None}
+            mix = c["mix"] + (" (A/A: stock vs stock)" if c.get("against") == "control" else "")
             lines.append(
-                f"| {c['model']} | {c['mix']} | {c['max_num_seqs']} | "
+                f"| {c['model']} | {mix} | {c['max_num_seqs']} | "
                 f"{len(c['stock_tok_s'])} | "
                 f"{c['stock']['median']:.0f} ({100 * c['stock']['spread']:.1f}%) | "
                 f"{c['plugin']['median']:.0f} ({100 * c['plugin']['spread']:.1f}%) | "
@@ -277,6 +285,13 @@ def render_markdown(results: dict) -> str:
                 f"{_fmt(n['acceptance'].get('mean_acceptance_length'), 3)} | "
                 f"{ident['identical']}/{ident['requests']} | "
                 f"{'yes' if ident['all_differences_near_ties'] else 'no'} |")
+        lines.append("")
+    for p in results.get("profiles", []):
+        steps = max(p["steps"], 1)
+        lines += [f"{p['model']} {p['mix']} max_num_seqs={p['max_num_seqs']} {p['role']}, "
+                  f"{p['steps']} steps under torch.profiler:", "",
+                  "| GPU kernel or operator | calls | self GPU ms per step |", "|---|---|---|"]
+        lines += [f"| {name} | {calls} | {ms / steps:.3f} |" for name, calls, ms in p["device"]]
         lines.append("")
     if results["cold_start"]:
         lines += ["| model | engine | first requests of the fresh engine, in order: TTFT ms | "

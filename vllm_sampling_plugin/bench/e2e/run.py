@@ -67,6 +67,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp", "ngram"],
                         help="mixes to time inside the engine per step ('none': skip)")
     parser.add_argument("--breakdown-output-len", type=int, default=64)
+    parser.add_argument("--profile-mixes", type=_mix_list, default=[],
+                        help="mixes to run once per engine and batch size under "
+                             "torch.profiler (top GPU kernels and host operators); default none")
+    parser.add_argument("--control", action="store_true",
+                        help="A/A run: a second stock engine takes the plugin's place, so "
+                             "the cells show what the method resolves (ratios near 1)")
     parser.add_argument("--ngram-k", type=int, default=3)
     parser.add_argument("--identity-requests", type=int, default=256,
                         help="greedy requests compared with and without speculation")
@@ -117,6 +123,8 @@ class Run:
         self.start = time.perf_counter()
         saved = {k: v for k, v in vars(args).items() if k != "render"}
         self.results = report.new_results(saved)
+        # The engine each stock engine is paired with.
+        self.second = "control" if args.control else "plugin"
 
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
@@ -174,14 +182,14 @@ class Run:
                 if self.out_of_time(f"{model} {mix} B={wave}"):
                     return
                 prompts = workload.random_prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
-                orders, tok_s = self.measure_pairs(engines, ("stock", "plugin"), mix,
+                orders, tok_s = self.measure_pairs(engines, ("stock", self.second), mix,
                                                    prompts, wave)
                 cell = report.pair_cell(model, mix, wave, orders, tok_s["stock"],
-                                        tok_s["plugin"])
+                                        tok_s[self.second], against=self.second)
                 self.results["cells"].append(cell)
                 self.save()
                 self.say(f"{model} {mix} B={wave}: stock {cell['stock']['median']:.0f} "
-                         f"plugin {cell['plugin']['median']:.0f} tok/s, "
+                         f"{self.second} {cell['plugin']['median']:.0f} tok/s, "
                          f"ratio of medians {cell['ratio']:.3f}, median of pair ratios "
                          f"{cell['paired']['median']:.3f} [{cell['paired']['min']:.3f}, "
                          f"{cell['paired']['max']:.3f}]")
@@ -205,6 +213,24 @@ class Run:
                         {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
                          **summary})
                     self.say(f"{model} {mix} B={wave} {role} per step: {summary}")
+                self.save()
+
+    def profiles(self, model: str, vocab: int, engines: dict[str, Engine]) -> None:
+        """One pass per engine, mix and batch size under torch.profiler."""
+        a = self.args
+        for mix in a.profile_mixes:
+            for wave in a.max_num_seqs:
+                if self.out_of_time(f"{model} {mix} B={wave} profile"):
+                    return
+                prompts = workload.random_prompts(wave, a.prompt_len, vocab, seed=wave)
+                for role, engine in engines.items():
+                    result = engine.call("profile", mix=mix, prompts=prompts,
+                                         output_len=a.breakdown_output_len, wave=wave)
+                    self.results["profiles"].append(
+                        {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
+                         **result})
+                    self.say(f"{model} {mix} B={wave} {role} profiled over "
+                             f"{result['steps']} steps")
                 self.save()
 
     def peakedness(self, model: str, vocab: int, engine: Engine) -> None:
@@ -302,11 +328,12 @@ class Run:
                 # One after the other: vLLM's memory profiling must not see the
                 # other engine's start-up allocations come and go.
                 engines["stock"] = self.start_engine(spec_for("stock", path), name)
-                engines["plugin"] = self.start_engine(spec_for("plugin", path), name)
-                self.peakedness(name, vocab, engines["plugin"])
+                engines[self.second] = self.start_engine(spec_for(self.second, path), name)
+                self.peakedness(name, vocab, engines[self.second])
                 self.plain_cells(name, vocab, engines, plain)
                 self.breakdowns(name, vocab, engines,
                                 [m for m in a.breakdown_mixes if m in plain])
+                self.profiles(name, vocab, engines)
             if "ngram" in a.mixes and not self.out_of_time(f"{shape} ngram engines"):
                 while engines:
                     engines.popitem()[1].close()
