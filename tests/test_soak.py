@@ -71,6 +71,32 @@ def test_mix_fractions_and_expectations():
             assert all(0 <= i < VOCAB for i in ids)
 
 
+def test_every_request_is_one_vllm_accepts_unless_marked_rejected():
+    for request in _mix(3000):
+        body = request.body
+        if request.expect != "rejected":
+            assert body.get("min_tokens", 0) <= body["max_tokens"], body
+
+
+def test_small_vocabularies_leave_out_the_logit_bias_table_overflow():
+    kinds = {r.kind for r in (make_request(i, model="m", vocab_size=1024,
+                                           malformed_fraction=1.0) for i in range(400))}
+    assert kinds == set(MALFORMED) - {"logit_bias_over_v2_table"}
+    big = [make_request(i, model="m", vocab_size=1101, malformed_fraction=1.0)
+           for i in range(400)]
+    over = [r for r in big if r.kind == "logit_bias_over_v2_table"]
+    assert over and all(len(r.body["logit_bias"]) == 1100 for r in over)
+    assert all(int(k) < 1101 for r in over for k in r.body["logit_bias"])
+
+
+def test_json_strings_may_hold_raw_control_characters_but_not_bad_structure():
+    spec = {"type": "object", "properties": {"name": {"type": "string"}},
+            "required": ["name"]}
+    assert structure_problems('{"name": "a\x02b"}', ("json", spec)) == []
+    assert structure_problems('{"name": "a\x02b"', ("json", spec))
+    assert structure_problems('{"name": 3}', ("json", spec))
+
+
 def test_token_ids_must_be_in_the_vocabulary():
     assert token_id_problems([0, 1, VOCAB - 1], VOCAB) == []
     assert token_id_problems([0, VOCAB], VOCAB)

@@ -114,12 +114,23 @@ MALFORMED = {
 }
 
 
+# 1,100 distinct token ids need a vocabulary larger than the V2 table.
+OVER_V2_TABLE = 1100
+
+
+def malformed_kinds(vocab_size: int) -> list[str]:
+    """The malformed kinds a vocabulary of ``vocab_size`` can express: on a
+    vocabulary of at most ``OVER_V2_TABLE`` ids, logit-bias keys repeat and
+    collapse into a valid request, so that kind is left out."""
+    return [k for k in sorted(MALFORMED)
+            if k != "logit_bias_over_v2_table" or vocab_size > OVER_V2_TABLE]
+
+
 def _malformed_fields(kind: str, vocab_size: int) -> dict:
     if kind == "logit_bias_out_of_vocab":
         return {"logit_bias": {str(vocab_size + 7): 1.0}}
     if kind == "logit_bias_over_v2_table":
-        # 1,100 distinct ids on any vocabulary larger than that.
-        return {"logit_bias": {str(i % vocab_size): 0.1 for i in range(1100)}}
+        return {"logit_bias": {str(i): 0.1 for i in range(OVER_V2_TABLE)}}
     return MALFORMED[kind]
 
 
@@ -144,7 +155,7 @@ def make_request(
     }
     draw = rng.random()
     if draw < malformed_fraction:
-        kind = rng.choice(sorted(MALFORMED))
+        kind = rng.choice(malformed_kinds(vocab_size))
         bad = _malformed_fields(kind, vocab_size)
         return SoakRequest(index, kind, {**base, "stream": rng.random() < 0.5, **bad},
                            expect="rejected")
@@ -154,6 +165,8 @@ def make_request(
     if structure is not None:
         # A structured answer needs room to finish.
         body["max_tokens"] = max_tokens * 2
+    # vLLM refuses min_tokens above max_tokens: that is no request of this kind.
+    body["max_tokens"] = max(body["max_tokens"], body.get("min_tokens", 0))
     if draw < malformed_fraction + abort_fraction:
         body.update(stream=True, max_tokens=max(body["max_tokens"], 16))
         return SoakRequest(index, kind, body, expect="aborted",

@@ -72,7 +72,12 @@ def fold_stream_chunk(folded: dict, chunk: dict) -> None:
 
 async def send(session: aiohttp.ClientSession, url: str, request: SoakRequest,
                vocab_size: int) -> Outcome:
-    async with session.post(url, json=request.body) as response:
+    # A request the server refuses goes on a connection of its own: vLLM
+    # 0.20 raises some refusals out of the ASGI app (a 400 is still sent) and
+    # the server then drops the connection, which would reset whichever
+    # valid request the client pool sends on it next.
+    headers = {"Connection": "close"} if request.expect == "rejected" else None
+    async with session.post(url, json=request.body, headers=headers) as response:
         if not request.body.get("stream") or response.status != 200:
             try:
                 payload = await response.json(content_type=None)
