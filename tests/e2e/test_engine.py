@@ -133,6 +133,11 @@ outs = llm.generate(prompts, params)
 elapsed = time.perf_counter() - start
 info["tokens"] = [list(o.outputs[0].token_ids) for o in outs]
 info["tokens_per_s"] = sum(len(t) for t in info["tokens"]) / elapsed
+# Seeded random sampling: n-gram drafts are verified by matching the
+# sampler's own (seed, position) draws, so speculation keeps these tokens too.
+seeded = [SamplingParams(temperature=0.9, top_p=0.9, seed=100 + i, max_tokens=48,
+                         ignore_eos=True) for i in range(len(prompts))]
+info["seeded"] = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, seeded)]
 """
 
 
@@ -176,6 +181,9 @@ print(json.dumps(info))
         f"(prompt, token index): {diverged}"
     )
     assert sum(same) >= 0.9 * len(same)
+    same_seeded = sum(a == b for a, b in zip(reference["seeded"], spec["seeded"]))
+    print(f"seeded: {same_seeded}/{len(same)} prompts identical with and without n-gram")
+    assert same_seeded >= 0.9 * len(same)
 
 
 @pytest.mark.parametrize("method", ["synthetic", "probabilistic"])

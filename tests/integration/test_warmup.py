@@ -24,6 +24,7 @@ pytest.importorskip("vllm")
 from vllm_sampling_plugin.integration import warmup
 from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
 from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from tests.vllm_lines import needs_vllm_line  # noqa: E402
 
 pytestmark = needs_vllm_line("0.20")
@@ -122,14 +123,18 @@ def engine_steps(runner, rng, num_steps=40):
             cu[1:] = torch.cumsum(num_logits, 0)
             total = int(cu[-1])
             input_ids = torch.zeros(64 + total, dtype=torch.int32)
-            runner.rejection_sampler.draw(
-                torch.empty(total, VOCAB, dtype=torch.float32),
-                input_ids[torch.arange(total)],
-                cu,
-                slots,
-                torch.zeros(total, dtype=torch.int64),
-                None,
-            )
+            draft_tokens = input_ids[torch.arange(total)]
+            target_logits = torch.empty(total, VOCAB, dtype=torch.float32)
+            target_pos = torch.zeros(total, dtype=torch.int64)
+            if runner.rejection_sampler.verifies_by_matching(None):
+                # The Sampler's draw at every logit, each row in its request's slot.
+                rows = slots.repeat_interleave(num_logits)
+                for route in (Route.GUMBEL, Route.FUSED_TOP_K_TOP_P):
+                    tokens = runner.sampler.draw(route, target_logits, rows, target_pos)
+                accept_matching_drafts(tokens, draft_tokens, cu, K)
+            else:
+                runner.rejection_sampler.draw(
+                    target_logits, draft_tokens, cu, slots, target_pos, None)
             runner.speculator.draft(
                 slots, torch.ones(n, dtype=torch.int32), runner.req_states.last_sampled_tokens
             )
@@ -143,7 +148,9 @@ def test_warm_up_covers_every_step_variant(compile_keys, spec_method, use_fp64):
     runner = make_runner(spec_method, use_fp64)
     warmed = warm_up_sampling(runner)
     expected = ["gumbel", "fused_top_k_top_p"]
-    if spec_method is not None:
+    if spec_method == "probabilistic":
+        expected += ["matching_verification", "ngram"]
+    elif spec_method is not None:
         expected += [f"rejection_{spec_method}", "ngram"]
     assert warmed == expected
     warm_keys = set(compile_keys)
@@ -171,17 +178,25 @@ def test_representatives_cover_the_compile_keys_of_every_batch_size(
     runner = make_runner(spec_method, use_fp64, max_num_reqs, vocab)
     warm_up_sampling(runner)
     warm_keys = set(compile_keys)
-    logits = torch.empty(max_num_reqs, vocab, dtype=torch.float32)
-    slots = torch.arange(max_num_reqs + 1, dtype=torch.int32)
-    pos = torch.zeros(max_num_reqs, dtype=torch.int64)
+    matching = runner.rejection_sampler.verifies_by_matching(None)
+    # Verifying by matching draws up to 1 + K logits per request.
+    max_rows = max_num_reqs * (1 + K) if matching else max_num_reqs
+    logits = torch.empty(1, vocab, dtype=torch.float32).expand(max_rows, vocab)
+    slots = torch.arange(max_rows + 1, dtype=torch.int32) % max_num_reqs
+    counts = torch.arange(max_num_reqs + 1, dtype=torch.int32)
+    pos = torch.zeros(max_rows, dtype=torch.int64)
     fill_tokens = runner.req_states.last_sampled_tokens
-    for n in range(1, max_num_reqs + 1):
+    for n in range(1, max_rows + 1):
         compile_keys.clear()
         for route in (Route.GUMBEL, Route.FUSED_TOP_K_TOP_P):
-            runner.sampler.draw(route, logits[:n], slots[:n], pos[:n])
-        runner.rejection_sampler.draw(logits[:n], slots[:n], slots[: n + 1], slots[:n],
-                                      pos[:n], None)
-        runner.speculator.draft(slots[:n], torch.ones(n, dtype=torch.int32), fill_tokens)
+            tokens = runner.sampler.draw(route, logits[:n], slots[:n], pos[:n])
+        if n <= max_num_reqs:
+            if matching:
+                accept_matching_drafts(tokens, slots[:n], counts[:n + 1], K)
+            else:
+                runner.rejection_sampler.draw(logits[:n], slots[:n], counts[:n + 1],
+                                              slots[:n], pos[:n], None)
+            runner.speculator.draft(slots[:n], torch.ones(n, dtype=torch.int32), fill_tokens)
         missing = compile_keys - warm_keys
         assert not missing, f"batch size {n}: not warmed up: {min(missing)}"
 

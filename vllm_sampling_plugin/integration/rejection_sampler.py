@@ -1,11 +1,18 @@
-"""The V2 runner's RejectionSampler, with one fused kernel for every method.
+"""The V2 runner's RejectionSampler: exact verification for every method.
 
 vLLM 0.20's ``rejection_sample_method`` keeps its meaning:
 
-* ``strict`` and ``probabilistic`` run the standard mode (probabilistic
-  verification; without draft logits, as with n-gram drafts, the draft
-  distribution is one-hot, so no assertion fires);
-* ``synthetic`` runs the synthetic mode of the same kernel, which accepts at
+* ``strict`` and ``probabilistic`` run standard (probabilistic) verification.
+  Drafts without draft logits (n-gram drafts, a point mass) are verified by
+  matching (``ops/rejection/matching.py``): the Sampler draws every logit
+  exactly as it would without speculation, seeded by the logit's position,
+  and a draft is kept while those draws repeat it. Acceptance is ``p(draft)``
+  and a rejection emits a token of the residual, as rejection sampling
+  would; in addition every token is the one the request gets without
+  speculation, so a seeded request reproduces whatever the scheduler did
+  (preemption, batch-mates, how many drafts a step verified). Drafts with
+  draft logits run the fused rejection kernel's standard mode.
+* ``synthetic`` runs the synthetic mode of the fused kernel, which accepts at
   the configured rates but does the same work, so its timing is honest.
 
 The target distribution is the Sampler's processed logits (penalties, bad
@@ -22,7 +29,7 @@ from vllm.v1.worker.gpu.metrics.logits import get_num_nans
 from vllm.v1.worker.gpu.sample.output import SamplerOutput
 from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
 
-from vllm_sampling_plugin.ops.rejection import rejection_sample_packed
+from vllm_sampling_plugin.ops.rejection import accept_matching_drafts, rejection_sample_packed
 
 
 class PluginRejectionSampler(RejectionSampler):
@@ -41,22 +48,37 @@ class PluginRejectionSampler(RejectionSampler):
         draft_sampled = input_batch.input_ids[input_batch.logits_indices]
         num_nans = get_num_nans(logits) if self.sampler.compute_nans else None
         pos = input_batch.positions[input_batch.logits_indices]
-        processed_logits = self.sampler.apply_sampling_params(
-            logits,
-            input_batch.expanded_idx_mapping,
-            input_batch.idx_mapping_np,
-            pos,
-            draft_sampled,
-            input_batch.expanded_local_pos,
-        )
-        sampled, num_sampled = self.draw(
-            processed_logits,
-            draft_sampled,
-            input_batch.cu_num_logits,
-            input_batch.idx_mapping,
-            pos,
-            draft_logits,
-        )
+        if self.verifies_by_matching(draft_logits):
+            # The Sampler's own draw at every logit, then the drafts it repeats.
+            target_tokens, processed_logits = self.sampler.sample(
+                logits,
+                input_batch.expanded_idx_mapping,
+                input_batch.idx_mapping_np,
+                pos,
+                draft_sampled,
+                input_batch.expanded_local_pos,
+            )
+            sampled, num_sampled = accept_matching_drafts(
+                target_tokens, draft_sampled, input_batch.cu_num_logits,
+                self.num_speculative_steps,
+            )
+        else:
+            processed_logits = self.sampler.apply_sampling_params(
+                logits,
+                input_batch.expanded_idx_mapping,
+                input_batch.idx_mapping_np,
+                pos,
+                draft_sampled,
+                input_batch.expanded_local_pos,
+            )
+            sampled, num_sampled = self.draw(
+                processed_logits,
+                draft_sampled,
+                input_batch.cu_num_logits,
+                input_batch.idx_mapping,
+                pos,
+                draft_logits,
+            )
         logprobs_tensors = self._get_logprobs_tensors(
             input_batch,
             sampled,
@@ -71,6 +93,12 @@ class PluginRejectionSampler(RejectionSampler):
             num_nans=num_nans,
             num_sampled=num_sampled,
         )
+
+    def verifies_by_matching(self, draft_logits: torch.Tensor | None) -> bool:
+        """Whether drafts are verified by matching the Sampler's own draws
+        (point-mass drafts outside synthetic mode) rather than by the fused
+        rejection kernel."""
+        return draft_logits is None and not self.synthetic_mode
 
     def draw(
         self,

@@ -10,7 +10,9 @@ new batch size mid-run costs a compile of about a second.
 
 So the runner's profile run, after vLLM's own dummy sampler run, launches
 every kernel the engine can use at one batch size per compile variant of
-1 .. max_num_reqs (``representatives``): the ``*_variant`` functions below
+1 .. max_num_reqs (``representatives``; the sampler's kernels up to
+max_num_reqs x (1 + K) rows when n-gram drafts are verified by matching,
+which draws every logit): the ``*_variant`` functions below
 compute, from the plan functions the launchers call, everything a launch
 derives from the batch size that reaches a compile key (constexprs, launch
 options, which kernels launch, integer arguments as Triton specializes
@@ -55,6 +57,7 @@ from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSa
 from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
 from vllm_sampling_plugin.ops.gumbel.plan import plan_launch as gumbel_plan
 from vllm_sampling_plugin.ops.ngram import launcher as ngram_launcher
+from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from vllm_sampling_plugin.ops.rejection import launcher as rejection_launcher
 from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
 from vllm_sampling_plugin.ops.rejection.plan import plan_launch as rejection_plan
@@ -141,37 +144,56 @@ def warm_up_sampling(runner: Any) -> list[str]:
     vocab_size = sampler.sampling_states.vocab_size
     use_fp64 = sampler.use_fp64_gumbel
     launches = 0
+    rejection_sampler = runner.rejection_sampler
+    if not isinstance(rejection_sampler, PluginRejectionSampler):
+        rejection_sampler = None
+    draft_logits = getattr(runner.speculator, "draft_logits", None)
+    matching = rejection_sampler is not None and rejection_sampler.verifies_by_matching(
+        draft_logits)
+    # Verifying by matching draws every logit: up to 1 + K rows per request.
+    max_rows = max_num_reqs * (1 + rejection_sampler.num_speculative_steps if matching else 1)
     logits = torch.zeros(max_num_reqs, vocab_size, dtype=torch.float32, device=device)
+    # The plugin's kernels read rows by stride: every row of ``rows`` is the
+    # one zero row, whatever the batch.
+    rows = logits[:1].expand(max_rows, vocab_size)
     # Slots 0 .. n-1 for n requests; [: n + 1] is also the cu_num_logits of
     # one logit per request.
     counts = torch.arange(max_num_reqs + 1, dtype=torch.int32, device=device)
-    positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+    slots = torch.arange(max_rows, dtype=torch.int32, device=device) % max_num_reqs
+    positions = torch.zeros(max_rows, dtype=torch.int64, device=device)
 
     # The masked route draws with the Gumbel kernel.
     batch_sizes = {
         Route.GUMBEL: representatives(
-            max_num_reqs, lambda n: gumbel_variant(n, vocab_size, use_fp64, device)
+            max_rows, lambda n: gumbel_variant(n, vocab_size, use_fp64, device)
         ),
         Route.FUSED_TOP_K_TOP_P: representatives(
-            max_num_reqs, lambda n: fused_top_k_top_p_variant(n, vocab_size)
+            max_rows, lambda n: fused_top_k_top_p_variant(n, vocab_size)
         ),
     }
     if sampler.use_flashinfer:
         batch_sizes[Route.FLASHINFER] = list(range(1, max_num_reqs + 1))
     for route, sizes in batch_sizes.items():
         for n in sizes:
-            sampler.draw(route, logits[:n], counts[:n], positions[:n])
+            batch = logits[:n] if route is Route.FLASHINFER else rows[:n]
+            sampler.draw(route, batch, slots[:n], positions[:n])
         launches += len(sizes)
     warmed = [route.value for route in batch_sizes]
 
-    rejection_sampler = runner.rejection_sampler
-    if isinstance(rejection_sampler, PluginRejectionSampler):
+    draft_tokens = torch.zeros(
+        max_num_reqs, dtype=runner.input_buffers.input_ids.dtype, device=device
+    )
+    if matching:
+        # One compile variant: the output width is the engine's K + 1; the
+        # sampler's tokens are int64, the drafts the runner's input ids.
+        accept_matching_drafts(
+            positions[:1], draft_tokens[:1], counts[:2], rejection_sampler.num_speculative_steps
+        )
+        launches += 1
+        warmed.append("matching_verification")
+    elif rejection_sampler is not None:
         # The launch plan depends on the number of requests only, so one
         # logit (the bonus position) per request reaches every plan.
-        draft_tokens = torch.zeros(
-            max_num_reqs, dtype=runner.input_buffers.input_ids.dtype, device=device
-        )
-        draft_logits = getattr(runner.speculator, "draft_logits", None)
         sizes = representatives(
             max_num_reqs, lambda n: rejection_variant(n, vocab_size, use_fp64, device)
         )

@@ -54,13 +54,21 @@ Random streams (every key is ``request_key(seed, position of the logit)``)
   towards the rejected draft);
 * bonus token: the plain Gumbel stream of the sampler (counters ``[0, V)``),
   so with every draft accepted the bonus is what the sampler draws there.
+
+Point-mass drafts can also be verified by matching (``matching.py``): the
+target's own draw at every logit, drafts kept while it repeats them. Same
+acceptance and output distribution; every emitted token is the sampler's
+draw at its (seed, position), whatever the drafts. The runner integration
+verifies n-gram drafts that way.
 """
 from .functional import rejection_sample, unconditional_to_conditional_rates
 from .launcher import TUNING, RejectionTuning, rejection_sample_packed
+from .matching import accept_matching_drafts
 
 __all__ = [
     "TUNING",
     "RejectionTuning",
+    "accept_matching_drafts",
     "rejection_sample",
     "rejection_sample_packed",
     "unconditional_to_conditional_rates",
