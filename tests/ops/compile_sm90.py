@@ -10,7 +10,8 @@ started by ``tests/ops/test_compile_sm90.py`` *without* ``TRITON_INTERPRET``:
     python -m tests.ops.compile_sm90 RESULT.json [CASE ...]
 
 Each case calls a public launcher (``gumbel_sample``, ``top_k_top_p_sample``,
-``rejection_sample_packed``, ``ngram_propose[_into]``) on small CPU tensors.
+``rejection_sample_packed``, ``accept_matching_drafts``,
+``ngram_propose[_into]``) on small CPU tensors.
 A stand-in driver names an sm_90 target, and ``kernel[grid](...)`` goes
 through Triton's own warm-up path: the launcher's real arguments pass through
 Triton's binder (signature, constexprs, the specialisation of integers equal
@@ -232,6 +233,19 @@ def _rejection(
         )
 
 
+def _matching(*, num_reqs: int) -> None:
+    from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
+
+    # The sampler's int64 draws against the runner's int32 input_ids.
+    num_logits = num_reqs * (NUM_SPEC_STEPS + 1)
+    accept_matching_drafts(
+        torch.randint(0, VOCAB, (num_logits,)),
+        torch.randint(0, VOCAB, (num_logits,), dtype=torch.int32),
+        torch.arange(0, num_logits + 1, NUM_SPEC_STEPS + 1, dtype=torch.int32),
+        NUM_SPEC_STEPS,
+    )
+
+
 def _ngram_propose(*, min_n: int, max_n: int) -> None:
     from vllm_sampling_plugin.ops.ngram import ngram_propose
 
@@ -303,6 +317,7 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
         use_fp64=on_off,
         apply_temperature=on_off,
     )
+    yield from _variants("rejection_matching", _matching, num_reqs=(2,))
     # vLLM's default n, and a range from 1. The match loop is unrolled MAX_N
     # times; the launcher's limit, NGRAM_MAX_N = 256, takes minutes to compile
     # here, with no code path that 16 lacks.
