@@ -101,7 +101,7 @@ def test_a_later_release_leaves_vllm_untouched_and_logs_one_error():
 
 
 # Builds the sampler with the keyword arguments of upstream's
-# GPUModelRunner.load_model (model_runner.py:480-495 in 0.33.0), on the CPU:
+# GPUModelRunner.load_model (model_runner.py:481-495 in 0.33.0), on the CPU:
 # without pinned memory, vLLM's buffers fall back to plain tensors. Spies
 # record what upstream's sample() hands the override and which kernels run.
 SAMPLER_PRELUDE = CPU_DEVICE_SHIM + """
