@@ -60,7 +60,8 @@ def test_registration_patches_exactly_the_sampler_name():
         assert changed == ["vllm.v1.worker.gpu.model_runner.Sampler"], changed
         assert mr.Sampler is PluginSampler
         assert issubclass(PluginSampler, upstream.Sampler)
-        # Only the final draw is overridden; the mixin adds names, replaces none.
+        # Only the final draw is overridden (the mixin adds names; of
+        # upstream's it replaces only __init__, which calls it and logs).
         overridden = sorted(n for n in vars(PluginSampler) if n in vars(upstream.Sampler)
                             and not n.startswith("__"))
         assert overridden == ["_sample_random"], overridden

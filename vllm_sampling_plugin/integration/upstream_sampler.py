@@ -42,7 +42,8 @@ MaskFn = Callable[[torch.Tensor], torch.Tensor]
 
 
 class PluginDrawMixin:
-    """Mixed in before upstream's ``Sampler``; adds the draw, overrides nothing."""
+    """Mixed in before upstream's ``Sampler``: adds the draw; of upstream's
+    methods it overrides only ``__init__``, to log the precision."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
