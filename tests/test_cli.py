@@ -78,4 +78,4 @@ def test_info_prints_the_parts_of_the_installed_line():
 def test_info_markdown_renders_the_compatibility_table():
     proc = run_cli("info", "--markdown")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("| part | vLLM 0.20.x | vLLM 0.32.x |")
+    assert proc.stdout.startswith("| part | vLLM 0.20.x | vLLM 0.32.x | vLLM 0.33.x |\n")

@@ -7,6 +7,7 @@ import pytest
 from vllm_sampling_plugin.integration.parts import (
     LINE_PARTS,
     NOT_MEASURED,
+    NOT_MEASURED_0_33,
     PARTS,
     Owner,
     compatibility_markdown,
@@ -15,6 +16,7 @@ from vllm_sampling_plugin.integration.parts import (
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
     LINE_0_32,
+    LINE_0_33,
     SUPPORTED_LINES,
     release_line,
 )
@@ -32,16 +34,28 @@ def test_0_20_takes_everything_over():
     assert all(c.owner is Owner.PLUGIN for c in LINE_PARTS[LINE_0_20].values())
 
 
-def test_0_32_keeps_upstream_settings_and_unmeasured_kernels_honest():
-    table = LINE_PARTS[LINE_0_32]
+@pytest.mark.parametrize("line, not_measured", [(LINE_0_32, NOT_MEASURED),
+                                                 (LINE_0_33, NOT_MEASURED_0_33)])
+def test_upstream_sampler_lines_keep_upstream_settings_and_unmeasured_kernels_honest(
+        line, not_measured):
+    table = LINE_PARTS[line]
     owners = {part: choice.owner for part, choice in table.items()}
     assert owners["use_fp64_gumbel setting"] is Owner.UPSTREAM
     assert owners["VLLM_USE_FLASHINFER_SAMPLER"] is Owner.UPSTREAM
     assert owners["top-k/top-p, batches FlashInfer may take"] is Owner.UPSTREAM
-    # No GPU has timed the 0.32 line yet: every plugin-owned kernel says so.
+    assert not_measured == f"not measured yet on {line}"
+    # No GPU has timed the 0.32 or 0.33 line yet: every plugin-owned kernel
+    # (and every upstream one with a ratio) says so.
     for part, choice in table.items():
         if choice.owner is Owner.PLUGIN:
-            assert choice.ratio == NOT_MEASURED, part
+            assert choice.ratio == not_measured, part
+        assert "H100" not in choice.ratio and "H200" not in choice.ratio, part
+
+
+def test_0_32_and_0_33_take_over_the_same_parts():
+    owners = {line: {p: c.owner for p, c in LINE_PARTS[line].items()}
+              for line in (LINE_0_32, LINE_0_33)}
+    assert owners[LINE_0_32] == owners[LINE_0_33]
 
 
 def test_summary_names_the_owners():
@@ -53,10 +67,16 @@ def test_summary_names_the_owners():
 @pytest.mark.parametrize(
     "found, line",
     [("0.20.2", "0.20"), ("0.32.0", "0.32"), ("0.32.3rc1", "0.32"),
-     ("0.33.0", None), ("0.21.0", None), (None, None)],
+     ("0.33.0", "0.33"), ("0.33.1rc1", "0.33"), ("0.34.0", None), ("0.21.0", None),
+     (None, None)],
 )
 def test_release_line(found, line):
     assert release_line(found) == line
+
+
+def test_table_has_one_column_per_supported_line():
+    header = compatibility_markdown().splitlines()[0]
+    assert header == "| part | " + " | ".join(f"vLLM {line}.x" for line in SUPPORTED_LINES) + " |"
 
 
 def test_compatibility_doc_holds_the_rendered_table():

@@ -49,7 +49,7 @@ def test_unsupported_version_leaves_vllm_untouched_and_logs_one_error():
         """
         import logging
         import vllm_sampling_plugin.integration.version as version
-        version.installed_vllm_version = lambda: "0.33.0"
+        version.installed_vllm_version = lambda: "0.34.0"
         from vllm.plugins import load_general_plugins
         records = []
         class Keep(logging.Handler):
@@ -62,7 +62,7 @@ def test_unsupported_version_leaves_vllm_untouched_and_logs_one_error():
         from vllm.v1.worker.gpu.sample.sampler import Sampler
         assert mr.Sampler is Sampler
         errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
-        assert len(errors) == 1 and "0.33.0" in errors[0], errors
+        assert len(errors) == 1 and "0.34.0" in errors[0], errors
         print("ok")
         """
     )

@@ -11,16 +11,23 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from vllm_sampling_plugin.integration.version import LINE_0_20, LINE_0_32
+from vllm_sampling_plugin.integration.version import LINE_0_20, LINE_0_32, LINE_0_33
 
 
 class Owner(enum.Enum):
     PLUGIN = "plugin"
     UPSTREAM = "upstream"
-    NOT_SUPPORTED = "not supported"
 
 
-NOT_MEASURED = "not measured yet on 0.32"
+
+
+def not_measured(line: str) -> str:
+    """The ratio cell of a part no GPU has timed on ``line`` yet."""
+    return f"not measured yet on {line}"
+
+
+NOT_MEASURED = not_measured(LINE_0_32)
+NOT_MEASURED_0_33 = not_measured(LINE_0_33)
 
 # The parts, in the order a decode step reaches them.
 GUMBEL = "Gumbel-max sampling (no top-k/top-p)"
@@ -136,6 +143,52 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
             "n/a",
         ),
     },
+    LINE_0_33: {
+        GUMBEL: PartChoice(
+            Owner.PLUGIN,
+            "upstream's gumbel_sample is still Gumbel-max with counter-based "
+            "noise (sample/gumbel.py); the plugin must own it whenever it owns "
+            "the seeded top-k/top-p draw, or a seeded request's noise would "
+            "depend on its batch-mates",
+            NOT_MEASURED_0_33,
+        ),
+        TOP_K_TOP_P_SEEDED: PartChoice(
+            Owner.PLUGIN,
+            "upstream still falls back to mask-then-sample for greedy rows and "
+            "explicit seeds (sample/sampler.py:307-315); the plugin's fused "
+            "kernel is seeded and batch-invariant",
+            NOT_MEASURED_0_33,
+        ),
+        TOP_K_TOP_P_FLASHINFER: PartChoice(
+            Owner.UPSTREAM,
+            "upstream already calls FlashInfer for these batches "
+            "(sample/sampler.py:339-345)",
+            "upstream's own kernel",
+        ),
+        REJECTION: PartChoice(
+            Owner.UPSTREAM,
+            "upstream keeps its fused kernel with adaptive verification and "
+            "watermark keys the plugin's kernel does not handle",
+            NOT_MEASURED_0_33,
+        ),
+        NGRAM: PartChoice(
+            Owner.UPSTREAM,
+            "upstream has its own GPU n-gram proposer (spec_decode/ngram/)",
+            NOT_MEASURED_0_33,
+        ),
+        FP64_SETTING: PartChoice(
+            Owner.UPSTREAM,
+            "upstream's ModelConfig.use_fp64_gumbel (--use-fp64-gumbel), passed "
+            "by the runner to the plugin's sampler (model_runner.py:489)",
+            "n/a",
+        ),
+        FLASHINFER_SETTING: PartChoice(
+            Owner.UPSTREAM,
+            "upstream's flashinfer_sampler_supported() decides; the plugin "
+            "only takes the batches upstream would not send to FlashInfer",
+            "n/a",
+        ),
+    },
 }
 
 
@@ -156,14 +209,14 @@ def parts_rows(line: str) -> list[tuple[str, str, str, str]]:
 def compatibility_markdown() -> str:
     """The release x part table of docs/compatibility.md."""
     lines = sorted(LINE_PARTS, key=lambda line: tuple(map(int, line.split("."))))
-    out = ["| part | " + " | ".join(f"vLLM {line}.x" for line in lines) + " | vLLM 0.33.x |"]
-    out.append("|---" * (len(lines) + 2) + "|")
+    out = ["| part | " + " | ".join(f"vLLM {line}.x" for line in lines) + " |"]
+    out.append("|---" * (len(lines) + 1) + "|")
     for part in PARTS:
         cells = [
             f"{LINE_PARTS[line][part].owner.value} ({LINE_PARTS[line][part].ratio})"
             for line in lines
         ]
-        out.append(f"| {part} | " + " | ".join(cells) + f" | {Owner.NOT_SUPPORTED.value} |")
+        out.append(f"| {part} | " + " | ".join(cells) + " |")
     out.append("")
     for line in lines:
         out.append(f"Why, on vLLM {line}.x:")

@@ -2,12 +2,11 @@
 
 A release line is a minor release (``0.20`` covers 0.20.0, 0.20.1, ...). Each
 line has its own integration module (``integration/v0_20.py``,
-``integration/v0_32/``); everything else is shared.
+``integration/v0_32/``, ``integration/v0_33/``); everything else is shared.
 
-0.33 is not a supported line: its V2 Sampler's ``_sample_random`` (the method
-the 0.32 line overrides) takes an extra ``has_topp_only_rows`` argument and
-``SamplingStates.get_top_k_top_p`` returns three values, so the 0.32 override
-would be called with the wrong arguments (see
+0.32 and 0.33 differ, for the plugin, only in the signature of the V2
+Sampler's ``_sample_random`` (0.33 adds ``has_topp_only_rows``), so each has
+its own small override and both share integration/upstream_sampler.py (see
 docs/design/vllm-0.32-integration.md).
 """
 
@@ -19,7 +18,8 @@ from packaging.version import Version
 
 LINE_0_20 = "0.20"
 LINE_0_32 = "0.32"
-SUPPORTED_LINES = (LINE_0_20, LINE_0_32)
+LINE_0_33 = "0.33"
+SUPPORTED_LINES = (LINE_0_20, LINE_0_32, LINE_0_33)
 SUPPORTED_RANGE = " or ".join(
     f">={line}.0,<{line.split('.')[0]}.{int(line.split('.')[1]) + 1}"
     for line in SUPPORTED_LINES

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 
 def apply() -> None:
-    import vllm.v1.worker.gpu.model_runner as model_runner
-
+    from vllm_sampling_plugin.integration.upstream_sampler import patch_runner_sampler
     from vllm_sampling_plugin.integration.v0_32.sampler import PluginSampler
 
-    # The runner binds the name at import and builds the sampler in
-    # load_model(); the watermarking sampler subclasses upstream's Sampler
-    # directly, so watermarked engines keep upstream's draw.
-    model_runner.Sampler = PluginSampler
+    patch_runner_sampler(PluginSampler)

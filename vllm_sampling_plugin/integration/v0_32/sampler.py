@@ -6,54 +6,25 @@ tensors and whether FlashInfer (or the XPU kernel) may take the batch. Only
 ``_sample_random`` is overridden, so everything before it, and logprobs,
 trace replay and the sampling mask after it, are upstream's code.
 
-* FlashInfer/XPU batches: upstream's draw, unchanged (upstream already
-  decided, honouring ``VLLM_USE_FLASHINFER_SAMPLER``).
-* No top-k/top-p: the plugin's Gumbel-max kernel.
-* top-k/top-p where the returned logits must carry the mask (processed
-  logprobs, ``return_sampling_mask``): upstream's mask, then the plugin's
-  Gumbel-max kernel.
-* other top-k/top-p batches (greedy rows, explicit seeds, FlashInfer off or
-  unsupported): the plugin's fused top-k/top-p kernel.
-
-Every non-FlashInfer row is drawn with the plugin's (seed, position) noise,
-so a seeded request gets the same token whatever route its batch-mates take.
+FlashInfer/XPU batches get upstream's draw unchanged (upstream already
+decided, honouring ``VLLM_USE_FLASHINFER_SAMPLER``); every other batch goes
+to the release-independent draw in integration/upstream_sampler.py. What is
+0.32's own here is ``_sample_random``'s signature and the two-argument
+``apply_top_k_top_p`` (``sample/sampler.py:327-356`` of the 0.32.0 wheel).
 Precision is upstream's ``ModelConfig.use_fp64_gumbel``, which the runner
 passes to the constructor.
 """
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import torch
 import vllm.v1.worker.gpu.sample.sampler as upstream
-from vllm.config.model import PROCESSED_LOGPROBS_MODES
 
-from vllm_sampling_plugin.ops.gumbel import gumbel_sample
-from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
-
-logger = logging.getLogger("vllm.vllm_sampling_plugin")
+from vllm_sampling_plugin.integration.upstream_sampler import PluginDrawMixin
 
 
-class PluginSampler(upstream.Sampler):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        logger.info(
-            "vllm-sampling-plugin sampler: Gumbel-max noise in %s (upstream's "
-            "use_fp64_gumbel); FlashInfer batches stay upstream's.",
-            "FP64" if self.use_fp64_gumbel else "FP32",
-        )
-
-    def needs_masked_logits(self, idx_mapping_np: np.ndarray) -> bool:
-        """Whether this step returns logits that must show the top-k/top-p mask."""
-        if self.return_sampling_mask:
-            return True
-        return (
-            self.logprobs_mode in PROCESSED_LOGPROBS_MODES
-            and self.get_logprobs_dims(idx_mapping_np) is not None
-        )
-
+class PluginSampler(PluginDrawMixin, upstream.Sampler):
     def _sample_random(
         self,
         processed_logits: torch.Tensor,  # [num_tokens, vocab_size]
@@ -74,39 +45,12 @@ class PluginSampler(upstream.Sampler):
                 top_p,
                 use_fused_sampler,
             )
-        states = self.sampling_states
-        if top_k is None and top_p is None:
-            return self.draw_gumbel(processed_logits, expanded_idx_mapping, pos), processed_logits
-        if self.needs_masked_logits(idx_mapping_np):
-            # Upstream's mask keeps the returned logits what upstream returns.
-            masked = upstream.apply_top_k_top_p(processed_logits, top_k, top_p)
-            return self.draw_gumbel(masked, expanded_idx_mapping, pos), masked
-        sampled = top_k_top_p_sample(
+        return self.plugin_draw(
             processed_logits,
             expanded_idx_mapping,
-            states.temperature.gpu,
-            states.seeds.gpu,
+            idx_mapping_np,
             pos,
-            states.top_k.gpu,
-            states.top_p.gpu,
-            apply_temperature=False,
-            use_fp64=self.use_fp64_gumbel,
-        )
-        return sampled, processed_logits
-
-    def draw_gumbel(
-        self,
-        logits: torch.Tensor,  # [num_tokens, vocab_size]
-        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int32
-        pos: torch.Tensor,  # [num_tokens] int64
-    ) -> torch.Tensor:
-        states = self.sampling_states
-        return gumbel_sample(
-            logits,
-            expanded_idx_mapping,
-            states.temperature.gpu,
-            states.seeds.gpu,
-            pos,
-            apply_temperature=False,
-            use_fp64=self.use_fp64_gumbel,
+            top_k,
+            top_p,
+            mask=lambda logits: upstream.apply_top_k_top_p(logits, top_k, top_p),
         )

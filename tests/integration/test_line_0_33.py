@@ -1,0 +1,326 @@
+"""The vLLM 0.33.x line: register() patches exactly the runner's Sampler
+name, the subclass builds from upstream's own constructor arguments, and
+upstream's own ``Sampler.sample`` calls the override with 0.33's
+``_sample_random`` signature and gets the plugin's routes.
+
+vLLM 0.33's Triton kernels for temperature and min-p do not run without a
+GPU, so the requests here use temperature 0 or 1 and no min-p; everything
+else in ``sample`` (logits processors, ``get_top_k_top_p`` with its third
+value, the FlashInfer decision) is upstream's code running on the CPU, and
+the plugin's kernels run in Triton's interpreter.
+"""
+
+import pytest
+
+from tests.vllm_lines import skip_module_unless_line
+
+skip_module_unless_line("0.33")  # before anything imports 0.33's internals
+
+from tests.integration.helpers import CPU_DEVICE_SHIM, run_python  # noqa: E402
+
+# Triton 3.8 (vLLM 0.33's) decides interpreter mode when triton is imported,
+# which the CPU shim's vLLM import already does: set it in the environment.
+INTERPRET = {"TRITON_INTERPRET": "1"}
+
+
+def test_registration_patches_exactly_the_sampler_name():
+    out = run_python(
+        """
+        import inspect
+        import vllm.engine.arg_utils as arg_utils
+        import vllm.v1.worker.gpu.model_runner as mr
+        import vllm.v1.worker.gpu.sample.sampler as upstream
+        import vllm.v1.worker.gpu.sample.states as states
+        import vllm.v1.worker.gpu.spec_decode as spec_decode
+        import vllm.v1.worker.gpu.spec_decode.rejection_sampler as rejection
+        from vllm.config import ModelConfig, VllmConfig
+
+        modules = [mr, upstream, states, spec_decode, rejection, arg_utils]
+        classes = [mr.GPUModelRunner, upstream.Sampler, states.SamplingStates,
+                   rejection.RejectionSampler, arg_utils.EngineArgs,
+                   arg_utils.AsyncEngineArgs, ModelConfig, VllmConfig]
+        before = {m.__name__: dict(vars(m)) for m in modules}
+        before |= {c.__qualname__: dict(vars(c)) for c in classes}
+
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+
+        from vllm_sampling_plugin.integration.register import registration_state
+        from vllm_sampling_plugin.integration.v0_33.sampler import PluginSampler
+        assert registration_state() == "active", registration_state()
+
+        after = {m.__name__: dict(vars(m)) for m in modules}
+        after |= {c.__qualname__: dict(vars(c)) for c in classes}
+        changed = sorted(
+            f"{owner}.{name}"
+            for owner in before
+            for name in before[owner].keys() | after[owner].keys()
+            if before[owner].get(name, None) is not after[owner].get(name, None)
+        )
+        assert changed == ["vllm.v1.worker.gpu.model_runner.Sampler"], changed
+        assert mr.Sampler is PluginSampler
+        assert issubclass(PluginSampler, upstream.Sampler)
+        # Only the final draw is overridden (the mixin adds names; of
+        # upstream's it replaces only __init__, which calls it and logs).
+        overridden = sorted(n for n in vars(PluginSampler) if n in vars(upstream.Sampler)
+                            and not n.startswith("__"))
+        assert overridden == ["_sample_random"], overridden
+        assert list(inspect.signature(PluginSampler._sample_random).parameters) == list(
+            inspect.signature(upstream.Sampler._sample_random).parameters)
+        assert arg_utils.EngineArgs.__dataclass_fields__["use_fp64_gumbel"].default is False
+        print("ok")
+        """,
+        prelude=CPU_DEVICE_SHIM,
+        env=INTERPRET,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_a_later_release_leaves_vllm_untouched_and_logs_one_error():
+    out = run_python(
+        """
+        import logging
+        import vllm_sampling_plugin.integration.version as version
+        version.installed_vllm_version = lambda: "0.34.0"
+        from vllm.plugins import load_general_plugins
+        records = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
+        load_general_plugins()
+
+        import vllm.v1.worker.gpu.model_runner as mr
+        from vllm.v1.worker.gpu.sample.sampler import Sampler
+        assert mr.Sampler is Sampler
+        errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "0.34.0" in errors[0], errors
+        print("ok")
+        """
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+# Builds the sampler with the keyword arguments of upstream's
+# GPUModelRunner.load_model (model_runner.py:481-495 in 0.33.0), on the CPU:
+# without pinned memory, vLLM's buffers fall back to plain tensors. Spies
+# record what upstream's sample() hands the override and which kernels run.
+SAMPLER_PRELUDE = CPU_DEVICE_SHIM + """
+import inspect
+import numpy as np
+import torch
+import vllm.v1.worker.gpu.buffer_utils as buffer_utils
+buffer_utils.is_uva_available = lambda: False
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+import vllm.v1.worker.gpu.model_runner as mr
+import vllm.v1.worker.gpu.sample.sampler as upstream
+import vllm_sampling_plugin.integration.upstream_sampler as draw_module
+from vllm.config import VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.v1.worker.gpu.states import RequestState
+from vllm_sampling_plugin.integration.v0_33.sampler import PluginSampler
+
+VOCAB, MAX_REQS = 64, 8
+CPU = torch.device("cpu")
+CALLS = []  # (name, details) in call order
+
+def spy(owner, name, record=lambda *a, **k: None):
+    real = getattr(owner, name)
+    def wrapper(*args, **kwargs):
+        CALLS.append((name, record(*args, **kwargs)))
+        return real(*args, **kwargs)
+    setattr(owner, name, wrapper)
+
+UPSTREAM_SIGNATURE = inspect.signature(upstream.Sampler._sample_random)
+spy(PluginSampler, "_sample_random",
+    lambda *a, **k: dict(UPSTREAM_SIGNATURE.bind(*a, **k).arguments))
+spy(draw_module, "gumbel_sample")
+spy(draw_module, "top_k_top_p_sample")
+spy(upstream, "apply_top_k_top_p", lambda *a, **k: k.get("has_topp_only_rows"))
+
+def never(*args, **kwargs):
+    raise AssertionError("upstream's own Gumbel draw ran")
+upstream.gumbel_sample = never
+
+def build_sampler(**overrides):
+    vllm_config = VllmConfig()
+    req_states = RequestState(
+        max_num_reqs=MAX_REQS, max_model_len=128, max_num_batched_tokens=128,
+        num_speculative_steps=0, vocab_size=VOCAB, device=CPU,
+    )
+    kwargs = dict(
+        vllm_config=vllm_config, max_num_reqs=MAX_REQS, vocab_size=VOCAB,
+        device=CPU, req_states=req_states, logprobs_mode="raw_logprobs",
+        num_speculative_tokens=1, use_fp64_gumbel=False,
+        enable_trace_replay=False, return_sampling_mask=False,
+        custom_logits_processors=(),
+    )
+    kwargs.update(overrides)
+    return mr.Sampler(**kwargs)
+
+def sample(sampler, logits, slots, pos):
+    # Upstream's Sampler.sample, which calls _sample_random itself.
+    CALLS.clear()
+    n = len(slots)
+    idx = torch.tensor(slots, dtype=torch.int32)
+    return sampler.sample(
+        logits, idx, idx, np.array(slots), torch.tensor(pos, dtype=torch.int64),
+        torch.zeros(n, dtype=torch.int32), torch.zeros(n, dtype=torch.int32),
+        np.array(pos) + 1,
+    )
+
+def override_args():
+    (args,) = [details for name, details in CALLS if name == "_sample_random"]
+    return args
+
+def kernels():
+    return [name for name, _ in CALLS if name != "_sample_random"]
+
+def nucleus(row, p):
+    probs = row.softmax(-1)
+    order = probs.argsort(descending=True)
+    before = probs[order].cumsum(0) - probs[order]
+    return set(order[before < p].tolist())
+
+LOGITS = torch.randn(MAX_REQS, VOCAB, generator=torch.Generator().manual_seed(0))
+"""
+
+
+@pytest.mark.parametrize("fp64", [False, True])
+def test_sampler_builds_from_upstream_arguments_and_keeps_their_settings(fp64):
+    out = run_python(
+        f"""
+        sampler = build_sampler(use_fp64_gumbel={fp64})
+        assert type(sampler) is PluginSampler
+        assert sampler.use_fp64_gumbel is {fp64}
+        # Upstream's own state, processors and FlashInfer decision are kept.
+        assert [type(p).__name__ for p in sampler.logits_processors] == [
+            "LogitBiasState", "PenaltiesState", "BadWordsState"]
+        assert sampler.use_flashinfer is False  # no CUDA platform here
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        env=INTERPRET,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_no_top_k_batch_goes_to_the_plugin_gumbel_kernel():
+    out = run_python(
+        """
+        sampler = build_sampler()
+        sampler.add_request(0, SamplingParams(temperature=0.0))
+        sampler.add_request(1, SamplingParams(temperature=1.0, seed=7))
+        sampler.add_request(2, SamplingParams(temperature=1.0))
+        sampler.apply_staged_writes()
+        logits = LOGITS[:3].clone()
+        sampled, returned = sample(sampler, logits, [0, 1, 2], [4, 4, 4])
+
+        args = override_args()
+        assert args["top_k"] is None and args["top_p"] is None
+        assert args["has_topp_only_rows"] is False
+        assert args["use_fused_sampler"] is False
+        assert kernels() == ["gumbel_sample"], kernels()
+        assert returned is logits  # nothing to process: upstream's raw logits
+        assert sampled.shape == (3,) and sampled[0] == LOGITS[0].argmax()
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        env=INTERPRET,
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_seeded_top_k_top_p_batch_goes_to_the_fused_kernel_and_stays_batch_invariant():
+    out = run_python(
+        """
+        sampler = build_sampler()
+        sampler.add_request(0, SamplingParams(temperature=0.0))
+        sampler.add_request(1, SamplingParams(temperature=1.0, top_k=3, seed=11))
+        sampler.add_request(2, SamplingParams(temperature=1.0, top_p=0.5, seed=5))
+        sampler.add_request(3, SamplingParams(temperature=1.0, seed=7))
+        sampler.apply_staged_writes()
+        mixed, returned = sample(sampler, LOGITS[:4].clone(), [0, 1, 2, 3], [5] * 4)
+
+        args = override_args()
+        # 0.33's third value: row 2 has top-p without top-k.
+        assert args["has_topp_only_rows"] is True
+        assert args["top_k"].tolist() == [VOCAB, 3, VOCAB, VOCAB]
+        assert args["use_fused_sampler"] is False
+        assert kernels() == ["top_k_top_p_sample"], kernels()
+        assert returned.shape == (4, VOCAB)
+        assert mixed[0] == LOGITS[0].argmax()
+        assert int(mixed[1]) in LOGITS[1].topk(3).indices.tolist()
+        assert int(mixed[2]) in nucleus(LOGITS[2], 0.5), (int(mixed[2]), nucleus(LOGITS[2], 0.5))
+
+        # Seeded row 3 alone takes the plain Gumbel kernel and must draw the
+        # same token as beside the top-k/top-p rows.
+        alone, _ = sample(sampler, LOGITS[3:4].clone(), [3], [5])
+        assert kernels() == ["gumbel_sample"], kernels()
+        assert alone[0] == mixed[3], (alone, mixed)
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        env=INTERPRET,
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_flashinfer_batch_stays_upstream_and_explicit_seeds_do_not():
+    out = run_python(
+        """
+        fake_calls = []
+        def fake_flashinfer(logits, top_k, top_p):
+            fake_calls.append(logits.shape)
+            return torch.zeros(logits.shape[0], dtype=torch.int32)
+        upstream.flashinfer_sample = fake_flashinfer
+        sampler = build_sampler()
+        sampler.use_flashinfer = True  # as upstream decides on a supported GPU
+        sampler.add_request(0, SamplingParams(temperature=1.0, top_k=5))
+        sampler.add_request(1, SamplingParams(temperature=1.0, top_k=5, seed=3))
+        sampler.apply_staged_writes()
+
+        sampled, _ = sample(sampler, LOGITS[:1].clone(), [0], [0])
+        assert override_args()["use_fused_sampler"] is True
+        assert fake_calls == [(1, VOCAB)] and sampled.dtype == torch.int64
+        assert kernels() == [], kernels()
+
+        # Upstream keeps explicitly seeded requests off FlashInfer; the
+        # plugin's seeded kernel takes them.
+        sampled, _ = sample(sampler, LOGITS[:2].clone(), [0, 1], [0, 0])
+        assert override_args()["use_fused_sampler"] is False
+        assert fake_calls == [(1, VOCAB)]
+        assert kernels() == ["top_k_top_p_sample"], kernels()
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        env=INTERPRET,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_sampling_mask_request_gets_upstreams_mask_with_has_topp_only_rows():
+    out = run_python(
+        """
+        sampler = build_sampler(return_sampling_mask=True)
+        assert sampler.use_flashinfer is False
+        sampler.add_request(0, SamplingParams(temperature=1.0, top_p=0.5, seed=1))
+        sampler.apply_staged_writes()
+        sampled, returned = sample(sampler, LOGITS[:1].clone(), [0], [0])
+
+        assert override_args()["has_topp_only_rows"] is True
+        # Upstream's mask, given 0.33's keyword, then the plugin's Gumbel.
+        assert CALLS[1:] == [("apply_top_k_top_p", True), ("gumbel_sample", None)], CALLS
+        kept = set(torch.isfinite(returned[0]).nonzero().flatten().tolist())
+        assert kept == nucleus(LOGITS[0], 0.5), kept
+        assert int(sampled[0]) in kept
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        env=INTERPRET,
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"

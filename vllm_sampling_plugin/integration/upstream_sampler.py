@@ -1,0 +1,124 @@
+"""The plugin's token draw inside upstream's V2 Sampler, for every line that
+keeps upstream's Sampler and overrides only ``_sample_random`` (0.32, 0.33).
+
+Each such line's ``PluginSampler`` is ``class PluginSampler(PluginDrawMixin,
+<that release's Sampler>)`` and its ``_sample_random`` (whose signature is
+the release's own) does two things: hand FlashInfer/XPU batches to
+``super()._sample_random`` unchanged, and call :meth:`PluginDrawMixin.plugin_draw`
+for the rest with a ``mask`` callable that applies upstream's top-k/top-p
+mask with that release's arguments. Everything here reads only what both
+releases have: ``sampling_states`` (temperature, seeds, top_k, top_p),
+``use_fp64_gumbel``, ``return_sampling_mask``, ``logprobs_mode`` and
+``get_logprobs_dims``.
+
+* No top-k/top-p: the plugin's Gumbel-max kernel.
+* top-k/top-p where the returned logits must carry the mask (processed
+  logprobs, ``return_sampling_mask``): upstream's mask, then the plugin's
+  Gumbel-max kernel.
+* other top-k/top-p batches (greedy rows, explicit seeds, FlashInfer off or
+  unsupported): the plugin's fused top-k/top-p kernel.
+
+Every non-FlashInfer row is drawn with the plugin's (seed, position) noise,
+so a seeded request gets the same token whatever route its batch-mates take.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from vllm.config.model import PROCESSED_LOGPROBS_MODES
+
+from vllm_sampling_plugin.ops.gumbel import gumbel_sample
+from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
+
+logger = logging.getLogger("vllm.vllm_sampling_plugin")
+
+# Upstream's top-k/top-p mask, bound to one step's tensors and this release's
+# arguments: processed logits in, masked logits out.
+MaskFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+class PluginDrawMixin:
+    """Mixed in before upstream's ``Sampler``: adds the draw; of upstream's
+    methods it overrides only ``__init__``, to log the precision."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        logger.info(
+            "vllm-sampling-plugin sampler: Gumbel-max noise in %s (upstream's "
+            "use_fp64_gumbel); FlashInfer batches stay upstream's.",
+            "FP64" if self.use_fp64_gumbel else "FP32",
+        )
+
+    def needs_masked_logits(self, idx_mapping_np: np.ndarray) -> bool:
+        """Whether this step returns logits that must show the top-k/top-p mask."""
+        if self.return_sampling_mask:
+            return True
+        return (
+            self.logprobs_mode in PROCESSED_LOGPROBS_MODES
+            and self.get_logprobs_dims(idx_mapping_np) is not None
+        )
+
+    def plugin_draw(
+        self,
+        processed_logits: torch.Tensor,  # [num_tokens, vocab_size]
+        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int32
+        idx_mapping_np: np.ndarray,
+        pos: torch.Tensor,  # [num_tokens] int64
+        top_k: torch.Tensor | None,  # [num_tokens], None: no row uses top-k
+        top_p: torch.Tensor | None,  # [num_tokens], None: no row uses top-p
+        mask: MaskFn,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_sample_random``'s result for a batch upstream did not give to
+        FlashInfer/XPU: (sampled token ids, the logits to return)."""
+        if top_k is None and top_p is None:
+            return self.draw_gumbel(processed_logits, expanded_idx_mapping, pos), processed_logits
+        if self.needs_masked_logits(idx_mapping_np):
+            # Upstream's mask keeps the returned logits what upstream returns.
+            masked = mask(processed_logits)
+            return self.draw_gumbel(masked, expanded_idx_mapping, pos), masked
+        states = self.sampling_states
+        sampled = top_k_top_p_sample(
+            processed_logits,
+            expanded_idx_mapping,
+            states.temperature.gpu,
+            states.seeds.gpu,
+            pos,
+            states.top_k.gpu,
+            states.top_p.gpu,
+            apply_temperature=False,
+            use_fp64=self.use_fp64_gumbel,
+        )
+        return sampled, processed_logits
+
+    def draw_gumbel(
+        self,
+        logits: torch.Tensor,  # [num_tokens, vocab_size]
+        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int32
+        pos: torch.Tensor,  # [num_tokens] int64
+    ) -> torch.Tensor:
+        states = self.sampling_states
+        return gumbel_sample(
+            logits,
+            expanded_idx_mapping,
+            states.temperature.gpu,
+            states.seeds.gpu,
+            pos,
+            apply_temperature=False,
+            use_fp64=self.use_fp64_gumbel,
+        )
+
+
+def patch_runner_sampler(sampler_cls: type) -> None:
+    """Bind ``sampler_cls`` where the V2 runner looks ``Sampler`` up.
+
+    The runner binds the name at import and builds the sampler in
+    load_model(); the watermarking sampler subclasses upstream's Sampler
+    directly, so watermarked engines keep upstream's draw.
+    """
+    import vllm.v1.worker.gpu.model_runner as model_runner
+
+    model_runner.Sampler = sampler_cls
