@@ -166,7 +166,17 @@ def test_profiles_run_each_engine_per_mix_and_batch_size(tmp_path):
                      ("stock", "profile", 8, 8), ("plugin", "profile", 8, 8)]
     text = report.render_markdown(bench.results)
     assert "m t1 max_num_seqs=8 plugin, 16 steps under torch.profiler:" in text
-    assert "| _gumbel_kernel | 16 | 0.100 |" in text
+    assert "| `_gumbel_kernel` | 16 | 0.100 |" in text
+
+
+@pytest.mark.parametrize("name, short", [
+    ("_gumbel_partial_kernel", "`_gumbel_partial_kernel`"),
+    ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<cute::C<64>,"
+     " 1> >(flash::Params)",
+     "`void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttn...`"),
+])
+def test_profile_table_cuts_long_kernel_names(name, short):
+    assert report.short_kernel_name(name) == short
 
 
 def test_time_budget_skips_cells_but_keeps_the_finished_ones(tmp_path):

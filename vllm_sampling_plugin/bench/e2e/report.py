@@ -224,6 +224,25 @@ def first_requests(cold_start: dict) -> list[tuple[str, float]]:
     return list(zip(cold_start["order"], cold_start["ttft_ms"]))
 
 
+# Characters of a profiler name that the table shows: enough to tell apart
+# two instantiations of one template (FlashAttention's forward and combine
+# kernels are both ``cutlass::device_kernel<...>``).
+KERNEL_NAME_CHARS = 72
+
+
+def short_kernel_name(name: str) -> str:
+    """A profiler name as a Markdown code span, cut to ``KERNEL_NAME_CHARS``.
+
+    torch.profiler names a templated CUDA kernel by its whole C++ signature
+    (over a thousand characters for FlashAttention's); the table keeps the
+    start and marks the cut with an ellipsis, and ``e2e.json`` keeps the full
+    names. The code span keeps ``<...>`` from being read as HTML.
+    """
+    if len(name) > KERNEL_NAME_CHARS:
+        name = name[:KERNEL_NAME_CHARS] + "..."
+    return f"`{name}`"
+
+
 def render_markdown(results: dict) -> str:
     """The tables of docs/benchmarks.md's end-to-end section."""
     lines = [f"{results.get('gpu')}, vLLM {results.get('vllm')}, torch {results.get('torch')}", ""]
@@ -291,7 +310,8 @@ def render_markdown(results: dict) -> str:
         lines += [f"{p['model']} {p['mix']} max_num_seqs={p['max_num_seqs']} {p['role']}, "
                   f"{p['steps']} steps under torch.profiler:", "",
                   "| GPU kernel or operator | calls | self GPU ms per step |", "|---|---|---|"]
-        lines += [f"| {name} | {calls} | {ms / steps:.3f} |" for name, calls, ms in p["device"]]
+        lines += [f"| {short_kernel_name(name)} | {calls} | {ms / steps:.3f} |"
+                  for name, calls, ms in p["device"]]
         lines.append("")
     if results["cold_start"]:
         lines += ["| model | engine | first requests of the fresh engine, in order: TTFT ms | "
