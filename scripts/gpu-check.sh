@@ -2,7 +2,8 @@
 # Run GPU test groups and benchmarks, logging each under OUT (default ./gpu-results).
 # Usage: scripts/gpu-check.sh STEP...   STEP: ops | ngram | rejection | topk | e2e | cold-start |
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
-#        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b
+#        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
+#        e2e-8b-all | robust | soak
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -57,6 +58,31 @@ for step in "$@"; do
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
         --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \
         --time-budget $((limit - 90)) --out "$out/e2e-8b" ;;
+    e2e-8b-all)
+      # Every mix at both batch sizes where the GPU, not the host, sets the
+      # pace; the capture size avoids vLLM 0.20's capture crash at 256
+      # (docs/troubleshooting.md). About 8 minutes on an H100: STEP_TIMEOUT=570.
+      run e2e-8b-all python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+        --mixes greedy,t1,topk_topp,seeded_topp,mixed --max-num-seqs 64,256 --pairs 4 \
+        --num-requests 256 --output-len 128 --breakdown-mixes topk_topp \
+        --attention-backend FLASH_ATTN --max-cudagraph-capture-size 256 \
+        --gpu-memory-utilization 0.45 ${E2E_ARGS:-} --time-budget $((limit - 90)) \
+        --out "$out/e2e-8b-all" ;;
+    robust)
+      # Issue 14's engine checks (every sampling field with n-gram, structured
+      # outputs FP32/FP64 with and without n-gram, preemption, slot reuse; TP=2
+      # where two GPUs are visible) and the bad-words alignment test.
+      run robust python3 -m pytest -v -s -p no:cacheprovider tests/integration/test_spec_bad_words.py \
+        tests/e2e/test_serving_robustness.py ;;
+    soak)
+      # A bounded load against vllm serve (docs/troubleshooting.md, "Soak run")
+      # on the tiny test checkpoint, FP64 Gumbel and n-gram speculation on.
+      python3 -c "from tests.tiny_model import write_tiny_llama; write_tiny_llama('/tmp/soak-model', 2048)"
+      VLLM_USE_V2_MODEL_RUNNER=1 run soak python3 scripts/soak.py --launch /tmp/soak-model \
+        --requests "${SOAK_REQUESTS:-2000}" --concurrency 64 -- --load-format dummy \
+        --max-model-len 512 --use-fp64-gumbel \
+        --speculative-config '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}' \
+        --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}' ;;
     e2e-parallel)
       # The tiny engines take ~12% of the GPU each: run the groups side by side.
       for group in "ngram_speculation and False" "ngram_speculation and True" \
