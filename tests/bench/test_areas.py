@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from vllm_sampling_plugin.bench import ngram, rejection, sampler, topk_topp
+from vllm_sampling_plugin.bench.e2e import report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 AREAS = [sampler.AREA, topk_topp.AREA, rejection.AREA, ngram.AREA]
@@ -94,7 +95,8 @@ def test_bench_tables_renders_end_to_end_reports_one_row_per_cell(path):
     table = bench_tables.render(str(path))
     assert table.splitlines()[0].startswith(data["gpu"])
     for cell in data["cells"]:
-        assert f"| {cell['model']} | {cell['mix']} | {cell['max_num_seqs']} |" in table
+        label = report.cell_label(cell)
+        assert f"| {cell['model']} | {label} | {cell['max_num_seqs']} |" in table
 
 
 def test_compare_timings_flags_only_what_is_out_of_tolerance():

@@ -224,6 +224,11 @@ def first_requests(cold_start: dict) -> list[tuple[str, float]]:
     return list(zip(cold_start["order"], cold_start["ttft_ms"]))
 
 
+def cell_label(cell: dict) -> str:
+    """The mix column of a tokens/s row; an A/A cell says it compares stock with stock."""
+    return cell["mix"] + (" (A/A: stock vs stock)" if cell.get("against") == "control" else "")
+
+
 # Characters of a profiler name that the table shows: enough to tell apart
 # two instantiations of one template (FlashAttention's forward and combine
 # kernels are both ``cutlass::device_kernel<...>``).
@@ -260,7 +265,7 @@ def render_markdown(results: dict) -> str:
         for c in results["cells"]:
             # Files written before paired ratios existed: the ratio of medians.
             paired = c.get("paired") or {"median": c["ratio"], "min": None, "max": None}
-            mix = c["mix"] + (" (A/A: stock vs stock)" if c.get("against") == "control" else "")
+            mix = cell_label(c)
             lines.append(
                 f"| {c['model']} | {mix} | {c['max_num_seqs']} | "
                 f"{len(c['stock_tok_s'])} | "
