@@ -11,6 +11,40 @@ site=/tmp/vllm-site
 have=/tmp/vllm032-chunks
 want=$(cat .device/v032/tools/count)
 mkdir -p "$have"
+# First call: the staging left some packages to the machine (its torch
+# 2.11.0+cu130 set and the CUDA libraries in tools/machine-expects.txt); check
+# that the machine has them before any more chunks are spent on it.
+expects=.device/v032/tools/machine-expects.txt
+if [ -f "$expects" ] && [ ! -e /tmp/vllm032-machine-ok ]; then
+  if env -u PYTHONPATH python3 - "$expects" <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+bad = []
+for line in open(sys.argv[1]):
+    if not line.strip():
+        continue
+    r = Requirement(line.strip())
+    try:
+        v = version(r.name)
+    except PackageNotFoundError:
+        bad.append(f"{r.name}: not installed, staging expects {r.specifier}")
+        continue
+    if not r.specifier.contains(v, prereleases=True):
+        bad.append(f"{r.name}: {v} installed, staging expects {r.specifier}")
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
+PY
+  then touch /tmp/vllm032-machine-ok
+  else
+    echo "[device-step-0.32] STOP: the machine lacks what the staging left to it (above); stage again with those sent (STAGE_SEND_CUDA_LIBS=1 for the CUDA libraries, or drop the entry from the list in scripts/stage-vllm-0.32.sh)"
+    exit 3
+  fi
+fi
 for p in .device/v032/c_*/part_*; do
   [ -e "$p" ] && [ ! -e "$have/${p##*/}" ] && cp "$p" "$have/"
 done
@@ -30,4 +64,11 @@ if [ -f pyproject.toml ]; then
   PYTHONPATH="$site" python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target "$site" . >/tmp/project-install.log 2>&1 \
     && echo "[device-step-0.32] project installed into $site" || { echo "[device-step-0.32] project install failed:"; tail -20 /tmp/project-install.log; }
 fi
-echo "[device-step-0.32] ready: export PYTHONPATH=$site  ($(PYTHONPATH=$site python3 -c 'import vllm, torch, triton; print("vllm", vllm.__version__, "torch", torch.__version__, "triton", triton.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tail -1))"
+# cuDNN may be the machine's 9.19 under torch 2.13 (built with 9.20): torch's
+# Python-side minor-version check would raise on a cuDNN path (conv, RNN),
+# which a dense model does not take; the variable makes it a warning.
+env_line="PYTHONPATH=$site"
+grep -q '^nvidia-cudnn-cu13' "$expects" 2>/dev/null && env_line="$env_line PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1"
+echo "[device-step-0.32] ready: export $env_line  ($(env $env_line python3 -c 'import vllm, torch, triton
+x = torch.ones(256, 256, device="cuda", dtype=torch.bfloat16)
+print("vllm", vllm.__version__, "torch", torch.__version__, "triton", triton.__version__, "cuda", torch.cuda.is_available(), "matmul", float((x @ x)[0, 0]), "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1))"

@@ -9,10 +9,16 @@
 #
 # How: pip resolves vllm==0.32.0 for cp312/manylinux x86_64; every wheel the
 # machine already has in exactly that version (scripts/gpu-base-cu130.txt) is
-# left out; the rest is downloaded, vLLM's kernels that dense models on sm_90
-# never load are dropped (as in the 0.20 recipe), and one xz stream of it all
-# is cut into chunks of CHUNK_MB (default 60, so that a chunk plus the
-# working tree stays under the 64 MiB a call carries).
+# left out, and so is every wheel on the exclusion list below (not imported on
+# the dense-model path, or already on the machine in a version that serves);
+# the rest is downloaded, vLLM's kernels that dense models on sm_90 never load
+# are dropped (as in the 0.20 recipe), and one xz stream of it all is cut into
+# chunks of CHUNK_MB (default 60, so that a chunk plus the working tree stays
+# under the 64 MiB a call carries). The device step installs with --no-deps,
+# so pip there never asks for what was left out.
+#
+# STAGE_SEND_CUDA_LIBS=1 sends cuBLAS, cuDNN and cuSPARSELt anyway (section B
+# of the list), for a machine whose own copies are not the ones named there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(git rev-parse --show-toplevel)
@@ -35,8 +41,55 @@ plat+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform l
 echo "[stage] resolving vllm==0.32.0 for cp312 x86_64"
 python3 -m pip install -q --dry-run --ignore-installed --target "$work/never" "${plat[@]}" \
   --report "$work/report.json" vllm==0.32.0
-python3 - "$work/report.json" "$here/gpu-base-cu130.txt" "$work/need.txt" <<'PY'
+# What is left out, and why; docs/gpu-staging.md has the evidence. An import
+# of vLLM's whole dense serving path (engine, `vllm serve`'s API server, the
+# V2 GPU model runner and its samplers, the FLASH_ATTN, TRITON_ATTN and
+# FLASHINFER backends, Llama, the project) with the packages of list A absent
+# passes the same 309 imports as with them (scripts/stage-probe-0.32.py), and
+# every place vLLM, FlashInfer, torch or transformers imports them is lazy,
+# guarded, or on a path a dense model on sm_90 does not take. One entry a line: a requirement, then why. An
+# entry with a version is one the machine must have instead: the device step
+# checks those (and scripts/gpu-base-cu130.txt) on its first call.
+cat > "$work/exclude.txt" <<'LIST'
+# A. Not imported on the dense-model path.
+tokenspeed-mla                 MLA attention backends only (DeepSeek-style models), imported lazily there
+tokenspeed-triton              needed only by tokenspeed-mla
+nvidia-cutlass-dsl             CuTe DSL: `cutlass` is importable only through a .pth file, which Python reads in site directories, not on PYTHONPATH; on the device it is absent whether sent or not
+nvidia-cutlass-dsl-libs-base   CuTe DSL, as above
+nvidia-cutlass-dsl-libs-core   CuTe DSL, as above
+nvidia-cutlass-dsl-libs-cu12   CuTe DSL, as above (and the CUDA 12 build)
+nvidia-cutlass-dsl-libs-cu13   CuTe DSL, as above
+quack-kernels                  imports cutlass at its top; used by FA4 (cute) and sm_100 kernels, while sm_90 runs FA3
+humming-kernels                mixed-precision quantization kernels; vLLM asks has_humming() and goes without
+nvidia-cuda-nvcc               needed only by humming-kernels[cu13]; FlashInfer's JIT uses the machine's nvcc (CUDA_HOME, `which nvcc`, /usr/local/cuda), Triton its own ptxas
+nvidia-nvvm                    needed only by nvidia-cuda-nvcc
+nvidia-cuda-crt                needed only by nvidia-cuda-nvcc
+nvidia-cuda-cccl               needed only by humming-kernels[cu13]; FlashInfer ships its own CCCL headers
+tilelang                       imported lazily for mHC kernels and by the JIT monitor, both guarded (has_tilelang(), try/except)
+z3-solver                      needed only by tilelang; torch imports z3 in try/except, for debug-only translation validation
+pynvvideocodec                 GPU video decoding, imported inside the decoder function only
+torchcodec                     audio and video decoding: vLLM imports it in try/except ImportError, transformers only if installed
+nccl4py                        the `nccl` Python package: FlashInfer's MoE expert parallelism and vLLM's m2n weight transfer, both lazy
+nccl-extensions                the same `nccl` package, the same users
+instanttensor                  imported only for --load-format instanttensor
+# A'. On the machine in a version that the pins accept.
+nvidia-nvjitlink>=13.0.88,<14  cuda-toolkit 13.0.3 (torch 2.13) asks for >=13.0.88,<14; pip picked the newest, 13.5.37; the machine has 13.0.88
+LIST
+# B. On the machine in a version torch 2.13 loads: every symbol torch 2.13's
+# libraries take from these is exported by the machine's copy (nm over the
+# wheels of exactly those versions), torch's preload finds them on sys.path
+# after /tmp/vllm-site, and torch 2.13 imports against exactly that set (seen
+# on a CPU machine whose python3 holds torch 2.11.0's cu130 set). NCCL is not
+# here: torch 2.13 uses 8 NCCL symbols that the machine's 2.28.9 lacks, and
+# its import fails there (undefined symbol: ncclCommResume).
+[ "${STAGE_SEND_CUDA_LIBS:-0}" = 1 ] || cat >> "$work/exclude.txt" <<'LIST'
+nvidia-cublas==13.1.0.3          torch 2.13 pins 13.1.1.3
+nvidia-cudnn-cu13==9.19.0.56     torch 2.13 pins 9.20.0.48; torch.backends.cudnn's minor-version check raises when reached (cuDNN paths: conv, RNN; none on a dense model), and the device step's export line turns it into a warning
+nvidia-cusparselt-cu13==0.8.0    torch 2.13 pins 0.8.1
+LIST
+python3 - "$work/report.json" "$here/gpu-base-cu130.txt" "$work/need.txt" "$work/exclude.txt" "$work/machine-expects.txt" <<'PY'
 import json, sys
+from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name as cn
 have = set()
 for line in open(sys.argv[2]):
@@ -44,12 +97,31 @@ for line in open(sys.argv[2]):
     if line:
         n, v = line.split("==")
         have.add((cn(n), v))
-need = []
+excl, expects = {}, [l.split("#")[0].strip() for l in open(sys.argv[2])]
+for line in open(sys.argv[4]):
+    if line.strip() and not line.startswith("#"):
+        req = Requirement(line.split()[0])
+        excl[cn(req.name)] = req
+        if req.specifier:
+            expects.append(str(req))
+need, left, seen = [], [], set()
 for i in json.load(open(sys.argv[1]))["install"]:
     m = i["metadata"]
-    (need if (cn(m["name"]), m["version"]) not in have else []).append(f'{m["name"]}=={m["version"]}')
+    key = (cn(m["name"]), m["version"])
+    seen.add(key[0])
+    if key in have:
+        continue
+    (left if key[0] in excl else need).append(f'{m["name"]}=={m["version"]}')
+stale = sorted(set(excl) - seen)
+if stale:
+    # The resolution changed: an exclusion that matches nothing is a sign that
+    # the list needs reading again, not something to skip silently.
+    sys.exit(f"[stage] excluded but not resolved: {stale}")
 open(sys.argv[3], "w").write("\n".join(sorted(need, key=str.lower)) + "\n")
-print(f"[stage] {len(need)} wheels to send, {len(have)} already on the GPU machine")
+open(sys.argv[5], "w").write("\n".join(e for e in expects if e) + "\n")
+print(f"[stage] {len(need)} wheels to send, {len(have)} already on the GPU machine, {len(left)} left out:")
+for x in sorted(left, key=str.lower):
+    print(f"  - {x}")
 PY
 
 echo "[stage] downloading"
@@ -78,7 +150,7 @@ tar cf - -C "$work" wheels | xz -${XZ_LEVEL:-6} -T0 | split -b "${chunk_mb}00000
 n=$(ls "$dest"/part_* | wc -l)
 for p in "$dest"/part_*; do mkdir "$dest/c_${p##*_}"; mv "$p" "$dest/c_${p##*_}/"; done
 echo "$n" > "$dest/tools/count"
-cp "$here/device-step-0.32.sh" "$dest/tools/"
+cp "$here/device-step-0.32.sh" "$work/machine-expects.txt" "$dest/tools/"
 du -sh "$dest"/c_* | tail -3; du -sh "$dest"
 echo "[stage] done: $n chunks. Send them in order, back to back (docs/gpu-staging.md):"
 for c in "$dest"/c_*; do echo "  carry [.device/v032/tools, .device/v032/${c##*/}]  command: bash .device/v032/tools/device-step-0.32.sh"; done
