@@ -48,29 +48,24 @@ class PluginRejectionSampler(RejectionSampler):
         draft_sampled = input_batch.input_ids[input_batch.logits_indices]
         num_nans = get_num_nans(logits) if self.sampler.compute_nans else None
         pos = input_batch.positions[input_batch.logits_indices]
+        # What the Sampler needs to process (and draw) every logit.
+        sampler_inputs = (
+            logits,
+            input_batch.expanded_idx_mapping,
+            input_batch.idx_mapping_np,
+            pos,
+            draft_sampled,
+            input_batch.expanded_local_pos,
+        )
         if self.verifies_by_matching(draft_logits):
             # The Sampler's own draw at every logit, then the drafts it repeats.
-            target_tokens, processed_logits = self.sampler.sample(
-                logits,
-                input_batch.expanded_idx_mapping,
-                input_batch.idx_mapping_np,
-                pos,
-                draft_sampled,
-                input_batch.expanded_local_pos,
-            )
+            target_tokens, processed_logits = self.sampler.sample(*sampler_inputs)
             sampled, num_sampled = accept_matching_drafts(
                 target_tokens, draft_sampled, input_batch.cu_num_logits,
                 self.num_speculative_steps,
             )
         else:
-            processed_logits = self.sampler.apply_sampling_params(
-                logits,
-                input_batch.expanded_idx_mapping,
-                input_batch.idx_mapping_np,
-                pos,
-                draft_sampled,
-                input_batch.expanded_local_pos,
-            )
+            processed_logits = self.sampler.apply_sampling_params(*sampler_inputs)
             sampled, num_sampled = self.draw(
                 processed_logits,
                 draft_sampled,
