@@ -29,6 +29,7 @@ from vllm_sampling_plugin.soak.summary import (
 )
 from vllm_sampling_plugin.soak.validate import (
     is_refusal,
+    length_unjudged,
     logprob_problems,
     structure_problems,
     token_id_problems,
@@ -113,6 +114,33 @@ def test_structures():
     assert structure_problems("123-abc", ("regex", r"[0-9]{3}-[a-z]{2}"))
     assert structure_problems("red", ("choice", CHOICES)) == []
     assert structure_problems("pink", ("choice", CHOICES))
+
+
+# Outputs of the H100 soak (tiny byte-level tokenizer, xgrammar): stock vLLM
+# 0.20 gave the same kind, so only the length of such a string goes unjudged.
+SPLIT_CHARACTER_NAME = '{"name": " 1559 1591\ufffd\ufffd\ufffd\ufffd\u0134", "age": 0, "member": false}'
+
+
+def test_split_character_string_is_judged_on_all_but_its_length():
+    structure = ("json", PERSON_SCHEMA)
+    assert length_unjudged(SPLIT_CHARACTER_NAME, structure)
+    assert structure_problems(SPLIT_CHARACTER_NAME, structure) == []
+    # Every other constraint still holds it: an age out of range fails.
+    too_old = SPLIT_CHARACTER_NAME.replace('"age": 0', '"age": 131')
+    assert not length_unjudged(too_old, structure)
+    assert structure_problems(too_old, structure)
+    # Without U+FFFD the length is judged as written.
+    long_name = json.dumps({"name": "x" * 13, "age": 1, "member": True})
+    assert not length_unjudged(long_name, structure)
+    assert structure_problems(long_name, structure)
+    assert not length_unjudged(SPLIT_CHARACTER_NAME, ("regex", ".*"))
+
+
+def test_split_character_strings_are_counted():
+    request = next(r for r in _mix(400) if r.kind == "json_schema" and r.expect == "ok")
+    body = {"choices": [{"text": SPLIT_CHARACTER_NAME, "token_ids": [1, 2], "finish_reason": "stop"}]}
+    outcome = judge_answer(request, 200, body, VOCAB)
+    assert outcome.result == "ok" and outcome.length_unjudged == 1
 
 
 def test_logprobs():

@@ -20,7 +20,7 @@ from vllm_sampling_plugin.soak.summary import (
     SoakSummary,
     tokens_per_window,
 )
-from vllm_sampling_plugin.soak.validate import choice_problems, is_refusal
+from vllm_sampling_plugin.soak.validate import choice_problems, is_refusal, length_unjudged
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Outcome:
     result: str  # "ok" | "rejected" | "aborted" | "unexpected"
     tokens: int = 0
     truncated_structured: int = 0
+    length_unjudged: int = 0
     problems: list[str] = field(default_factory=list)
 
 
@@ -42,12 +43,14 @@ def judge_answer(request: SoakRequest, status: int, payload, vocab_size: int) ->
     choices = payload.get("choices") or []
     wanted = request.body.get("n", 1)
     problems = [] if len(choices) == wanted else [f"{len(choices)} choices, asked for {wanted}"]
-    tokens = truncated = 0
+    tokens = truncated = unjudged = 0
     for choice in choices:
         problems += choice_problems(request, choice, vocab_size)
         tokens += len(choice.get("token_ids") or [])
         truncated += request.structure is not None and choice.get("finish_reason") == "length"
-    return Outcome("unexpected" if problems else "ok", tokens, truncated, problems)
+        unjudged += (choice.get("finish_reason") == "stop"
+                     and length_unjudged(choice.get("text", ""), request.structure))
+    return Outcome("unexpected" if problems else "ok", tokens, truncated, unjudged, problems)
 
 
 def fold_stream_chunk(folded: dict, chunk: dict) -> None:
@@ -130,6 +133,7 @@ def record(summary: SoakSummary, request: SoakRequest, outcome: Outcome) -> None
         summary.unexpected += [(request.index, request.kind, p) for p in outcome.problems]
     summary.tokens += outcome.tokens
     summary.truncated_structured += outcome.truncated_structured
+    summary.length_unjudged += outcome.length_unjudged
 
 
 async def soak(

@@ -17,6 +17,8 @@ class SoakSummary:
     rejected: int = 0  # expected 400s
     aborted: int = 0  # client disconnects, as planned
     truncated_structured: int = 0  # structured outputs cut by max_tokens
+    # JSON strings whose maxLength was not judged (validate.length_unjudged)
+    length_unjudged: int = 0
     tokens: int = 0
     latencies_s: list[float] = field(default_factory=list)
     # (request index, kind, problem), for anything not planned
@@ -82,6 +84,8 @@ def render(summary: SoakSummary, failures: list[str]) -> str:
         (f"requests ok {summary.ok} / rejected (expected 400) {summary.rejected} / "
          f"aborted {summary.aborted} / unexpected {len(summary.unexpected)}"),
         f"structured outputs cut by max_tokens (not judged): {summary.truncated_structured}",
+        ("JSON strings with U+FFFD, maxLength not judged (byte tokens split a "
+         f"character): {summary.length_unjudged}"),
         f"tokens {summary.tokens}",
         "latency p50 "
         + ("n/a" if p50 is None else f"{p50:.3f} s")

@@ -41,17 +41,44 @@ def logprob_problems(logprobs: dict | None, num_tokens: int, wanted: int) -> lis
     return problems
 
 
+def _schema_errors(text: str, schema: dict) -> list[jsonschema.ValidationError] | None:
+    """The schema's errors for ``text``, or None where ``text`` is not JSON."""
+    try:
+        # strict=False admits raw control characters inside strings: a
+        # grammar backend that reads a byte-level vocabulary as plain text
+        # (the soak's tiny tokenizer) allows tokens that decode to them.
+        # Structure and schema are still checked in full.
+        document = json.loads(text, strict=False)
+    except json.JSONDecodeError:
+        return None
+    return list(jsonschema.Draft202012Validator(schema).iter_errors(document))
+
+
+def length_unjudged(text: str, structure: tuple[str, Any] | None) -> bool:
+    """Whether the only schema errors are ``maxLength`` on strings holding U+FFFD.
+
+    The grammar backend counts a string's length over the bytes the tokens
+    carry; where byte-level tokens split a UTF-8 character, the detokenizer
+    writes U+FFFD for each stray byte, so the text's length is not the length
+    the grammar enforced. Stock vLLM 0.20 produces the same outputs (soak
+    control, docs/troubleshooting.md): such a string's length is not judged,
+    the rest of the document is.
+    """
+    if structure is None or structure[0] != "json":
+        return False
+    errors = _schema_errors(text, structure[1])
+    return bool(errors) and all(
+        e.validator == "maxLength" and "\ufffd" in e.instance for e in errors)
+
+
 def structure_problems(text: str, structure: tuple[str, Any]) -> list[str]:
     kind, spec = structure
     if kind == "json":
-        try:
-            # strict=False admits raw control characters inside strings: a
-            # grammar backend that reads a byte-level vocabulary as plain text
-            # (the soak's tiny tokenizer) allows tokens that decode to them.
-            # Structure and schema are still checked in full.
-            jsonschema.validate(json.loads(text, strict=False), spec)
-        except (json.JSONDecodeError, jsonschema.ValidationError) as exc:
-            return [f"JSON output invalid ({type(exc).__name__}): {text[:80]!r}"]
+        errors = _schema_errors(text, spec)
+        if errors is None:
+            return [f"JSON output invalid (JSONDecodeError): {text[:80]!r}"]
+        if errors and not length_unjudged(text, structure):
+            return [f"JSON output invalid ({errors[0].message[:60]}): {text[:80]!r}"]
         return []
     if kind == "regex":
         return [] if re.fullmatch(spec, text) else [f"text {text[:80]!r} does not match {spec}"]
