@@ -494,3 +494,13 @@ def test_ngram_alone_starts_no_peaked_engine(tmp_path):
     bench = RecordingRun(run.parse_args(["--mixes", "ngram", "--out", str(tmp_path)]))
     bench.model("1b", 128256)
     assert [entry[2] for entry in bench.log if entry[0] == "start"] == ["/ckpt/copy"] * 2
+
+
+def test_ngram_engine_captures_its_verification_steps():
+    """k = 3 at max_num_seqs 256 verifies 1024 tokens a step: past vLLM's 512."""
+    args = run.parse_args(["--max-num-seqs", "64,256"])
+    assert run.capture_size(args, 0) is None
+    assert run.capture_size(args, 3) == 1024
+    capped = run.parse_args(["--max-num-seqs", "64", "--max-cudagraph-capture-size", "512"])
+    assert run.capture_size(capped, 0) == 512
+    assert run.capture_size(capped, 3) == 512

@@ -84,7 +84,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-cudagraph-capture-size", type=int, default=None,
                         help="largest CUDA-graph batch of every engine (default: vLLM's, "
                         "2 x max_num_seqs up to 512); the staged vLLM 0.20.0 hit an illegal "
-                        "address capturing 496 tokens at max_num_seqs 256")
+                        "address capturing 496 tokens at max_num_seqs 256. The n-gram "
+                        "engine's is at least max_num_seqs x (k + 1), its verification "
+                        "step's tokens")
     parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints")
     parser.add_argument("--out", default="bench-results/e2e")
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
@@ -96,6 +98,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
     return args
+
+
+def capture_size(args: argparse.Namespace, ngram_k: int) -> int | None:
+    """The engine's largest CUDA-graph batch, in tokens (None: vLLM's default).
+
+    A verification step of an n-gram engine runs max_num_seqs x (k + 1)
+    tokens; vLLM's default stops capturing at 512, so at max_num_seqs 256 and
+    k = 3 every such step would run without CUDA graphs (H100: 1.34x instead
+    of the speed-up graphs give, docs/benchmarks.md).
+    """
+    if not ngram_k:
+        return args.max_cudagraph_capture_size
+    return max(args.max_cudagraph_capture_size or 0, max(args.max_num_seqs) * (ngram_k + 1))
 
 
 def model_name(shape: str, vocab: int, kind: str = "peaked") -> str:
@@ -318,7 +333,7 @@ class Run:
                               gpu_memory_utilization=a.gpu_memory_utilization,
                               max_model_len=max_model_len, ngram_k=ngram_k,
                               attention_backend=a.attention_backend,
-                              max_cudagraph_capture_size=a.max_cudagraph_capture_size,
+                              max_cudagraph_capture_size=capture_size(a, ngram_k),
                               cold_start_first=cold_start_first)
 
         engines: dict[str, Engine] = {}
