@@ -65,3 +65,45 @@ def test_without_v2_runner_the_checks_are_unchanged():
     )
     # Without the V2 runner the plugin does not widen vLLM's checks.
     assert "speculative method 'ngram'" in out
+
+
+def test_one_warning_when_verification_steps_outgrow_the_graphs():
+    out = run_python(
+        """
+        import logging
+        from types import SimpleNamespace
+        from vllm.config import CUDAGraphMode
+        from vllm_sampling_plugin.integration import vllm_config as vc
+
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        vc.logger.addHandler(handler)
+
+        def config(max_num_seqs, k, captured, eager=False, batched=8192,
+                   mode=CUDAGraphMode.FULL_AND_PIECEWISE):
+            return SimpleNamespace(
+                model_config=SimpleNamespace(enforce_eager=eager),
+                scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs,
+                                                 max_num_batched_tokens=batched),
+                speculative_config=SimpleNamespace(num_speculative_tokens=k),
+                compilation_config=SimpleNamespace(max_cudagraph_capture_size=captured,
+                                                   cudagraph_mode=mode),
+            )
+
+        assert vc.verification_step_tokens(config(256, 3, 512)) == 1024
+        assert vc.verification_step_tokens(config(256, 3, 512, batched=768)) == 768
+        for quiet in (config(128, 3, 512), config(256, 3, 1024), config(256, 3, 512, eager=True),
+                      config(256, 3, 512, mode=CUDAGraphMode.NONE)):
+            vc.warn_if_verification_outgrows_graphs(quiet)
+        assert records == [], [r.getMessage() for r in records]
+        vc.warn_if_verification_outgrows_graphs(config(256, 3, 512))
+        assert len(records) == 1
+        print(records[0].levelname, records[0].getMessage())
+        """,
+        env={"VLLM_LOGGING_LEVEL": "WARNING"},
+    )
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("WARNING"), last
+    assert "reach 1024 tokens" in last and "captured up to 512" in last
+    assert "--max-cudagraph-capture-size 1024" in last
