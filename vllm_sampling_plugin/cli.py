@@ -2,7 +2,8 @@
 
     vllm-sampling-plugin info                 versions, registration, settings, parts
     vllm-sampling-plugin info --markdown      the release x part table of docs/compatibility.md
-    vllm-sampling-plugin bench AREA [ARGS]    AREA: sampler, topk_topp, rejection, ngram, e2e
+    vllm-sampling-plugin bench AREA [ARGS]    AREA: sampler, topk_topp, rejection, ngram, e2e,
+                                              upstream (the plugin's ops against vLLM 0.32's)
     vllm-sampling-plugin demo                 sample a few tokens with the functional API
 """
 
@@ -17,7 +18,7 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from vllm_sampling_plugin import __version__, config
 
-BENCH_AREAS = ("sampler", "topk_topp", "rejection", "ngram", "e2e")
+BENCH_AREAS = ("sampler", "topk_topp", "rejection", "ngram", "e2e", "upstream")
 ENTRY_POINT_NAME = "vllm_sampling_plugin"
 
 

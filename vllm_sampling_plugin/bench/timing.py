@@ -17,6 +17,7 @@ import triton
 
 # do_bench's own default measuring time; tuning sweeps pass less.
 DEFAULT_REP_MS = 100
+DEFAULT_WARMUP_MS = 25
 
 
 def copy_bandwidth_gbps() -> float:
@@ -31,10 +32,13 @@ def copy_bandwidth_gbps() -> float:
     return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
 
 
-def median_us(fn: Callable[[], object], rep_ms: int = DEFAULT_REP_MS) -> float:
+def median_us(
+    fn: Callable[[], object], rep_ms: int = DEFAULT_REP_MS, warmup_ms: int = DEFAULT_WARMUP_MS
+) -> float:
     """Median GPU time of ``fn()`` in microseconds (``triton.testing.do_bench``,
-    L2 flushed before every call, for about ``rep_ms`` milliseconds)."""
-    return triton.testing.do_bench(fn, rep=rep_ms, return_mode="median") * 1e3
+    L2 flushed before every call, for about ``rep_ms`` milliseconds after
+    ``warmup_ms`` of untimed calls)."""
+    return triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median") * 1e3
 
 
 def graph_replay_us(fn: Callable[[], object]) -> float:

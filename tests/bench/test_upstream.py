@@ -1,0 +1,130 @@
+"""``bench upstream``: the report helpers anywhere, and the whole run on the
+CPU (Triton's interpreter, tiny shapes) where vLLM 0.32 is installed."""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.integration.helpers import QUIET_ENV, REPO_ROOT
+from tests.vllm_lines import needs_vllm_line
+from vllm_sampling_plugin.bench import upstream
+from vllm_sampling_plugin.integration import parts
+
+
+def run_module(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_sampling_plugin.bench.upstream", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **QUIET_ENV, **(env or {})},
+        cwd=REPO_ROOT,
+        timeout=600,
+    )
+
+
+def measured(part: str, variant: str, shape: dict, ratio: float) -> dict:
+    return {"part": part, "variant": variant, "shape": shape, "ratio": ratio}
+
+
+REPORT = {
+    "gpu": "NVIDIA H100 80GB HBM3",
+    "results": [
+        measured("gumbel", "fp32", {"B": 64, "V": 151936}, 1.104),
+        measured("gumbel", "fp64", {"B": 64, "V": 151936}, 0.97),
+        measured("gumbel", "fp32", {"B": 1024, "V": 128256}, 1.31),
+        measured("gumbel", "fp64", {"B": 1024, "V": 128256}, 0.971),
+        measured("rejection", "ngram", {"B": 64, "K": 3, "V": 151936}, 0.8),
+        {"part": "ngram", "variant": "n=2-3", "shape": {"R": 256}, "error": "TypeError: x"},
+        {"part": "flashinfer", "variant": "fp32", "shape": {"B": 64}, "skipped": "not asked"},
+    ],
+}
+
+
+def test_parts_ratios_names_parts_py_rows_and_ranges():
+    ratios = upstream.parts_ratios(REPORT)
+    assert set(ratios) == {parts.GUMBEL, parts.REJECTION}
+    assert ratios[parts.GUMBEL] == (
+        "upstream/plugin: fp32 1.10-1.31x, fp64 0.97x at B=64-1024, V=128256-151936 "
+        "(bench upstream, NVIDIA H100 80GB HBM3)"
+    )
+    assert ratios[parts.REJECTION].startswith("upstream/plugin: ngram 0.80x at B=64, K=3,")
+
+
+def test_ratios_flag_prints_them(tmp_path):
+    path = tmp_path / "upstream.json"
+    path.write_text(json.dumps(REPORT))
+    proc = run_module("--ratios", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{parts.GUMBEL}: upstream/plugin: fp32 1.10-1.31x" in proc.stdout
+
+
+def test_markdown_table_shows_errors_and_skips():
+    table = upstream.markdown_table(REPORT["results"]).splitlines()
+    assert len(table) == 2 + len(REPORT["results"])
+    assert "ERROR: TypeError: x" in table[-2]
+    assert "skipped: not asked" in table[-1]
+
+
+def test_every_part_maps_to_a_parts_py_row():
+    assert set(upstream.PART_NAMES.values()) <= set(parts.PARTS)
+
+
+def test_importing_and_help_need_no_vllm():
+    code = (
+        "import sys\n"
+        "from vllm_sampling_plugin.cli import main\n"
+        "try:\n"
+        "    main(['bench', 'upstream', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith('vllm.')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--flashinfer" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+@needs_vllm_line("0.32")
+def test_cpu_run_checks_every_signature_against_vllm_0_32(tmp_path):
+    proc = run_module(
+        "--device", "cpu", "--small", "--out", str(tmp_path), env={"TRITON_INTERPRET": "1"}
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    data = json.loads((tmp_path / "upstream.json").read_text())
+    assert data["vllm_line"] == "0.32" and data["device"] == "cpu"
+    rows = {(row["part"], row["variant"]): row for row in data["results"]}
+    assert set(rows) == {
+        ("gumbel", "fp32"),
+        ("gumbel", "fp64"),
+        ("topk_topp_seeded", "fp32"),
+        ("topk_topp_seeded", "fp64"),
+        ("rejection", "ngram"),
+        ("rejection", "eagle"),
+        ("ngram", "n=2-3"),
+        ("flashinfer", "fp32"),
+    }
+    assert rows.pop(("flashinfer", "fp32"))["skipped"] == "FlashInfer needs a CUDA GPU"
+    for key, row in rows.items():
+        assert "error" not in row and "check_error" not in row, (key, row)
+        assert len(row["plugin_us_samples"]) == len(row["upstream_us_samples"]) == 2
+        assert row["ratio"] == row["upstream_us"] / row["plugin_us"]
+        for name, value in row.items():
+            if name.endswith(("_valid", "_in_top_k")):
+                assert value in (True, 1.0), (key, name, value)
+    assert "overhead_us" in rows[("topk_topp_seeded", "fp32")]
+    # Temperature 1 and the same inputs: both verifiers accept by the same law.
+    for variant in ("ngram", "eagle"):
+        row = rows[("rejection", variant)]
+        assert 1 <= row["plugin_mean_emitted"] <= 4 and 1 <= row["upstream_mean_emitted"] <= 4
+    assert "| gumbel | fp32 | B=4 V=1024 |" in proc.stdout
+    assert (tmp_path / "upstream.md").read_text() in proc.stdout
+    assert set(upstream.parts_ratios(data)) == {
+        parts.GUMBEL,
+        parts.TOP_K_TOP_P_SEEDED,
+        parts.REJECTION,
+        parts.NGRAM,
+    }

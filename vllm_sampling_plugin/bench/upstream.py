@@ -1,0 +1,883 @@
+"""The plugin's ops against vLLM 0.32's own code for the same job, side by side on one GPU.
+
+    vllm-sampling-plugin bench upstream --out bench-results/upstream
+    TRITON_INTERPRET=1 vllm-sampling-plugin bench upstream --device cpu --small --out /tmp/upstream
+    python3 -m vllm_sampling_plugin.bench.upstream --ratios bench-results/upstream/upstream.json
+
+Issue 13: on vLLM 0.32 the plugin should replace only what it does better.
+Every row runs two calls on the same tensors, each as its runtime makes it:
+
+* ``gumbel`` (fp32, fp64), B x V float32 logits, temperature already applied,
+  no top-k/top-p: ``ops.gumbel.gumbel_sample`` against upstream's
+  ``Sampler._sample_random`` on that batch (its ``apply_top_k_top_p`` returns
+  at once, then ``sample/gumbel.py``'s ``gumbel_sample(use_fp64=...)``).
+* ``topk_topp_seeded`` (fp32, fp64), top_k=50, top_p=0.9, one seed per
+  request: ``ops.topk_topp.top_k_top_p_sample`` against ``_sample_random``
+  with the fused sampler off, as upstream runs batches with greedy rows or
+  explicit seeds: ``apply_top_k_top_p`` (in place), then ``gumbel_sample``.
+  The bench copies the logits before each upstream call (the mask would
+  otherwise see its own output); that copy is timed alone in the same rounds
+  and subtracted: ``upstream_us`` is net, ``upstream_gross_us`` and
+  ``overhead_us`` are kept.
+* ``flashinfer`` (``--flashinfer``; needs the ``flashinfer`` package): the
+  batches upstream gives FlashInfer (``_sample_random`` with the fused sampler
+  on) against the plugin's fused kernel (fp32). Off by default: FlashInfer
+  0.7.0.post1 has no ahead-of-time sampling module, and its first call
+  compiles for about two minutes.
+* ``rejection`` (ngram: no draft logits; eagle: draft logits), fp32,
+  temperature 1, standard mode: ``ops.rejection_sample_packed`` against
+  ``spec_decode/rejection_sampler_utils.py``'s ``rejection_sample`` on the
+  processed target logits (``apply_sampling_params``, which both need, is not
+  timed).
+* ``ngram``, R histories of L tokens, n in [2, 3], k drafts:
+  ``ops.ngram_propose_into`` against ``NgramGPUSpeculator.propose``, built
+  from a namespace holding the four config values its constructor reads.
+
+Timing: each side is called once first (compiles; its output feeds the row's
+checks), then ``--repeats`` rounds each time upstream, then the plugin (then
+the overhead), with ``triton.testing.do_bench`` (median over ``--rep-ms``,
+L2 flushed before every call), so drift hits both alike. A row keeps, per
+side, the median of the rounds and their min, max and spread, and ``ratio`` =
+upstream / plugin (above 1: the plugin is faster). A case that fails (a
+signature mismatch, an OOM) becomes a row with ``error`` and the rest run;
+once ``--budget-s`` seconds have passed the remaining cases are skipped
+rows. The JSON (``upstream.json``) is rewritten after every row, so a run cut
+short keeps what it measured; the Markdown table is printed at the end and
+written to ``upstream.md``.
+
+``--device cpu --small`` runs everything on tiny shapes through Triton's
+interpreter (``TRITON_INTERPRET=1`` in the environment): it checks every
+signature and the report, not speed. ``parts_ratios`` (``--ratios FILE``)
+turns a report into the ratio strings of ``integration/parts.py``'s 0.32
+column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from vllm_sampling_plugin.bench import report, timing
+from vllm_sampling_plugin.bench.harness import (
+    ERROR_CHARS,
+    repeat_pairs,
+    run_header,
+    summarize_repeats,
+)
+from vllm_sampling_plugin.integration import parts
+
+TOP_K, TOP_P = 50, 0.9
+MIN_N, MAX_N = 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """The cases of one run."""
+
+    batch_sizes: tuple[int, ...]  # rows of gumbel, topk_topp_seeded, flashinfer
+    vocab_sizes: tuple[int, ...]  # gumbel
+    topk_vocab_size: int  # topk_topp_seeded, flashinfer
+    rejection_batch_sizes: tuple[int, ...]
+    num_spec: int  # K drafts per request
+    rejection_vocab_size: int
+    ngram_requests: int
+    ngram_length: int  # L: history width, max_model_len
+    ngram_ks: tuple[int, ...]
+
+
+FULL = Shapes(
+    batch_sizes=(64, 256, 1024),
+    vocab_sizes=(151936, 128256),
+    topk_vocab_size=151936,
+    rejection_batch_sizes=(64, 256),
+    num_spec=3,
+    rejection_vocab_size=151936,
+    ngram_requests=256,
+    ngram_length=8192,
+    ngram_ks=(3, 5),
+)
+# What the Triton interpreter gets through in seconds per call.
+SMALL = Shapes(
+    batch_sizes=(4,),
+    vocab_sizes=(1024,),
+    topk_vocab_size=1024,
+    rejection_batch_sizes=(4,),
+    num_spec=3,
+    rejection_vocab_size=1024,
+    ngram_requests=4,
+    ngram_length=256,
+    ngram_ks=(3,),
+)
+
+
+@dataclasses.dataclass
+class Pair:
+    """One row: the plugin's call and upstream's, on shared tensors."""
+
+    plugin: Callable[[], object]
+    upstream: Callable[[], object]
+    # Work the bench adds to the upstream call only (a copy its in-place op
+    # needs here but not in the runner): timed alone, subtracted.
+    overhead: Callable[[], object] | None = None
+    # (plugin output, upstream output) on the host -> row fields.
+    check: Callable[[object, object], dict] | None = None
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """A job both sides do: its cases, and how to build one case's Pair.
+
+    ``cases(shapes) -> [(variant, shape)]``; ``build(variant, shape, device)
+    -> Pair``; ``skip(args) -> reason or None`` skips every case of the part;
+    ``parts_name`` is its row in ``integration/parts.py``."""
+
+    name: str
+    parts_name: str
+    cases: Callable[[Shapes], list[tuple[str, dict]]]
+    build: Callable[[str, dict, torch.device], Pair]
+    skip: Callable[[argparse.Namespace], str | None] = lambda args: None
+
+
+def generator(device: torch.device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def sampler_state(num_rows: int, vocab_size: int, device: torch.device) -> SimpleNamespace:
+    """B rows of float32 logits (temperature applied) and the per-request
+    state the 0.32 runner holds, one request slot per row: idx_mapping int64
+    (the runner's dtype on 0.32), temperature float32, seeds and pos int64,
+    top_k int32, top_p float32."""
+    gen = generator(device, num_rows * 7 + vocab_size)
+    return SimpleNamespace(
+        logits=torch.randn(num_rows, vocab_size, generator=gen, device=device) * 3,
+        idx_mapping=torch.arange(num_rows, dtype=torch.int64, device=device),
+        idx_mapping_np=np.arange(num_rows, dtype=np.intp),
+        temperature=torch.rand(num_rows, generator=gen, device=device) + 0.5,
+        seeds=torch.randint(-(2**63), 2**63 - 1, (num_rows,), generator=gen, device=device),
+        pos=torch.randint(0, 1 << 16, (num_rows,), generator=gen, device=device),
+        top_k=torch.full((num_rows,), TOP_K, dtype=torch.int32, device=device),
+        top_p=torch.full((num_rows,), TOP_P, dtype=torch.float32, device=device),
+    )
+
+
+def upstream_sample_random(state: SimpleNamespace, use_fp64: bool, use_flashinfer: bool = False):
+    """0.32's ``Sampler._sample_random`` on ``state``, called unbound with a
+    namespace holding the four attributes it reads, so the draw is upstream's
+    own method body. Top-k/top-p go in per row, as ``get_top_k_top_p`` gathers
+    them (one slot per row here, so the state tensors are already that)."""
+    from vllm.v1.worker.gpu.sample.sampler import Sampler
+
+    sampler = SimpleNamespace(
+        sampling_states=SimpleNamespace(
+            temperature=SimpleNamespace(gpu=state.temperature),
+            seeds=SimpleNamespace(gpu=state.seeds),
+        ),
+        use_fp64_gumbel=use_fp64,
+        use_flashinfer=use_flashinfer,
+        use_xpu_sampler=False,
+    )
+
+    def call(logits: torch.Tensor, top_k, top_p) -> torch.Tensor:
+        sampled, _ = Sampler._sample_random(
+            sampler,
+            processed_logits=logits,
+            expanded_idx_mapping=state.idx_mapping,
+            idx_mapping_np=state.idx_mapping_np,
+            pos=state.pos,
+            top_k=top_k,
+            top_p=top_p,
+            use_fused_sampler=use_flashinfer,
+        )
+        return sampled
+
+    return call
+
+
+def tokens_valid(tokens: torch.Tensor, num_rows: int, vocab_size: int) -> bool:
+    return tokens.shape == (num_rows,) and bool(((tokens >= 0) & (tokens < vocab_size)).all())
+
+
+def in_top_k_share(logits: torch.Tensor, tokens: torch.Tensor) -> float:
+    """Share of rows whose token is among the row's TOP_K largest logits."""
+    kth = logits.topk(TOP_K, dim=-1).values[:, -1]
+    chosen = logits.gather(1, tokens.to(logits.device).view(-1, 1)).view(-1)
+    return float((chosen >= kth).float().mean())
+
+
+def token_checks(state: SimpleNamespace, top_k: bool) -> Callable[[object, object], dict]:
+    num_rows, vocab_size = state.logits.shape
+
+    def check(plugin_tokens, upstream_tokens) -> dict:
+        out = {
+            "plugin_tokens_valid": tokens_valid(plugin_tokens, num_rows, vocab_size),
+            "upstream_tokens_valid": tokens_valid(upstream_tokens, num_rows, vocab_size),
+        }
+        if top_k:
+            out["plugin_in_top_k"] = in_top_k_share(state.logits, plugin_tokens)
+            out["upstream_in_top_k"] = in_top_k_share(state.logits, upstream_tokens)
+        return out
+
+    return check
+
+
+# Gumbel-max, no top-k/top-p.
+
+
+def gumbel_cases(batch_sizes: Sequence[int], vocab_sizes: Sequence[int]) -> list[tuple[str, dict]]:
+    return [
+        (variant, {"B": b, "V": v})
+        for v in vocab_sizes
+        for b in batch_sizes
+        for variant in ("fp32", "fp64")
+    ]
+
+
+def build_gumbel(variant: str, shape: dict, device: torch.device) -> Pair:
+    from vllm_sampling_plugin.ops.gumbel import gumbel_sample
+
+    use_fp64 = variant == "fp64"
+    state = sampler_state(shape["B"], shape["V"], device)
+    upstream = upstream_sample_random(state, use_fp64)
+    return Pair(
+        # As the plugin's 0.32 sampler calls it (integration/upstream_sampler.py).
+        plugin=lambda: gumbel_sample(
+            state.logits,
+            state.idx_mapping,
+            state.temperature,
+            state.seeds,
+            state.pos,
+            apply_temperature=False,
+            use_fp64=use_fp64,
+        ),
+        upstream=lambda: upstream(state.logits, None, None),
+        check=token_checks(state, top_k=False),
+        note="different noise generators: same law, different tokens",
+    )
+
+
+# top-k/top-p on the batches upstream keeps off FlashInfer.
+
+
+def topk_cases(shapes: Shapes) -> list[tuple[str, dict]]:
+    return [
+        (variant, {"B": b, "V": shapes.topk_vocab_size})
+        for b in shapes.batch_sizes
+        for variant in ("fp32", "fp64")
+    ]
+
+
+def build_topk_topp_seeded(variant: str, shape: dict, device: torch.device) -> Pair:
+    from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
+
+    use_fp64 = variant == "fp64"
+    state = sampler_state(shape["B"], shape["V"], device)
+    upstream = upstream_sample_random(state, use_fp64)
+    work = torch.empty_like(state.logits)
+    return Pair(
+        plugin=lambda: top_k_top_p_sample(
+            state.logits,
+            state.idx_mapping,
+            state.temperature,
+            state.seeds,
+            state.pos,
+            state.top_k,
+            state.top_p,
+            apply_temperature=False,
+            use_fp64=use_fp64,
+        ),
+        upstream=lambda: upstream(work.copy_(state.logits), state.top_k, state.top_p),
+        overhead=lambda: work.copy_(state.logits),
+        check=token_checks(state, top_k=True),
+        note="upstream: apply_top_k_top_p + gumbel_sample, net of the logits copy; "
+        "ties at the thresholds: the plugin keeps them together",
+    )
+
+
+def flashinfer_skip(args: argparse.Namespace) -> str | None:
+    if args.device == "cpu":
+        return "FlashInfer needs a CUDA GPU"
+    if not args.flashinfer:
+        return (
+            "not asked for (--flashinfer): FlashInfer 0.7.0.post1's first sampling "
+            "call compiles for about two minutes"
+        )
+    try:
+        import flashinfer.sampling  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 (any import failure means no FlashInfer row)
+        return f"flashinfer not importable: {type(exc).__name__}: {exc}"[:ERROR_CHARS]
+    return None
+
+
+def build_flashinfer(variant: str, shape: dict, device: torch.device) -> Pair:
+    from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
+
+    state = sampler_state(shape["B"], shape["V"], device)
+    upstream = upstream_sample_random(state, use_fp64=False, use_flashinfer=True)
+    return Pair(
+        plugin=lambda: top_k_top_p_sample(
+            state.logits,
+            state.idx_mapping,
+            state.temperature,
+            state.seeds,
+            state.pos,
+            state.top_k,
+            state.top_p,
+            apply_temperature=False,
+        ),
+        upstream=lambda: upstream(state.logits, state.top_k, state.top_p),
+        check=token_checks(state, top_k=True),
+        note="upstream: flashinfer_sample (unseeded batches); plugin fp32 fused kernel",
+    )
+
+
+# Rejection sampling.
+
+
+def rejection_cases(shapes: Shapes) -> list[tuple[str, dict]]:
+    return [
+        (variant, {"B": b, "K": shapes.num_spec, "V": shapes.rejection_vocab_size})
+        for b in shapes.rejection_batch_sizes
+        for variant in ("ngram", "eagle")
+    ]
+
+
+def build_rejection(variant: str, shape: dict, device: torch.device) -> Pair:
+    from vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils import rejection_sample
+
+    from vllm_sampling_plugin.ops.rejection import rejection_sample_packed
+
+    num_reqs, num_spec, vocab_size = shape["B"], shape["K"], shape["V"]
+    gen = generator(device, num_reqs * 131 + num_spec)
+    num_logits = num_reqs * (num_spec + 1)
+    target = torch.randn(num_logits, vocab_size, generator=gen, device=device) * 3
+    # [B, K, V]: request slot = batch row, as with idx_mapping = arange.
+    draft_logits = target.view(num_reqs, num_spec + 1, vocab_size)[:, :num_spec]
+    draft_logits = draft_logits + 0.5 * torch.randn(
+        draft_logits.shape, generator=gen, device=device
+    )
+    # Drafts drawn from the draft distribution (Gumbel-max), as Eagle draws
+    # them; without draft logits (n-gram) the same ids are point masses.
+    uniform = torch.rand(draft_logits.shape, generator=gen, device=device).clamp_(min=1e-20)
+    drafts = (draft_logits - (-uniform.log()).log()).argmax(-1)
+    del uniform
+    # input_ids[logits_indices]: request r's draft j sits at row r * (K + 1) + j + 1.
+    draft_sampled = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32, device=device)
+    draft_sampled[:, 1:] = drafts
+    draft_sampled = draft_sampled.view(-1)
+    idx_mapping = torch.arange(num_reqs, dtype=torch.int64, device=device)
+    start_pos = torch.randint(0, 1 << 14, (num_reqs, 1), generator=gen, device=device)
+    pos = (start_pos + torch.arange(num_spec + 1, device=device)).view(-1)
+    cu_num_logits = torch.arange(num_reqs + 1, dtype=torch.int32, device=device) * (num_spec + 1)
+    expanded_idx_mapping = idx_mapping.repeat_interleave(num_spec + 1)
+    expanded_local_pos = torch.arange(num_spec + 1, dtype=torch.int32, device=device).repeat(
+        num_reqs
+    )
+    # Temperature 1: upstream divides its (raw) draft logits by the
+    # temperature, the plugin takes them already divided; at 1 they agree.
+    temperature = torch.ones(num_reqs, dtype=torch.float32, device=device)
+    seeds = torch.randint(-(2**63), 2**63 - 1, (num_reqs,), generator=gen, device=device)
+    draft = draft_logits.contiguous() if variant == "eagle" else None
+
+    def check(plugin_out, upstream_out) -> dict:
+        out = {}
+        for side, (sampled, num_sampled) in (("plugin", plugin_out), ("upstream", upstream_out)):
+            out[f"{side}_counts_valid"] = sampled.shape == (num_reqs, num_spec + 1) and bool(
+                ((num_sampled >= 1) & (num_sampled <= num_spec + 1)).all()
+            )
+            out[f"{side}_mean_emitted"] = float(num_sampled.float().mean())
+        return out
+
+    return Pair(
+        plugin=lambda: rejection_sample_packed(
+            target,
+            draft_sampled,
+            cu_num_logits,
+            idx_mapping=idx_mapping,
+            pos=pos,
+            temperature=temperature,
+            seeds=seeds,
+            num_speculative_steps=num_spec,
+            draft_logits=draft,
+        ),
+        # Argument order of RejectionSampler._verify's call.
+        upstream=lambda: rejection_sample(
+            target,
+            draft,
+            draft_sampled,
+            cu_num_logits,
+            pos,
+            idx_mapping,
+            expanded_idx_mapping,
+            expanded_local_pos,
+            temperature,
+            seeds,
+            num_spec,
+            None,
+            use_fp64=False,
+        ),
+        check=check,
+        note="standard (probabilistic) mode, same law; "
+        + (
+            "point-mass drafts (no draft logits)"
+            if draft is None
+            else "draft logits [B, K, V], temperature 1"
+        ),
+    )
+
+
+# N-gram proposer.
+
+
+def ngram_cases(shapes: Shapes) -> list[tuple[str, dict]]:
+    return [
+        (
+            f"n={MIN_N}-{MAX_N}",
+            {"R": shapes.ngram_requests, "L": shapes.ngram_length, "k": k},
+        )
+        for k in shapes.ngram_ks
+    ]
+
+
+def build_ngram(variant: str, shape: dict, device: torch.device) -> Pair:
+    from vllm.v1.worker.gpu.spec_decode.ngram.speculator import NgramGPUSpeculator
+
+    from vllm_sampling_plugin.bench.ngram import make_histories
+    from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
+
+    num_reqs, length, k = shape["R"], shape["L"], shape["k"]
+    rng = np.random.default_rng(num_reqs + length)
+    tokens = make_histories(rng, num_reqs, length)
+    lens = (length - rng.integers(0, min(64, length // 2), num_reqs)).astype(np.int32)
+    # The runner's all_token_ids is [max_num_reqs, max_model_len] int32.
+    history = torch.from_numpy(tokens).to(device)
+    total_len = torch.from_numpy(lens).to(device)
+    rows = torch.arange(num_reqs, device=device)
+    # [max_num_reqs, 1] int64: req_states.last_sampled_tokens, the fill token.
+    last_sampled = history[rows, total_len.long() - 1].long().unsqueeze(1)
+    num_sampled = torch.ones(num_reqs, dtype=torch.int32, device=device)
+
+    # The four config values NgramGPUSpeculator.__init__ reads; it allocates
+    # its own scratch and drafts and picks its block size from max_model_len.
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(
+            num_speculative_tokens=k, prompt_lookup_min=MIN_N, prompt_lookup_max=MAX_N
+        ),
+        scheduler_config=SimpleNamespace(max_num_seqs=num_reqs),
+        model_config=SimpleNamespace(max_model_len=length),
+    )
+    req_states = SimpleNamespace(
+        all_token_ids=SimpleNamespace(gpu=history), total_len=SimpleNamespace(gpu=total_len)
+    )
+    speculator = NgramGPUSpeculator(config, device, req_states)
+    # 0.32's InputBatch.idx_mapping is int64; the plugin's op takes int32.
+    batch = SimpleNamespace(num_reqs=num_reqs, idx_mapping=rows.to(torch.int64))
+
+    drafts = torch.zeros(num_reqs, k, dtype=torch.int64, device=device)
+    num_drafts = torch.zeros(num_reqs, dtype=torch.int32, device=device)
+    scratch = ngram_scratch(num_reqs, device)
+    idx_mapping = rows.to(torch.int32)
+
+    def plugin():
+        ngram_propose_into(
+            history,
+            total_len,
+            idx_mapping,
+            drafts,
+            num_drafts,
+            scratch,
+            min_n=MIN_N,
+            max_n=MAX_N,
+            max_model_len=length,
+            num_sampled=num_sampled,
+            fill_tokens=last_sampled,
+        )
+        return drafts, num_drafts
+
+    def upstream():
+        # Only the arguments propose() reads; the rest are a model's.
+        return speculator.propose(
+            batch, None, None, None, None, num_sampled, None, last_sampled, None, None, None
+        )
+
+    def check(plugin_out, upstream_drafts) -> dict:
+        plugin_drafts, plugin_num = plugin_out
+        return {
+            "rows_with_drafts_plugin": int((plugin_num > 0).sum()),
+            "rows_same_drafts": int((plugin_drafts == upstream_drafts).all(dim=1).sum()),
+        }
+
+    return Pair(
+        plugin=plugin,
+        upstream=upstream,
+        check=check,
+        note="longest n first; ties: plugin earliest match, upstream rightmost, "
+        "so drafts may differ (rows_same_drafts)",
+    )
+
+
+# In the order they run: every part at its first vocabulary before the
+# Gumbel rows at the others, so that a run cut short by --budget-s (the
+# first calls compile) loses the least. FlashInfer last: its first call may
+# compile for minutes.
+PARTS = (
+    Part(
+        "gumbel",
+        parts.GUMBEL,
+        lambda shapes: gumbel_cases(shapes.batch_sizes, shapes.vocab_sizes[:1]),
+        build_gumbel,
+    ),
+    Part("topk_topp_seeded", parts.TOP_K_TOP_P_SEEDED, topk_cases, build_topk_topp_seeded),
+    Part("rejection", parts.REJECTION, rejection_cases, build_rejection),
+    Part("ngram", parts.NGRAM, ngram_cases, build_ngram),
+    Part(
+        "gumbel",
+        parts.GUMBEL,
+        lambda shapes: gumbel_cases(shapes.batch_sizes, shapes.vocab_sizes[1:]),
+        build_gumbel,
+    ),
+    Part(
+        "flashinfer",
+        parts.TOP_K_TOP_P_FLASHINFER,
+        lambda shapes: [
+            ("fp32", {"B": b, "V": shapes.topk_vocab_size}) for b in shapes.batch_sizes
+        ],
+        build_flashinfer,
+        skip=flashinfer_skip,
+    ),
+)
+PART_NAMES = {part.name: part.parts_name for part in PARTS}
+
+
+# Measuring.
+
+
+def one_call_us(call: Callable[[], object]) -> float:
+    """Wall time of one call (CPU mode: the interpreter's time, not a speed)."""
+    start = time.perf_counter()
+    call()
+    return (time.perf_counter() - start) * 1e6
+
+
+def measure(pair: Pair, timer: Callable[[Callable[[], object]], float], repeats: int) -> dict:
+    """The row fields of ``pair``: per side ``<side>_us`` (median of the
+    rounds), ``_min``, ``_max``, ``_spread_pct``, ``_samples``; ``ratio``; and
+    the checks, run on the outputs of the first (compiling) calls, upstream's
+    first, so a failure names the side that failed after the other ran."""
+    calls = {"upstream": pair.upstream, "plugin": pair.plugin}
+    outputs = {}
+    for side, call in calls.items():
+        try:
+            outputs[side] = report.host_copy(call())
+        except Exception as exc:
+            raise RuntimeError(f"{side}: {type(exc).__name__}: {exc}") from exc
+    if pair.overhead is not None:
+        pair.overhead()
+        calls["overhead"] = pair.overhead
+    samples = repeat_pairs(
+        {name: (lambda c=call: timer(c)) for name, call in calls.items()}, repeats
+    )
+    if pair.overhead is not None:
+        samples["upstream_gross"] = samples["upstream"]
+        samples["upstream"] = [
+            gross - copy
+            for gross, copy in zip(samples["upstream_gross"], samples["overhead"], strict=True)
+        ]
+    row = summarize_repeats(samples)
+    row["ratio"] = row["upstream_us"] / row["plugin_us"]
+    if pair.check is not None:
+        try:
+            row.update(pair.check(outputs["plugin"], outputs["upstream"]))
+        except Exception as exc:  # noqa: BLE001 (a broken check must not drop the timings)
+            row["check_error"] = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+    return row
+
+
+def run_part(
+    part: Part,
+    args: argparse.Namespace,
+    shapes: Shapes,
+    device: torch.device,
+    timer: Callable[[Callable[[], object]], float],
+    deadline: float,
+) -> Iterable[dict]:
+    """One row per case of ``part``: measured, failed (``error``) or skipped."""
+    reason = part.skip(args)
+    for variant, shape in part.cases(shapes):
+        row = {"part": part.name, "variant": variant, "shape": shape}
+        if reason is not None:
+            yield {**row, "skipped": reason}
+            continue
+        if time.monotonic() > deadline:
+            yield {**row, "skipped": f"--budget-s {args.budget_s:g} s spent"}
+            continue
+        try:
+            pair = part.build(variant, shape, device)
+            row["note"] = pair.note
+            row.update(measure(pair, timer, args.repeats))
+        except Exception as exc:  # noqa: BLE001 (one part's failure must not end the run)
+            row["error"] = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+            if args.traceback:
+                traceback.print_exc()
+        finally:
+            # Free the case's tensors before the next case allocates its own.
+            pair = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        yield row
+
+
+# Reports.
+
+
+def shape_text(shape: dict) -> str:
+    return " ".join(f"{key}={value}" for key, value in shape.items())
+
+
+def side_text(row: dict, side: str) -> str:
+    if f"{side}_us" not in row:
+        return "-"
+    return f"{row[f'{side}_us']:.1f} (spread {row[f'{side}_us_spread_pct']:.0f}%)"
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """The rows as a Markdown table: median us and the spread of the rounds
+    ((max - min) / median), upstream / plugin, and the note, error or skip
+    reason."""
+    lines = [
+        "| part | variant | shape | plugin us | upstream us | upstream/plugin | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "-"
+        note = row.get("error") or row.get("skipped") or row.get("note", "")
+        if "error" in row:
+            note = f"ERROR: {note}"
+        elif "skipped" in row:
+            note = f"skipped: {note}"
+        lines.append(
+            f"| {row['part']} | {row['variant']} | {shape_text(row['shape'])} | "
+            f"{side_text(row, 'plugin')} | {side_text(row, 'upstream')} | {ratio} | "
+            f"{note.replace('|', '/')} |"
+        )
+    return "\n".join(lines)
+
+
+def _span(values: Sequence) -> str:
+    low, high = min(values), max(values)
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
+def parts_ratios(data: dict) -> dict[str, str]:
+    """``{integration/parts.py part name: ratio string}`` from a report, for
+    the parts' 0.32 ratio cells. Per variant: the range of upstream/plugin
+    over the measured shapes and the shapes, e.g. ``"upstream/plugin: fp32
+    1.10-1.31x, fp64 0.97-1.02x at B=64-1024, V=128256-151936 (bench
+    upstream, NVIDIA H100 80GB HBM3)"``. Parts without a measured row are
+    left out."""
+    measured: dict[str, dict[str, list[dict]]] = {}
+    for row in data["results"]:
+        if "ratio" in row:
+            variants = measured.setdefault(PART_NAMES[row["part"]], {})
+            variants.setdefault(row["variant"], []).append(row)
+    out = {}
+    for name, variants in measured.items():
+        cells = []
+        for variant, rows in variants.items():
+            ratios = [row["ratio"] for row in rows]
+            low, high = min(ratios), max(ratios)
+            cells.append(
+                f"{variant} {low:.2f}x"
+                if f"{low:.2f}" == f"{high:.2f}"
+                else f"{variant} {low:.2f}-{high:.2f}x"
+            )
+        shapes = [row["shape"] for rows in variants.values() for row in rows]
+        keys = {key: _span(sorted({s[key] for s in shapes})) for key in shapes[0]}
+        where = ", ".join(f"{key}={span}" for key, span in keys.items())
+        out[name] = (
+            f"upstream/plugin: {', '.join(cells)} at {where} (bench upstream, {data['gpu']})"
+        )
+    return out
+
+
+def installed(dist: str) -> str:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def prepare_cpu() -> None:
+    """Let vLLM's Triton kernels run on CPU tensors in the interpreter
+    (``--device cpu``: a check of the plumbing, never a timing).
+
+    * Without an active GPU driver vLLM's ``triton_utils`` swaps Triton for
+      a placeholder, unless ``CUDA_VISIBLE_DEVICES`` is empty (its lenient
+      check for distributed start-up), which on a CPU machine changes
+      nothing else.
+    * ``apply_top_k_top_p``'s Triton kernel strides rows with ``tl.range``,
+      whose index the interpreter hands over as a Python int (no ``.to``):
+      on the CPU upstream's sort-based PyTorch mask stands in (same call,
+      same arguments; the GPU runs the Triton kernel).
+    * The interpreter has no libdevice (its functions return None); the
+      rejection resample kernel's one call, ``log1p``, gets ``log(1 + x)``.
+    * Triton 3.9's interpreter backs a scalar ``a & b`` of comparisons with
+      int32 data and then refuses it in a load mask (docs/compatibility.md),
+      which both n-gram finalize kernels have: masks are made bool first.
+    """
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit(
+            "--device cpu runs the kernels in Triton's interpreter: set "
+            "TRITON_INTERPRET=1 in the environment before starting Python"
+        )
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    from vllm.triton_utils import HAS_TRITON
+
+    if not HAS_TRITON:
+        raise SystemExit(
+            "vLLM's triton_utils chose its placeholder (it was imported before "
+            "CUDA_VISIBLE_DEVICES was emptied): vLLM's kernels cannot run here"
+        )
+    import triton.language as tl
+    from triton.language.extra import libdevice
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+    from vllm.v1.sample.ops import topk_topp_sampler
+
+    topk_topp_sampler.HAS_TRITON = False
+    libdevice.log1p = lambda x: tl.log(x + 1.0)
+    masked_load = InterpreterBuilder.create_masked_load
+
+    def create_masked_load(self, ptrs, mask, *rest):
+        mask = TensorHandle(mask.data.astype(bool), tl.int1)
+        return masked_load(self, ptrs, mask, *rest)
+
+    InterpreterBuilder.create_masked_load = create_masked_load
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="vllm-sampling-plugin bench upstream",
+        description=__doc__.split("\n")[0],
+    )
+    p.add_argument("--out", default="bench-results/upstream", help="output directory")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--small", action="store_true", help="tiny shapes (for --device cpu)")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        choices=list(PART_NAMES),
+        default=list(PART_NAMES),
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="interleaved rounds per case (default 5 on cuda, 2 on cpu)",
+    )
+    p.add_argument("--rep-ms", type=int, default=25, help="do_bench measuring time per round")
+    p.add_argument("--warmup-ms", type=int, default=10, help="do_bench warm-up per round")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=80.0,
+        help="skip the cases left once this many seconds have passed",
+    )
+    p.add_argument(
+        "--flashinfer",
+        action="store_true",
+        help="also time FlashInfer's batches (its first call compiles for minutes)",
+    )
+    p.add_argument("--traceback", action="store_true", help="print the traceback of errors")
+    p.add_argument(
+        "--ratios", metavar="FILE", help="print the parts.py ratio strings of a report and exit"
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    start = time.monotonic()
+    args = parser().parse_args(argv)
+    if args.ratios:
+        with open(args.ratios) as f:
+            for name, text in parts_ratios(json.load(f)).items():
+                print(f"{name}: {text}")
+        return 0
+    if args.device == "cpu":
+        prepare_cpu()
+    elif not torch.cuda.is_available():
+        raise SystemExit("bench upstream needs a CUDA GPU (or --device cpu --small)")
+    device = torch.device(args.device)
+    if args.repeats is None:
+        args.repeats = 5 if args.device == "cuda" else 2
+    shapes = SMALL if args.small else FULL
+    if args.device == "cuda":
+
+        def timer(call):
+            return timing.median_us(call, args.rep_ms, args.warmup_ms)
+    else:
+        timer = one_call_us
+
+    from vllm_sampling_plugin.integration.version import release_line
+
+    vllm_version = installed("vllm")
+    header = run_header(
+        "upstream",
+        vllm=vllm_version,
+        vllm_line=release_line(vllm_version),
+        flashinfer=installed("flashinfer-python"),
+        device=args.device,
+        repeats=args.repeats,
+        rep_ms=args.rep_ms,
+        warmup_ms=args.warmup_ms,
+        shapes=dataclasses.asdict(shapes),
+        top_k=TOP_K,
+        top_p=TOP_P,
+        ngram_n=[MIN_N, MAX_N],
+    )
+    print(
+        f"{header['gpu']}, vLLM {vllm_version}, torch {header['torch']}, "
+        f"triton {header['triton']}; {args.repeats} rounds per case"
+    )
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "upstream.json")
+    rows: list[dict] = []
+    deadline = start + args.budget_s
+    for part in PARTS:
+        if part.name not in args.parts:
+            continue
+        for row in run_part(part, args, shapes, device, timer, deadline):
+            rows.append(row)
+            report.write_json(
+                path, {**header, "elapsed_s": time.monotonic() - start, "results": rows}
+            )
+            outcome = row.get("error") or row.get("skipped") or f"{row['ratio']:.2f}x"
+            print(f"{part.name} {row['variant']} {shape_text(row['shape'])}: {outcome}", flush=True)
+    table = (
+        f"{header['gpu']}, vLLM {vllm_version}, torch {header['torch']}, triton "
+        f"{header['triton']}; median us of {args.repeats} interleaved rounds "
+        "(spread: (max - min) / median)\n\n" + markdown_table(rows)
+    )
+    print(f"\n{table}")
+    with open(os.path.join(args.out, "upstream.md"), "w") as f:
+        f.write(table + "\n")
+    failed = sum("error" in row for row in rows)
+    print(
+        f"\nwrote {path} and upstream.md ({len(rows)} rows, {failed} failed) in "
+        f"{time.monotonic() - start:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
