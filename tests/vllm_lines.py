@@ -10,19 +10,20 @@ INSTALLED_VERSION = installed_vllm_version()
 INSTALLED_LINE = release_line(INSTALLED_VERSION)
 
 
-def needs_vllm_line(line: str) -> pytest.MarkDecorator:
-    """Skip unless the installed vLLM belongs to release line ``line``."""
-    return pytest.mark.skipif(
-        INSTALLED_LINE != line,
-        reason=f"needs vLLM {line}.x; vLLM {INSTALLED_VERSION} is installed",
-    )
+def _needs(lines: tuple[str, ...]) -> str:
+    wanted = " or ".join(f"{line}.x" for line in lines)
+    return f"needs vLLM {wanted}; vLLM {INSTALLED_VERSION} is installed"
+
+
+def needs_vllm_line(*lines: str, why: str = "") -> pytest.MarkDecorator:
+    """Skip unless the installed vLLM belongs to one of the release ``lines``;
+    ``why`` (optional) says what of those lines the tests exercise."""
+    reason = _needs(lines) + (f" ({why})" if why else "")
+    return pytest.mark.skipif(INSTALLED_LINE not in lines, reason=reason)
 
 
 def skip_module_unless_line(line: str) -> None:
     """Call at the top of a test module, before it imports one line's vLLM
     internals, so that on another line the module is skipped, not an error."""
     if INSTALLED_LINE != line:
-        pytest.skip(
-            f"needs vLLM {line}.x; vLLM {INSTALLED_VERSION} is installed",
-            allow_module_level=True,
-        )
+        pytest.skip(_needs((line,)), allow_module_level=True)

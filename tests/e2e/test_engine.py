@@ -14,8 +14,16 @@ import pytest
 
 from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
+from tests.vllm_lines import needs_vllm_line
 
-pytestmark = pytest.mark.gpu
+pytestmark = [
+    pytest.mark.gpu,
+    needs_vllm_line(
+        "0.20",
+        why="the 0.20 line's PluginSampler, PluginRejectionSampler and n-gram speculator; "
+        "0.32/0.33: tests/e2e/test_engine_upstream_sampler_lines.py",
+    ),
+]
 
 PROBE_RUNNER = """
 def probe(worker):

@@ -15,8 +15,16 @@ import pytest
 import torch
 
 from tests.e2e.test_engine import NGRAM_PROMPTS, run_engine, tiny_model  # noqa: F401 (fixture)
+from tests.vllm_lines import needs_vllm_line
 
-pytestmark = pytest.mark.gpu
+pytestmark = [
+    pytest.mark.gpu,
+    needs_vllm_line(
+        "0.20",
+        why="the 0.20 line's rejection sampler and the sampling fields it adds to "
+        "speculation (upstream 0.32 refuses min_p and logit_bias with it)",
+    ),
+]
 
 NGRAM = (
     "speculative_config={'method': 'ngram', 'num_speculative_tokens': 3, "
