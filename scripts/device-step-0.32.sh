@@ -14,20 +14,30 @@ mkdir -p "$have"
 # First call: the staging left some packages to the machine (its torch
 # 2.11.0+cu130 set and the CUDA libraries in tools/machine-expects.txt); check
 # that the machine has them before any more chunks are spent on it.
+# Wheels in .device/v032/extra (carried with the first chunk) stand in for
+# packages the machine turned out to lack: they are installed with the rest.
 expects=.device/v032/tools/machine-expects.txt
+extra=/tmp/vllm032-extra
+if [ -d .device/v032/extra ]; then mkdir -p "$extra" && cp .device/v032/extra/*.whl "$extra/"; fi
 if [ -f "$expects" ] && [ ! -e /tmp/vllm032-machine-ok ]; then
-  if env -u PYTHONPATH python3 - "$expects" <<'PY'
+  if env -u PYTHONPATH python3 - "$expects" "$extra" <<'PY'
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 try:
     from packaging.requirements import Requirement
 except ImportError:
     from pip._vendor.packaging.requirements import Requirement
+def norm(name):
+    return name.lower().replace("-", "_").replace(".", "_")
+sent = {norm(f.split("-")[0]) for f in os.listdir(sys.argv[2])} if os.path.isdir(sys.argv[2]) else set()
 bad = []
 for line in open(sys.argv[1]):
     if not line.strip():
         continue
     r = Requirement(line.strip())
+    if norm(r.name) in sent:
+        continue
     try:
         v = version(r.name)
     except PackageNotFoundError:
@@ -57,6 +67,9 @@ if [ ! -e "$site/.ready-0.32" ]; then
   # The chunks are no longer needed; /tmp shares the disk with the install.
   rm -rf "$have"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" /tmp/vllm032-bundle/wheels/*.whl
+  if ls "$extra"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$extra"/*.whl
+  fi
   rm -rf /tmp/vllm032-bundle
   touch "$site/.ready-0.32"
 fi

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.ops.gumbel_reference import reference_tokens
+from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin.ops import gumbel
 from vllm_sampling_plugin.ops.gumbel import GumbelTuning, gumbel_sample
 
@@ -203,6 +204,8 @@ def test_bad_input_raises_value_error(change, argument):
 
 
 @pytest.mark.gpu
+@needs_vllm_line("0.20", why="the reference is 0.20's FP64 Gumbel kernel; 0.32 and 0.33 "
+                 "draw their noise with another generator (same law, other tokens)")
 @pytest.mark.parametrize("num_tokens, max_num_reqs", [(1, 4), (96, 128), (1024, 1024)])
 @pytest.mark.parametrize("vocab_size", [32000, 151936])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
