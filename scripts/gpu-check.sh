@@ -3,7 +3,7 @@
 # Usage: scripts/gpu-check.sh STEP...   STEP: ops | ngram | rejection | topk | e2e | cold-start |
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
-#        e2e-8b-all | robust | soak
+#        e2e-8b-all | robust | soak | upstream | e2e-upstream (the last two: vLLM 0.32/0.33)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -94,6 +94,17 @@ for step in "$@"; do
       # vLLM's memory profiling fails when other engines free memory meanwhile;
       # the sampler engines run after the others.
       run e2e-sampler python3 -m pytest -q -s -p no:cacheprovider tests/e2e -k sampler ;;
+    upstream)
+      # The plugin's ops against the installed 0.32 line's own code, one process.
+      run upstream python3 -m vllm_sampling_plugin.bench.upstream --out "$out/upstream" ;;
+    e2e-upstream)
+      # The 0.32/0.33 engine tests in six parallel groups (about 4 minutes on an H100).
+      for group in "fp32" "fp64 or watermark" "ngram_speculation and async_off" \
+                   "ngram_speculation and async_on" "rejection_method" "upstream_feature"; do
+        run "e2e-upstream-${group// /_}" python3 -m pytest -q -s -p no:cacheprovider \
+          tests/e2e/test_engine_upstream_sampler_lines.py -k "$group" &
+      done
+      wait ;;
     bench-sampler) run bench-sampler python3 -m vllm_sampling_plugin.bench.sampler --out "$out/sampler" ;;
     bench-topk) run bench-topk python3 -m vllm_sampling_plugin.bench.topk_topp --out "$out/topk_topp" ;;
     bench-rejection) run bench-rejection python3 -m vllm_sampling_plugin.bench.rejection --out "$out/rejection" ;;
