@@ -9,8 +9,9 @@ import sys
 import pytest
 import torch
 
-from vllm_sampling_plugin.bench import ngram, rejection, sampler, topk_topp
+from vllm_sampling_plugin.bench import ngram, rejection, sampler, topk_topp, upstream
 from vllm_sampling_plugin.bench.e2e import report
+from vllm_sampling_plugin.integration.parts import PARTS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 AREAS = [sampler.AREA, topk_topp.AREA, rejection.AREA, ngram.AREA]
@@ -72,8 +73,9 @@ def test_bench_modules_need_a_gpu(monkeypatch):
 
 
 REPORTS = sorted(p for p in (ROOT / "docs" / "bench-data").glob("*.json") if "tune" not in p.name)
-AREA_REPORTS = [p for p in REPORTS if not p.name.startswith("e2e-")]
 E2E_REPORTS = [p for p in REPORTS if p.name.startswith("e2e-")]
+UPSTREAM_REPORTS = [p for p in REPORTS if p.name.startswith("upstream-")]
+AREA_REPORTS = [p for p in REPORTS if p not in E2E_REPORTS + UPSTREAM_REPORTS]
 
 
 @pytest.mark.parametrize("path", AREA_REPORTS, ids=lambda p: p.name)
@@ -97,6 +99,19 @@ def test_bench_tables_renders_end_to_end_reports_one_row_per_cell(path):
     for cell in data["cells"]:
         label = report.cell_label(cell)
         assert f"| {cell['model']} | {label} | {cell['max_num_seqs']} |" in table
+
+
+@pytest.mark.parametrize("path", UPSTREAM_REPORTS, ids=lambda p: p.name)
+def test_upstream_reports_render_and_give_the_parts_ratios(path):
+    """bench upstream's reports (vLLM 0.32 side by side): one table row per
+    result, and a ratio string for every part they time."""
+    data = json.loads(path.read_text())
+    assert data["benchmark"] == "upstream" and data["vllm_line"] == "0.32"
+    table = upstream.markdown_table(data["results"]).splitlines()
+    assert len(table) == 2 + len(data["results"])
+    ratios = upstream.parts_ratios(data)
+    assert ratios and set(ratios) <= set(PARTS)
+    assert all(data["gpu"] in text for text in ratios.values())
 
 
 def test_compare_timings_flags_only_what_is_out_of_tolerance():
