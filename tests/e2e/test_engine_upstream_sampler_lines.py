@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.e2e.structured_checks import assert_structured_outputs
 from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
@@ -625,16 +626,8 @@ def test_upstream_feature_structured_outputs_parse(features_run):
 
     texts = features_run["structured"]
     assert len(texts) == 6
-    for key, outputs in texts.items():
-        assert len(outputs) == 4, key
-        for text, finish in outputs:
-            assert finish == "stop", (key, text, finish)
-            if key.startswith("json"):
-                value = json.loads(text)
-                assert set(value) == {"a", "b"} and isinstance(value["a"], bool)
-                assert value["b"] in ("x", "yy", "zzz")
-            else:
-                assert re.fullmatch(r"[0-9]{3}-[a-z]{2}", text), (key, text)
+    assert all(len(outputs) == 4 for outputs in texts.values()), texts
+    assert_structured_outputs(texts)
 
 
 # ---------------------------------------------------------------------------

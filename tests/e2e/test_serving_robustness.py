@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.e2e.structured_checks import assert_structured_outputs
 from tests.e2e.test_engine import NGRAM_PROMPTS, run_engine, tiny_model  # noqa: F401 (fixture)
 from tests.vllm_lines import needs_vllm_line
 
@@ -119,15 +120,7 @@ def test_structured_outputs_parse_and_match(tiny_model, speculation, fp64):
               "{'backend': 'xgrammar', 'disable_any_whitespace': True}"
               + (f", {NGRAM}" if speculation else ""))
     result = run_engine(tiny_model, kwargs, STRUCTURED)
-    for key, outputs in result["texts"].items():
-        for text, finish in outputs:
-            assert finish == "stop", (key, text, finish)
-            if key.startswith("json"):
-                value = json.loads(text)
-                assert set(value) == {"a", "b"} and isinstance(value["a"], bool)
-                assert value["b"] in ("x", "yy", "zzz")
-            else:
-                assert re.fullmatch(r"[0-9]{3}-[a-z]{2}", text), (key, text)
+    assert_structured_outputs(result["texts"])
 
 
 PREEMPTION = NGRAM_PROMPTS + IDS + """
