@@ -3,7 +3,8 @@
 # Usage: scripts/gpu-check.sh STEP...   STEP: ops | ngram | rejection | topk | e2e | cold-start |
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
-#        e2e-8b-all | robust | soak | upstream | e2e-upstream (the last two: vLLM 0.32/0.33)
+#        e2e-8b-all | e2e-8b-fp64 | robust | soak | upstream | ops-upstream | e2e-upstream
+#        (the last three: vLLM 0.32/0.33)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -68,6 +69,15 @@ for step in "$@"; do
         --attention-backend FLASH_ATTN --max-cudagraph-capture-size 256 \
         --gpu-memory-utilization 0.45 ${E2E_ARGS:-} --time-budget $((limit - 90)) \
         --out "$out/e2e-8b-all" ;;
+    e2e-8b-fp64)
+      # --use-fp64-gumbel in both engines (stock 0.20 has no flag: it always
+      # draws FP64), the mixes whose rows the plugin draws on 0.32/0.33.
+      run e2e-8b-fp64 python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+        --mixes t1,seeded_topp,mixed --max-num-seqs 256 --pairs 4 --use-fp64-gumbel \
+        --num-requests 256 --output-len 128 --breakdown-mixes t1 \
+        --attention-backend FLASH_ATTN --max-cudagraph-capture-size 256 \
+        --gpu-memory-utilization 0.45 ${E2E_ARGS:-} --time-budget $((limit - 90)) \
+        --out "$out/e2e-8b-fp64" ;;
     robust)
       # Issue 14's engine checks (every sampling field with n-gram, structured
       # outputs FP32/FP64 with and without n-gram, preemption, slot reuse; TP=2
@@ -97,6 +107,11 @@ for step in "$@"; do
     upstream)
       # The plugin's ops against the installed 0.32 line's own code, one process.
       run upstream python3 -m vllm_sampling_plugin.bench.upstream --out "$out/upstream" ;;
+    ops-upstream)
+      # The GPU op tests, among them FP64 murmur3 noise against the installed
+      # line's own gumbel_sample and the fused top-k/top-p kernel in every noise.
+      run ops-upstream python3 -m pytest -q -p no:cacheprovider -m gpu \
+        tests/ops/test_gumbel.py tests/ops/test_topk_topp.py ;;
     e2e-upstream)
       # The 0.32/0.33 engine tests in six parallel groups (about 4 minutes on an H100).
       for group in "fp32" "fp64 or watermark" "ngram_speculation and async_off" \

@@ -504,3 +504,17 @@ def test_ngram_engine_captures_its_verification_steps():
     capped = run.parse_args(["--max-num-seqs", "64", "--max-cudagraph-capture-size", "512"])
     assert run.capture_size(capped, 0) == 512
     assert run.capture_size(capped, 3) == 512
+
+
+def test_fp64_flag_reaches_every_engine_that_has_the_setting(monkeypatch):
+    """--use-fp64-gumbel: the plugin engine always; a stock engine only on a
+    line whose EngineArgs has use_fp64_gumbel (stock 0.20 draws FP64 anyway)."""
+    args = run.parse_args(["--use-fp64-gumbel"])
+    assert not run.fp64_kwarg(run.parse_args([]), "plugin")
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.20.2")
+    assert run.fp64_kwarg(args, "plugin") and not run.fp64_kwarg(args, "stock")
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.32.0")
+    assert run.fp64_kwarg(args, "stock") and run.fp64_kwarg(args, "control")
+    spec = engine.EngineSpec("stock", "/m", 64, 0.4, 400, use_fp64_gumbel=True)
+    assert spec.llm_kwargs()["use_fp64_gumbel"] is True
+    assert "use_fp64_gumbel" not in engine.EngineSpec("stock", "/m", 64, 0.4, 400).llm_kwargs()

@@ -116,6 +116,9 @@ def test_cpu_run_checks_every_signature_against_vllm_0_32(tmp_path):
             if name.endswith(("_valid", "_in_top_k")):
                 assert value in (True, 1.0), (key, name, value)
     assert "overhead_us" in rows[("topk_topp_seeded", "fp32")]
+    # FP64: the plugin draws upstream's own noise stream, so the tokens agree.
+    assert rows[("gumbel", "fp64")]["same_tokens_share"] == 1.0
+    assert rows[("topk_topp_seeded", "fp64")]["same_tokens_share"] == 1.0
     # Temperature 1 and the same inputs: both verifiers accept by the same law.
     for variant in ("ngram", "eagle"):
         row = rows[("rejection", variant)]

@@ -377,6 +377,55 @@ def test_seedless_top_k_top_p_batches_go_where_upstream_sends_them(sampler_run):
     _assert_valid(sampler_run["seedless"], sampler_run["vocab"], 8)
 
 
+# FP64: the plugin draws upstream's own noise stream (murmur3), so an engine
+# with the plugin and one without it give the same tokens. Each batch is the
+# same in both engines, so the dummy model's logits are too, bit for bit; its
+# near-uniform rows make any difference in the noise show at once.
+FP64_TOKENS = """
+prompts = [{"prompt_token_ids": [5 + i, 17, 33, 17, 33, 17, 33, 90 + i]} for i in range(8)]
+def params(**fields):
+    return SamplingParams(max_tokens=24, ignore_eos=True, **fields)
+mixed = [
+    params(temperature=0.0),
+    params(temperature=0.8, seed=9),
+    params(temperature=1.0, top_k=20, top_p=0.9, seed=7, logit_bias=BIAS),
+    params(temperature=1.2, top_p=0.9, seed=3, logit_bias=BIAS),
+    params(temperature=1.0, top_k=40, seed=4, logit_bias=BIAS),
+    params(temperature=1.0, min_p=0.05, seed=5),
+    params(temperature=0.7, seed=6),
+    params(temperature=0.0, top_k=5),
+]
+info["tokens"] = {
+    "seeded_plain": ids(llm.generate(prompts, params(temperature=0.8, seed=9))),
+    "seeded_top_k_top_p": ids(llm.generate(
+        prompts, params(temperature=1.0, top_k=20, top_p=0.9, seed=7, logit_bias=BIAS))),
+    "mixed": ids(llm.generate(prompts, mixed)),
+}
+"""
+
+
+def test_fp64_tokens_are_stock_upstreams(tiny_model):
+    """``use_fp64_gumbel=True`` with the plugin gives the tokens of the same
+    engine without it (``VLLM_PLUGINS=none``): plain seeded rows (the plugin's
+    Gumbel-max kernel), seeded top-k/top-p rows (its fused kernel against
+    upstream's mask then Gumbel-max) and a mixed batch with greedy, min-p and
+    top-k rows (top-k/top-p rows carry the logit bias, so ties in the dummy
+    model's logits cannot sit at a threshold). With FP32 noise the two draw
+    other tokens by design."""
+    kwargs = "enforce_eager=True, use_fp64_gumbel=True"
+    plugin, stock = run_engines(
+        (tiny_model, kwargs, FP64_TOKENS),
+        (tiny_model, kwargs, FP64_TOKENS, {"VLLM_PLUGINS": "none"}),
+    )
+    assert plugin["sampler"] == PLUGIN_SAMPLER and stock["sampler"] == UPSTREAM_SAMPLER
+    assert plugin["fp64"] is True and stock["fp64"] is True
+    for name, rows in plugin["tokens"].items():
+        _assert_valid(rows, plugin["vocab"], 24)
+        assert rows == stock["tokens"][name], name
+    # The seeds decide: eight prompts, eight different continuations.
+    assert len({tuple(r) for r in plugin["tokens"]["seeded_plain"]}) == 8
+
+
 # ---------------------------------------------------------------------------
 # Upstream's n-gram speculation and rejection sampler around the plugin's
 # sampler.

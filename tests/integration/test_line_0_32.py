@@ -169,6 +169,37 @@ def test_draw_is_greedy_top_k_bounded_and_seeded_batch_invariant():
     assert out.strip().splitlines()[-1] == "ok"
 
 
+def test_fp64_draw_is_upstreams_own():
+    """``use_fp64_gumbel``: the plugin's draw gives upstream's tokens (its
+    murmur3 FP64 noise), greedy and seeded rows alike. Upstream's own
+    ``_sample_random`` runs its Triton kernel in the interpreter, for which
+    vLLM's triton_utils needs CUDA_VISIBLE_DEVICES empty (else it installs a
+    placeholder)."""
+    out = run_python(
+        """
+        from vllm.v1.worker.gpu.sample.sampler import Sampler
+        sampler = build_sampler(use_fp64_gumbel=True)
+        # Slot 0 greedy, the other seven seeded at several temperatures.
+        for slot in range(MAX_REQS):
+            temperature = 0.0 if slot == 0 else 0.5 + 0.2 * slot
+            sampler.add_request(slot, SamplingParams(temperature=temperature, seed=11 * slot))
+        sampler.apply_staged_writes()
+        slots, pos = list(range(MAX_REQS)), [5 + 3 * slot for slot in range(MAX_REQS)]
+        ours, _ = draw(sampler, LOGITS.clone(), slots, pos)
+        theirs, _ = Sampler._sample_random(
+            sampler, LOGITS.clone(), torch.tensor(slots, dtype=torch.int32), np.array(slots),
+            torch.tensor(pos, dtype=torch.int64), None, None, False,
+        )
+        assert ours.tolist() == theirs.tolist(), (ours, theirs)
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
 def test_sampling_mask_request_returns_the_masked_logits():
     out = run_python(
         """

@@ -169,7 +169,12 @@ def _request_state(num_tokens: int, num_slots: int):
     return idx_mapping, temperature, seeds, pos
 
 
-def _gumbel(*, apply_temperature: bool, use_fp64: bool, processed_logits_out: bool) -> None:
+def _noise(fp64: str) -> dict:
+    """``use_fp64`` and ``fp64_stream`` of a launch: ``fp64`` is "off" or a stream."""
+    return dict(use_fp64=fp64 != "off", fp64_stream="philox" if fp64 == "off" else fp64)
+
+
+def _gumbel(*, apply_temperature: bool, fp64: str, processed_logits_out: bool) -> None:
     from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
     logits = torch.randn(2, VOCAB)
@@ -177,12 +182,12 @@ def _gumbel(*, apply_temperature: bool, use_fp64: bool, processed_logits_out: bo
         logits,
         *_request_state(2, 4),
         apply_temperature=apply_temperature,
-        use_fp64=use_fp64,
+        **_noise(fp64),
         processed_logits_out=torch.empty(4, VOCAB) if processed_logits_out else None,
     )
 
 
-def _top_k_top_p(*, vocab: int, rows: int, apply_temperature: bool, use_fp64: bool) -> None:
+def _top_k_top_p(*, vocab: int, rows: int, apply_temperature: bool, fp64: str) -> None:
     from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
     idx_mapping, temperature, seeds, pos = _request_state(rows, rows)
@@ -197,7 +202,7 @@ def _top_k_top_p(*, vocab: int, rows: int, apply_temperature: bool, use_fp64: bo
         top_k,
         top_p,
         apply_temperature=apply_temperature,
-        use_fp64=use_fp64,
+        **_noise(fp64),
     )
 
 
@@ -288,8 +293,9 @@ def _variants(family: str, launch: Callable[..., None], **axes: tuple) -> Iterat
 
 def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
     on_off = (False, True)
+    fp64 = ("off", "philox", "murmur3")
     yield from _variants(
-        "gumbel", _gumbel, apply_temperature=on_off, use_fp64=on_off, processed_logits_out=on_off
+        "gumbel", _gumbel, apply_temperature=on_off, fp64=fp64, processed_logits_out=on_off
     )
     # 2 rows merge in the chunk kernel, 8 in the merge kernel (TOPK_SPLIT_ROWS).
     yield from _variants(
@@ -298,7 +304,7 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
         vocab=(VOCAB,),
         rows=(2, TOPK_SPLIT_ROWS),
         apply_temperature=on_off,
-        use_fp64=on_off,
+        fp64=fp64,
     )
     yield from _variants(
         "topk_topp",
@@ -306,7 +312,7 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
         vocab=(SMALL_VOCAB,),
         rows=(2,),
         apply_temperature=(False,),
-        use_fp64=(False,),
+        fp64=("off",),
     )
     yield from _variants(
         "rejection",

@@ -3,8 +3,10 @@
 It re-derives, from the documented formulas of ``ops/random.py`` and
 ``ops/gumbel.py``, the token each row must get: Philox-4x32-10 on uint64
 arrays, the request key ``philox(seed, pos)[0]``, the FP64 uniform from two
-words, the FP32 uniform from one word of ``philox(key, t // 4)``, the noise
-transforms, and a first-index argmax in which NaN never wins.
+words, the FP32 uniform from one word of ``philox(key, t // 4)``, the murmur3
+FP64 stream (MurmurHash3-32 of the words seed low, seed high, position low,
+token), the noise transforms, and a first-index argmax in which NaN never
+wins.
 """
 
 import numpy as np
@@ -52,6 +54,36 @@ def gumbel_fp64(key: int, vocab_size: int) -> np.ndarray:
     return -np.log(-np.log(u))
 
 
+def _rotl32(x: np.ndarray, shift: int) -> np.ndarray:
+    return ((x << np.uint64(shift)) | (x >> np.uint64(32 - shift))) & _MASK32
+
+
+def murmur3_32(words: list, seed: int) -> np.ndarray:
+    """MurmurHash3 x86 32-bit of a sequence of 32-bit words (uint64 arrays)."""
+    h = np.uint64(seed) & _MASK32
+    for word in words:
+        k = (np.asarray(word, dtype=np.uint64) & _MASK32) * np.uint64(0xCC9E2D51) & _MASK32
+        k = _rotl32(k, 15) * np.uint64(0x1B873593) & _MASK32
+        h = _rotl32(h ^ k, 13)
+        h = (h * np.uint64(5) + np.uint64(0xE6546B64)) & _MASK32
+    h = h ^ np.uint64(4 * len(words))
+    h = (h ^ (h >> np.uint64(16))) * np.uint64(0x85EBCA6B) & _MASK32
+    h = (h ^ (h >> np.uint64(13))) * np.uint64(0xC2B2AE35) & _MASK32
+    return h ^ (h >> np.uint64(16))
+
+
+def gumbel_fp64_murmur3(seed: int, pos: int, vocab_size: int) -> np.ndarray:
+    """vLLM 0.32's FP64 noise: 53 bits from two hashes, domains 0 and 0x9E3779B9."""
+    seed_bits = seed & 0xFFFFFFFFFFFFFFFF
+    words = [seed_bits & 0xFFFFFFFF, seed_bits >> 32, pos & 0xFFFFFFFF, np.arange(vocab_size)]
+    low = murmur3_32(words, 0)
+    high = murmur3_32(words, 0x9E3779B9)
+    random53 = ((high << np.uint64(32)) | low) >> np.uint64(11)
+    u = (random53.astype(np.float64) + 0.5) * 2.0**-53
+    u = np.where(u == 1.0, u - 2.0**-53, u)
+    return -np.log(-np.log(u))
+
+
 def gumbel_fp32(key: int, vocab_size: int) -> np.ndarray:
     tokens = np.arange(vocab_size, dtype=np.uint64)
     # The FP32 noise words use 7 rounds (ops/random.py: FP32_NOISE_ROUNDS).
@@ -80,6 +112,7 @@ def reference_tokens(
     *,
     apply_temperature: bool,
     use_fp64: bool,
+    fp64_stream: str = "philox",
 ) -> list[int]:
     """What ``ops.gumbel.gumbel_sample`` must return (CPU tensors or arrays)."""
     logits = np.asarray(logits.float().cpu()) if hasattr(logits, "cpu") else logits
@@ -94,7 +127,10 @@ def reference_tokens(
         if apply_temperature:
             scaled = scaled / temp
         key = request_key(int(seeds[req]), int(pos[row]))
-        if use_fp64:
+        if use_fp64 and fp64_stream == "murmur3":
+            noise = gumbel_fp64_murmur3(int(seeds[req]), int(pos[row]), scaled.shape[0])
+            scores = scaled.astype(np.float64) + noise
+        elif use_fp64:
             scores = scaled.astype(np.float64) + gumbel_fp64(key, scaled.shape[0])
         else:
             scores = scaled + gumbel_fp32(key, scaled.shape[0])

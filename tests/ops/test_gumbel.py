@@ -25,6 +25,18 @@ def tuning(request, monkeypatch):
     return request.param
 
 
+# Every noise the kernel draws: FP32, and FP64 from each stream.
+NOISES = pytest.mark.parametrize(
+    "noise",
+    [
+        dict(use_fp64=False),
+        dict(use_fp64=True, fp64_stream="philox"),
+        dict(use_fp64=True, fp64_stream="murmur3"),
+    ],
+    ids=["fp32", "fp64_philox", "fp64_murmur3"],
+)
+
+
 def runner_batch(device, num_tokens=10, max_num_reqs=16, vocab_size=301, seed=0):
     """Rows mapped into larger per-request state tensors, as the runner has them."""
     gen = torch.Generator().manual_seed(seed)
@@ -52,9 +64,9 @@ def call(batch, **kwargs):
     )
 
 
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+@NOISES
 @pytest.mark.parametrize("apply_temperature", [False, True])
-def test_matches_independent_reference(device, tuning, use_fp64, apply_temperature):
+def test_matches_independent_reference(device, tuning, noise, apply_temperature):
     """Every token equals the NumPy model of the documented noise and argmax.
 
     On the GPU the FP32 log is the hardware approximation (a few ulp from
@@ -65,34 +77,34 @@ def test_matches_independent_reference(device, tuning, use_fp64, apply_temperatu
     expected = reference_tokens(
         **{k: v.cpu() for k, v in batch.items()},
         apply_temperature=apply_temperature,
-        use_fp64=use_fp64,
+        **noise,
     )
-    got = call(batch, apply_temperature=apply_temperature, use_fp64=use_fp64)
+    got = call(batch, apply_temperature=apply_temperature, **noise)
     assert got.dtype == torch.int64
     assert got.tolist() == expected
 
 
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
-def test_row_token_independent_of_batch_and_split(device, use_fp64, monkeypatch):
+@NOISES
+def test_row_token_independent_of_batch_and_split(device, noise, monkeypatch):
     """A row's token is the same alone, reordered, or with other chunk sizes."""
     batch = runner_batch(device, num_tokens=6)
-    in_batch = call(batch, apply_temperature=True, use_fp64=use_fp64)
+    in_batch = call(batch, apply_temperature=True, **noise)
 
     reverse = torch.arange(5, -1, -1, device=device)
     reordered = {k: batch[k] for k in ("temperature", "seeds")}
     reordered.update({k: batch[k][reverse] for k in ("logits", "idx_mapping", "pos")})
-    assert call(reordered, apply_temperature=True, use_fp64=use_fp64).tolist() == in_batch[reverse].tolist()
+    assert call(reordered, apply_temperature=True, **noise).tolist() == in_batch[reverse].tolist()
 
-    monkeypatch.setitem(gumbel.TUNING, use_fp64, SMALL_CHUNKS)
+    monkeypatch.setitem(gumbel.TUNING, noise["use_fp64"], SMALL_CHUNKS)
     for row in (0, 3, 5):
         alone = {k: batch[k] for k in ("temperature", "seeds")}
         alone.update({k: batch[k][row : row + 1] for k in ("logits", "idx_mapping", "pos")})
-        assert call(alone, apply_temperature=True, use_fp64=use_fp64).item() == in_batch[row].item()
+        assert call(alone, apply_temperature=True, **noise).item() == in_batch[row].item()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
-def test_greedy_is_argmax_with_lowest_id_on_ties(device, tuning, dtype, use_fp64):
+@NOISES
+def test_greedy_is_argmax_with_lowest_id_on_ties(device, tuning, dtype, noise):
     gen = torch.Generator().manual_seed(1)
     # Few distinct values: every row has ties at its maximum.
     values = torch.randint(-4, 4, (12, 300), generator=gen).to(dtype)
@@ -113,7 +125,7 @@ def test_greedy_is_argmax_with_lowest_id_on_ties(device, tuning, dtype, use_fp64
         torch.arange(12, device=device),
         torch.zeros(12, dtype=torch.int64, device=device),
         apply_temperature=True,
-        use_fp64=use_fp64,
+        **noise,
     )
     first_max = [int((row == row.max()).nonzero()[0]) for row in values.float()]
     assert first_max[:6] == [3, 3, 10, 0, 64, 5]
@@ -140,8 +152,8 @@ def test_processed_logits_written_at_request_slot(device, apply_temperature):
     assert (out[untouched] == 123.0).all()
 
 
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
-def test_nan_never_wins_and_inf_wins(device, use_fp64):
+@NOISES
+def test_nan_never_wins_and_inf_wins(device, noise):
     nan, inf = float("nan"), float("inf")
     logits = torch.zeros(4, 40)
     logits[0, :] = nan
@@ -157,7 +169,7 @@ def test_nan_never_wins_and_inf_wins(device, use_fp64):
         torch.arange(4, device=device),
         torch.zeros(4, dtype=torch.int64, device=device),
         apply_temperature=True,
-        use_fp64=use_fp64,
+        **noise,
     )
     assert got.tolist() == [0, 0, 6, 9]
 
@@ -239,6 +251,49 @@ def test_fp64_equals_stock_vllm(num_tokens, max_num_reqs, vocab_size, dtype, app
     )
     assert torch.equal(got, expected)
     assert torch.equal(our_processed, stock_processed)
+
+
+@pytest.mark.gpu
+@needs_vllm_line("0.32", "0.33", why="the reference is their FP64 Gumbel kernel, murmur3 noise")
+@pytest.mark.parametrize("num_tokens, max_num_reqs", [(1, 4), (96, 128), (1024, 1024)])
+@pytest.mark.parametrize("vocab_size", [32000, 151936])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("apply_temperature", [False, True])
+def test_fp64_murmur3_equals_upstream_vllm(
+    num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature
+):
+    """fp64_stream="murmur3" gives vLLM 0.32's and 0.33's own FP64 tokens."""
+    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as upstream_gumbel_sample
+
+    gen = torch.Generator(device="cuda").manual_seed(vocab_size + num_tokens)
+    logits = (torch.randn(num_tokens, vocab_size, generator=gen, device="cuda") * 4).to(dtype)
+    idx_mapping = torch.randperm(max_num_reqs, generator=gen, device="cuda")[:num_tokens]
+    temperature = torch.rand(max_num_reqs, generator=gen, device="cuda") * 1.5 + 0.01
+    temperature[::7] = 0.0
+    temperature[1::7] = 1.0
+    seeds = torch.randint(
+        -(2**63), 2**63 - 1, (max_num_reqs,), generator=gen, device="cuda", dtype=torch.int64
+    )
+    pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen, device="cuda", dtype=torch.int64)
+
+    expected = upstream_gumbel_sample(
+        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
+        is_drafting=False, use_fp64=True,
+    )
+    got = gumbel_sample(
+        logits, idx_mapping.to(torch.int32), temperature, seeds, pos,
+        apply_temperature=apply_temperature, use_fp64=True, fp64_stream="murmur3",
+    )
+    assert torch.equal(got, expected)
+
+
+def test_unknown_fp64_stream_is_refused():
+    with pytest.raises(ValueError, match="fp64_stream must be one of"):
+        gumbel_sample(
+            torch.zeros(1, 8), torch.zeros(1, dtype=torch.int32), torch.ones(1),
+            torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
+            apply_temperature=True, use_fp64=True, fp64_stream="mt19937",
+        )
 
 
 @pytest.mark.gpu

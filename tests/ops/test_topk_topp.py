@@ -46,8 +46,21 @@ TUNINGS = {"default": DEFAULT, "small": SMALL, "small_split": SMALL_SPLIT}
 MIN_P_VALUE = 1e-3
 
 
+# FP32 noise, and FP64 noise from each stream (ops/random.py).
+NOISES = pytest.mark.parametrize(
+    "noise",
+    [
+        dict(use_fp64=False),
+        dict(use_fp64=True, fp64_stream="philox"),
+        dict(use_fp64=True, fp64_stream="murmur3"),
+    ],
+    ids=["fp32", "fp64_philox", "fp64_murmur3"],
+)
+
+
 def run(logits, temperature, top_k, top_p, seeds, pos, *, idx_mapping=None,
-        tuning=DEFAULT, use_fp64=False, apply_temperature=True, paths_out=None):
+        tuning=DEFAULT, use_fp64=False, fp64_stream="philox", apply_temperature=True,
+        paths_out=None):
     """One request slot per row unless ``idx_mapping`` says otherwise."""
     device = logits.device
     if idx_mapping is None:
@@ -62,13 +75,14 @@ def run(logits, temperature, top_k, top_p, seeds, pos, *, idx_mapping=None,
         torch.as_tensor(top_p, dtype=torch.float32).to(device),
         apply_temperature=apply_temperature,
         use_fp64=use_fp64,
+        fp64_stream=fp64_stream,
         tuning=tuning,
         paths_out=paths_out,
     )
 
 
 def masked_then_gumbel(logits, temperature, top_k, top_p, seeds, pos, *, use_fp64=False,
-                       apply_temperature=True):
+                       fp64_stream="philox", apply_temperature=True):
     """The reference: the sort-based mask, then the plain Gumbel kernel.
 
     The mask is chosen on the temperature-divided logits; greedy rows are
@@ -92,6 +106,7 @@ def masked_then_gumbel(logits, temperature, top_k, top_p, seeds, pos, *, use_fp6
         torch.as_tensor(pos, dtype=torch.int64).to(device),
         apply_temperature=False,
         use_fp64=use_fp64,
+        fp64_stream=fp64_stream,
     )
 
 
@@ -130,9 +145,9 @@ MIXED_ROWS = [
 ]
 
 
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+@NOISES
 @pytest.mark.parametrize("tuning", TUNINGS.values(), ids=TUNINGS.keys())
-def test_matches_mask_then_gumbel(device, tuning, use_fp64):
+def test_matches_mask_then_gumbel(device, tuning, noise):
     vocab_size = 301
     temperature, top_k, top_p = map(list, zip(*MIXED_ROWS))
     num_rows = len(MIXED_ROWS)
@@ -141,8 +156,8 @@ def test_matches_mask_then_gumbel(device, tuning, use_fp64):
     pos = [1000 + i for i in range(num_rows)]
     paths = torch.empty(num_rows, dtype=torch.int32, device=device)
     got = run(logits, temperature, top_k, top_p, seeds, pos, tuning=tuning,
-              use_fp64=use_fp64, paths_out=paths)
-    want = masked_then_gumbel(logits, temperature, top_k, top_p, seeds, pos, use_fp64=use_fp64)
+              paths_out=paths, **noise)
+    want = masked_then_gumbel(logits, temperature, top_k, top_p, seeds, pos, **noise)
     assert got.dtype == torch.int64
     assert got.tolist() == want.tolist()
     # Greedy and unfiltered rows (5, 6) need no filtering; with SMALL's tiny
@@ -302,9 +317,9 @@ def test_top_p_keeps_or_drops_ties_together(tuning):
     assert support_over_draws(logits_row, 2, 0.41, 1.0, tuning) == {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+@NOISES
 @pytest.mark.parametrize("tuning", TUNINGS.values(), ids=TUNINGS.keys())
-def test_nan_and_inf_rows(device, tuning, use_fp64):
+def test_nan_and_inf_rows(device, tuning, noise):
     vocab_size = 150
     nan, inf = float("nan"), float("inf")
     clean = random_rows(2, vocab_size, seed=4)
@@ -320,13 +335,13 @@ def test_nan_and_inf_rows(device, tuning, use_fp64):
     num_rows = logits.shape[0]
     args = ([1.0] * num_rows, [20] * num_rows, [0.9] * num_rows,
             list(range(num_rows)), [77] * num_rows)
-    got = run(logits, *args, tuning=tuning, use_fp64=use_fp64)
+    got = run(logits, *args, tuning=tuning, **noise)
     assert ((got >= 0) & (got < vocab_size)).all()
     assert got[0] == 0 and got[4] == 0 and got[3] == 7
-    want = masked_then_gumbel(logits, *args, use_fp64=use_fp64)
+    want = masked_then_gumbel(logits, *args, **noise)
     assert got.tolist() == want.tolist()
     # The clean row's token does not depend on the broken rows beside it.
-    alone = run(logits[6:], *(a[6:] for a in args), tuning=tuning, use_fp64=use_fp64)
+    alone = run(logits[6:], *(a[6:] for a in args), tuning=tuning, **noise)
     assert got[6] == alone[0]
 
 
@@ -408,8 +423,8 @@ def test_bad_input_raises_before_launch(device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
-def test_gpu_full_vocab_matches_mask_then_gumbel(use_fp64):
+@NOISES
+def test_gpu_full_vocab_matches_mask_then_gumbel(noise):
     """V=151936 on the GPU: every step of the merge and every row kind.
 
     Logits are divided here (``apply_temperature=False``): torch's and
@@ -430,7 +445,7 @@ def test_gpu_full_vocab_matches_mask_then_gumbel(use_fp64):
     seeds = torch.randint(-(2**62), 2**62, (num_rows,), generator=gen)
     pos = torch.randint(0, 2**40, (num_rows,), generator=gen)
     got = run(logits, temperature, top_k, top_p, seeds, pos,
-              use_fp64=use_fp64, apply_temperature=False)
+              apply_temperature=False, **noise)
     want = masked_then_gumbel(logits, temperature, top_k, top_p, seeds, pos,
-                              use_fp64=use_fp64, apply_temperature=False)
+                              apply_temperature=False, **noise)
     assert got.tolist() == want.tolist()

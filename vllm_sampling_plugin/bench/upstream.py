@@ -11,6 +11,8 @@ Every row runs two calls on the same tensors, each as its runtime makes it:
   no top-k/top-p: ``ops.gumbel.gumbel_sample`` against upstream's
   ``Sampler._sample_random`` on that batch (its ``apply_top_k_top_p`` returns
   at once, then ``sample/gumbel.py``'s ``gumbel_sample(use_fp64=...)``).
+  FP64 draws upstream's murmur3 stream on both sides (as the plugin's 0.32
+  sampler does), so ``same_tokens_share`` is 1 there; FP32 noise differs.
 * ``topk_topp_seeded`` (fp32, fp64), top_k=50, top_p=0.9, one seed per
   request: ``ops.topk_topp.top_k_top_p_sample`` against ``_sample_random``
   with the fused sampler off, as upstream runs batches with greedy rows or
@@ -223,6 +225,10 @@ def token_checks(state: SimpleNamespace, top_k: bool) -> Callable[[object, objec
         out = {
             "plugin_tokens_valid": tokens_valid(plugin_tokens, num_rows, vocab_size),
             "upstream_tokens_valid": tokens_valid(upstream_tokens, num_rows, vocab_size),
+            # 1.0 for FP64 (one noise stream); FP32 noise differs by design.
+            "same_tokens_share": float(
+                (plugin_tokens.view(-1) == upstream_tokens.view(-1)).float().mean()
+            ),
         }
         if top_k:
             out["plugin_in_top_k"] = in_top_k_share(state.logits, plugin_tokens)
@@ -245,6 +251,7 @@ def gumbel_cases(batch_sizes: Sequence[int], vocab_sizes: Sequence[int]) -> list
 
 
 def build_gumbel(variant: str, shape: dict, device: torch.device) -> Pair:
+    from vllm_sampling_plugin.integration.upstream_sampler import UPSTREAM_FP64_STREAM
     from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
     use_fp64 = variant == "fp64"
@@ -260,10 +267,11 @@ def build_gumbel(variant: str, shape: dict, device: torch.device) -> Pair:
             state.pos,
             apply_temperature=False,
             use_fp64=use_fp64,
+            fp64_stream=UPSTREAM_FP64_STREAM,
         ),
         upstream=lambda: upstream(state.logits, None, None),
         check=token_checks(state, top_k=False),
-        note="different noise generators: same law, different tokens",
+        note="fp64: one noise stream, same tokens; fp32: other noise, same law",
     )
 
 
@@ -279,6 +287,7 @@ def topk_cases(shapes: Shapes) -> list[tuple[str, dict]]:
 
 
 def build_topk_topp_seeded(variant: str, shape: dict, device: torch.device) -> Pair:
+    from vllm_sampling_plugin.integration.upstream_sampler import UPSTREAM_FP64_STREAM
     from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
     use_fp64 = variant == "fp64"
@@ -296,6 +305,7 @@ def build_topk_topp_seeded(variant: str, shape: dict, device: torch.device) -> P
             state.top_p,
             apply_temperature=False,
             use_fp64=use_fp64,
+            fp64_stream=UPSTREAM_FP64_STREAM,
         ),
         upstream=lambda: upstream(work.copy_(state.logits), state.top_k, state.top_p),
         overhead=lambda: work.copy_(state.logits),

@@ -20,6 +20,8 @@ releases have: ``sampling_states`` (temperature, seeds, top_k, top_p),
 
 Every non-FlashInfer row is drawn with the plugin's (seed, position) noise,
 so a seeded request gets the same token whatever route its batch-mates take.
+FP64 noise (``use_fp64_gumbel``) is upstream's own murmur3 stream, so
+``--use-fp64-gumbel`` gives upstream's tokens; FP32 noise is the plugin's.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
+# The FP64 noise of 0.32's and 0.33's sample/gumbel.py (murmur3_uniform64).
+UPSTREAM_FP64_STREAM = "murmur3"
+
 # Upstream's top-k/top-p mask, bound to one step's tensors and this release's
 # arguments: processed logits in, masked logits out.
 MaskFn = Callable[[torch.Tensor], torch.Tensor]
@@ -50,7 +55,7 @@ class PluginDrawMixin:
         logger.info(
             "vllm-sampling-plugin sampler: Gumbel-max noise in %s (upstream's "
             "use_fp64_gumbel); FlashInfer batches stay upstream's.",
-            "FP64" if self.use_fp64_gumbel else "FP32",
+            "FP64, upstream's murmur3 stream" if self.use_fp64_gumbel else "FP32",
         )
 
     def needs_masked_logits(self, idx_mapping_np: np.ndarray) -> bool:
@@ -91,6 +96,7 @@ class PluginDrawMixin:
             states.top_p.gpu,
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
+            fp64_stream=UPSTREAM_FP64_STREAM,
         )
         return sampled, processed_logits
 
@@ -109,6 +115,7 @@ class PluginDrawMixin:
             pos,
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
+            fp64_stream=UPSTREAM_FP64_STREAM,
         )
 
 

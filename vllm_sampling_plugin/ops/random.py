@@ -6,17 +6,32 @@ row in that batch, the block size of a kernel, or the other requests.
 
 Streams
 -------
-``request_key(seed, pos)``
-    The Philox key of one request at one position. It is derived exactly as
-    vLLM 0.20 derives its Gumbel seed (``tl.randint(seed, pos)``), so the FP64
-    path reproduces stock vLLM token for token.
+``request_key(seed, pos, FP64_NOISE)``
+    The key of one request at one position. For FP32 noise and the Philox
+    FP64 stream it is the Philox key vLLM 0.20 derives for its Gumbel seed
+    (``tl.randint(seed, pos)``); for the murmur3 stream it is that stream's
+    per-row hash state.
 
-FP64 (``use_fp64=True``)
+FP64 (``use_fp64=True``) has two streams, chosen by ``fp64_stream`` (the
+kernels' ``FP64_NOISE`` constexpr), so that ``--use-fp64-gumbel`` gives the
+tokens of the vLLM release it runs on:
+
+``"philox"`` (``FP64_PHILOX``, vLLM 0.20)
     ``uniform_fp64`` / ``gumbel_fp64`` are bit-for-bit vLLM 0.20's ``tl_rand64``
     followed by ``-log(-log(u))``: one Philox call per token, 64 random bits.
     The only change is that ``u`` is also kept below 1 (stock vLLM can round a
     draw to exactly 1.0, which makes the noise ``+inf``; that happens with
     probability about 2**-54 per token and is the only place the two differ).
+
+``"murmur3"`` (``FP64_MURMUR3``, vLLM 0.32 and 0.33)
+    The noise of those releases' ``sample/gumbel.py``: two MurmurHash3-32
+    hashes of ``(seed, position, token)``, one with domain 0 and one with
+    domain ``0x9E3779B9``, give 53 random bits; ``u`` is the midpoint of
+    their cell, ``(r + 0.5) / 2**53``, kept below 1; the noise is
+    ``-log(-log(u))``. The hash state after seed and position is the same
+    for every token of a row, so ``request_key`` computes it once per row
+    (both domains packed in one uint64) and each token costs two short
+    hash tails instead of a 10-round Philox call.
 
 FP32 (default)
     ``gumbel_fp32_block`` spends one Philox call on four consecutive tokens
@@ -31,6 +46,9 @@ FP32 (default)
     16.6 (with ``-log(-log(u))`` and ``u`` on a ``2**-24`` grid), and tokens
     far below the top are sampled at their true rate. On the GPU its logs use
     the hardware ``lg2.approx`` (see ``_log_fp32``).
+
+Only the Gumbel noise has a murmur3 stream: ``uniform`` (the rejection
+kernel's acceptance draws) is Philox only.
 
 Both precisions clamp ``u`` into the open interval (0, 1), so the noise is
 always finite and a row can never produce NaN from the noise itself.
@@ -58,6 +76,22 @@ _SERIES_CUTOFF = tl.constexpr(0.015625)
 # the uniforms and all FP64 draws (which must match stock vLLM). The noise is
 # generated for every token of the vocabulary, so the rounds are its main cost.
 FP32_NOISE_ROUNDS = tl.constexpr(7)
+# The kernels' FP64_NOISE constexpr: FP32 noise, or which FP64 stream.
+FP64_OFF = tl.constexpr(0)
+FP64_PHILOX = tl.constexpr(1)
+FP64_MURMUR3 = tl.constexpr(2)
+# ``fp64_stream`` names, in the launchers' API, of the two FP64 streams.
+FP64_STREAMS = {"philox": 1, "murmur3": 2}
+_TWO_POW_M53 = tl.constexpr(1.1102230246251565e-16)
+# MurmurHash3-32 constants; the hash input is four 32-bit words, 16 bytes.
+_MURMUR3_C1 = tl.constexpr(0xCC9E2D51)
+_MURMUR3_C2 = tl.constexpr(0x1B873593)
+_MURMUR3_ADD = tl.constexpr(0xE6546B64)
+_MURMUR3_F1 = tl.constexpr(0x85EBCA6B)
+_MURMUR3_F2 = tl.constexpr(0xC2B2AE35)
+_MURMUR3_INPUT_BYTES = tl.constexpr(16)
+# Domain of the hash that gives the high 32 bits of the FP64 draw.
+_MURMUR3_HIGH_DOMAIN = tl.constexpr(0x9E3779B9)
 # Triton decides at decoration time whether kernels are interpreted; so do we.
 _INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
@@ -78,10 +112,74 @@ def _log_fp32(x):
         return libdevice.fast_logf(x)
 
 
+def fp64_noise_code(use_fp64: bool, fp64_stream: str) -> int:
+    """The ``FP64_NOISE`` constexpr of a launch: 0 for FP32 noise, else the stream's."""
+    if fp64_stream not in FP64_STREAMS:
+        raise ValueError(
+            f"fp64_stream must be one of {sorted(FP64_STREAMS)}, got {fp64_stream!r}"
+        )
+    return FP64_STREAMS[fp64_stream] if use_fp64 else 0
+
+
 @triton.jit
-def request_key(seed, pos):
-    """Philox key of one request at one position (vLLM 0.20's Gumbel seed)."""
-    return tl.randint(seed, pos)
+def request_key(seed, pos, FP64_NOISE: tl.constexpr):
+    """Key of one request at one position: the Philox key (vLLM 0.20's Gumbel
+    seed) or, for the murmur3 stream, its per-row hash state."""
+    if FP64_NOISE == FP64_MURMUR3:
+        return _murmur3_row_key(seed, pos)
+    else:
+        return tl.randint(seed, pos)
+
+
+@triton.jit
+def _rotl32(x, SHIFT: tl.constexpr):
+    return (x << SHIFT) | (x >> (32 - SHIFT))
+
+
+@triton.jit
+def _murmur3_mix(h, word):
+    """One 32-bit input word into the MurmurHash3-32 state ``h`` (both uint32)."""
+    word = _rotl32(word * _MURMUR3_C1, 15) * _MURMUR3_C2
+    return _rotl32(h ^ word, 13) * 5 + _MURMUR3_ADD
+
+
+@triton.jit
+def _murmur3_finish(h):
+    """Length and avalanche of a 16-byte MurmurHash3-32 input."""
+    h = h ^ _MURMUR3_INPUT_BYTES
+    h = (h ^ (h >> 16)) * _MURMUR3_F1
+    h = (h ^ (h >> 13)) * _MURMUR3_F2
+    return h ^ (h >> 16)
+
+
+@triton.jit
+def _murmur3_prefix(seed, pos, DOMAIN: tl.constexpr):
+    """Hash state after the words seed (low, high) and position (low)."""
+    h = _murmur3_mix(tl.full((), DOMAIN, tl.uint32), (seed & 0xFFFFFFFF).to(tl.uint32))
+    h = _murmur3_mix(h, ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32))
+    return _murmur3_mix(h, (pos & 0xFFFFFFFF).to(tl.uint32))
+
+
+@triton.jit
+def _murmur3_row_key(seed, pos):
+    """Both domains' states for one row, packed: high domain in the high half."""
+    seed = seed.to(tl.int64)
+    pos = pos.to(tl.int64)
+    low = _murmur3_prefix(seed, pos, 0).to(tl.uint64)
+    high = _murmur3_prefix(seed, pos, _MURMUR3_HIGH_DOMAIN).to(tl.uint64)
+    return (high << 32) | low
+
+
+@triton.jit
+def uniform_fp64_murmur3(key, token_ids):
+    """vLLM 0.32's FP64 uniform ``(r + 0.5) / 2**53`` in (0, 1) for ``token_ids``."""
+    words = token_ids.to(tl.uint32)
+    low = _murmur3_finish(_murmur3_mix((key & 0xFFFFFFFF).to(tl.uint32), words))
+    high = _murmur3_finish(_murmur3_mix((key >> 32).to(tl.uint32), words))
+    random53 = ((high.to(tl.uint64) << 32) | low.to(tl.uint64)) >> 11
+    u = (random53.to(tl.float64) + 0.5) * _TWO_POW_M53
+    # The top cell's midpoint rounds to 1.0: step it down by one cell.
+    return tl.where(u == 1.0, u - _TWO_POW_M53, u)
 
 
 @triton.jit
@@ -123,9 +221,12 @@ def _neg_log1p_neg(u):
 
 
 @triton.jit
-def gumbel_fp64(key, token_ids):
-    """Float64 Gumbel(0, 1) noise for ``token_ids`` (stock vLLM 0.20's noise)."""
-    u = uniform_fp64(key, token_ids)
+def gumbel_fp64(key, token_ids, FP64_NOISE: tl.constexpr):
+    """Float64 Gumbel(0, 1) noise for ``token_ids`` from the chosen stream."""
+    if FP64_NOISE == FP64_MURMUR3:
+        u = uniform_fp64_murmur3(key, token_ids)
+    else:
+        u = uniform_fp64(key, token_ids)
     return -tl.log(-tl.log(u))
 
 
@@ -158,18 +259,19 @@ def gumbel_fp32_block(key, start, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def gumbel_block(key, start, BLOCK: tl.constexpr, USE_FP64: tl.constexpr):
-    """Gumbel noise for one block of tokens in the chosen precision."""
-    if USE_FP64:
-        return gumbel_fp64(key, start + tl.arange(0, BLOCK))
+def gumbel_block(key, start, BLOCK: tl.constexpr, FP64_NOISE: tl.constexpr):
+    """Gumbel noise for one block of tokens in the chosen precision and stream."""
+    if FP64_NOISE:
+        return gumbel_fp64(key, start + tl.arange(0, BLOCK), FP64_NOISE)
     else:
         return gumbel_fp32_block(key, start, BLOCK)
 
 
 @triton.jit
-def uniform(key, offset, USE_FP64: tl.constexpr):
-    """A uniform in (0, 1) in the chosen precision."""
-    if USE_FP64:
+def uniform(key, offset, FP64_NOISE: tl.constexpr):
+    """A uniform in (0, 1) in the chosen precision (Philox streams only)."""
+    tl.static_assert(FP64_NOISE != FP64_MURMUR3, "uniform() draws from Philox only")
+    if FP64_NOISE:
         return uniform_fp64(key, offset)
     else:
         return uniform_fp32(key, offset)

@@ -79,6 +79,7 @@ def sample(
     top_p: torch.Tensor | None = None,
     *,
     use_fp64: bool = False,
+    fp64_stream: str = "philox",
 ) -> torch.Tensor:
     r"""Sample one token per row from temperature-scaled, top-k/top-p-restricted logits.
 
@@ -118,9 +119,13 @@ def sample(
         tokens strictly more likely than it is ``< top_p`` (ties all kept).
         ``1`` turns it off for the row.
     use_fp64 : bool
-        Draw the Gumbel noise and add it in float64; reproduces vLLM 0.20's
-        V2 sampler token for token. The float32 default is faster and its
-        noise tail reaches about 22.9, so rare tokens keep their true rate.
+        Draw the Gumbel noise and add it in float64. The float32 default is
+        faster and its noise tail reaches about 22.9, so rare tokens keep
+        their true rate.
+    fp64_stream : str
+        The FP64 noise: ``"philox"`` reproduces vLLM 0.20's V2 sampler token
+        for token, ``"murmur3"`` vLLM 0.32's and 0.33's (``ops/random.py``).
+        Ignored for float32 noise.
 
     Returns
     -------
@@ -163,7 +168,8 @@ def sample(
     rows = torch.arange(batch_size, dtype=torch.int32, device=device)
     if top_k is None and top_p is None:
         return gumbel_sample(
-            logits, rows, temperature, seeds, positions, apply_temperature=True, use_fp64=use_fp64
+            logits, rows, temperature, seeds, positions,
+            apply_temperature=True, use_fp64=use_fp64, fp64_stream=fp64_stream,
         )
     # The engine's top-k/top-p route: one fused kernel, no sort, no mask.
     # A missing filter is off for every row (top_k 0, top_p 1).
@@ -181,4 +187,5 @@ def sample(
         top_p.to(torch.float32),
         apply_temperature=True,
         use_fp64=use_fp64,
+        fp64_stream=fp64_stream,
     )

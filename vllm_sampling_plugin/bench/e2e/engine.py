@@ -72,6 +72,7 @@ class EngineSpec:
     attention_backend: str | None = None  # None: vLLM's choice
     max_cudagraph_capture_size: int | None = None  # None: vLLM's choice
     cold_start_first: str = "greedy"  # the mix of COLD_START_MIXES sent first
+    use_fp64_gumbel: bool = False  # pass use_fp64_gumbel=True to LLM(...)
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -84,6 +85,8 @@ class EngineSpec:
             # The spec-decode counters come from the stats loggers.
             "disable_log_stats": False,
         }
+        if self.use_fp64_gumbel:
+            kwargs["use_fp64_gumbel"] = True
         if self.attention_backend:
             kwargs["attention_backend"] = self.attention_backend
         if self.max_cudagraph_capture_size:

@@ -11,6 +11,11 @@ import time
 
 from vllm_sampling_plugin.bench.e2e import checkpoint, copying, report, workload
 from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_20,
+    installed_vllm_version,
+    release_line,
+)
 
 PEAKEDNESS_PROMPTS = 64
 PEAKEDNESS_TOKENS = 32
@@ -87,6 +92,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "address capturing 496 tokens at max_num_seqs 256. The n-gram "
                         "engine's is at least max_num_seqs x (k + 1), its verification "
                         "step's tokens")
+    parser.add_argument("--use-fp64-gumbel", action="store_true",
+                        help="FP64 Gumbel noise in every engine: use_fp64_gumbel=True, "
+                        "except for stock vLLM 0.20, which has no such setting and always "
+                        "draws FP64 noise")
     parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints")
     parser.add_argument("--out", default="bench-results/e2e")
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
@@ -98,6 +107,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
     return args
+
+
+def fp64_kwarg(args: argparse.Namespace, role: str) -> bool:
+    """Whether ``role``'s engine gets ``use_fp64_gumbel=True``: with
+    ``--use-fp64-gumbel``, every engine but a stock one on vLLM 0.20 (whose
+    EngineArgs has no such field: the plugin adds it; stock always draws FP64)."""
+    if not args.use_fp64_gumbel:
+        return False
+    return role == "plugin" or release_line(installed_vllm_version()) != LINE_0_20
 
 
 def capture_size(args: argparse.Namespace, ngram_k: int) -> int | None:
@@ -334,7 +352,8 @@ class Run:
                               max_model_len=max_model_len, ngram_k=ngram_k,
                               attention_backend=a.attention_backend,
                               max_cudagraph_capture_size=capture_size(a, ngram_k),
-                              cold_start_first=cold_start_first)
+                              cold_start_first=cold_start_first,
+                              use_fp64_gumbel=fp64_kwarg(a, role))
 
         engines: dict[str, Engine] = {}
         try:

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from ..host_math import cdiv, next_power_of_2
+from ..random import fp64_noise_code
 from .draws import MAX_VOCAB_SIZE
 from .emit import emit_row
 from .plan import TUNING, RejectionTuning, fixed_point_bits, plan_launch, stats_tile
@@ -67,7 +68,7 @@ def _rejection_kernel(
     OUT_PAD: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
-    USE_FP64: tl.constexpr,
+    FP64_NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """Every step of every request in one launch: the blocks of a request
@@ -121,7 +122,7 @@ def _rejection_kernel(
                 NUM_TILES_PAD,
                 SYNTHETIC_MODE,
                 HAS_DRAFT_LOGITS,
-                USE_FP64,
+                FP64_NOISE,
                 APPLY_TEMPERATURE,
             )
             all_arrived = num_blocks * (step + 1)
@@ -182,7 +183,7 @@ def _rejection_step_kernel(
     NUM_TILES_PAD: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
-    USE_FP64: tl.constexpr,
+    FP64_NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """One step of every request per launch, for launch plans whose blocks
@@ -228,7 +229,7 @@ def _rejection_step_kernel(
             NUM_TILES_PAD,
             SYNTHETIC_MODE,
             HAS_DRAFT_LOGITS,
-            USE_FP64,
+            FP64_NOISE,
             APPLY_TEMPERATURE,
         )
     if block_idx == 0:
@@ -431,7 +432,7 @@ def rejection_sample_packed(
         "NUM_TILES_PAD": next_power_of_2(num_tiles),
         "SYNTHETIC_MODE": synthetic_conditional_rates is not None,
         "HAS_DRAFT_LOGITS": has_draft_logits,
-        "USE_FP64": use_fp64,
+        "FP64_NOISE": fp64_noise_code(use_fp64, "philox"),
         "APPLY_TEMPERATURE": apply_temperature,
         "num_warps": plan.num_warps,
     }

@@ -115,14 +115,14 @@ def largest_key_reaching(keys, weights, target):
 
 
 @triton.jit
-def gumbel_at(key, token_ids, USE_FP64: tl.constexpr):
+def gumbel_at(key, token_ids, FP64_NOISE: tl.constexpr):
     """Gumbel noise of arbitrary ``token_ids``: the values ``gumbel_block`` gives them.
 
     FP32 noise of token ``t`` is word ``t % 4`` of ``noise_words_fp32(key, t // 4)``
     (``random.gumbel_fp32_block``); FP64 noise is per token already.
     """
-    if USE_FP64:
-        return gumbel_fp64(key, token_ids)
+    if FP64_NOISE:
+        return gumbel_fp64(key, token_ids, FP64_NOISE)
     else:
         w0, w1, w2, w3 = noise_words_fp32(key, token_ids // 4)
         word = token_ids % 4
