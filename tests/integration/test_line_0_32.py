@@ -30,6 +30,8 @@ def test_registration_patches_only_the_sampler_name():
 
         assert registration_state() == "active", registration_state()
         assert mr.Sampler is PluginSampler, mr.Sampler
+        # The draw's kernels compile in the dummy sampler run (upstream_warmup.py).
+        assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_draw
         assert mr.RejectionSampler is RejectionSampler
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
         # Upstream owns use_fp64_gumbel on 0.32: nothing of the 0.20 line's
@@ -195,6 +197,43 @@ def test_fp64_draw_is_upstreams_own():
         """,
         prelude=SAMPLER_PRELUDE,
         env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+@pytest.mark.parametrize("fp64", [False, True])
+def test_warm_up_launches_every_compile_variant_of_the_draw(fp64):
+    """The start-up warm-up runs both draw kernels at one batch size per
+    compile variant (here, CPU: one program per row, so every size from 1 to
+    max_num_reqs has the Gumbel plan of 1) and logs one line."""
+    out = run_python(
+        f"""
+        import logging
+        from vllm_sampling_plugin.integration.compile_variants import (
+            fused_top_k_top_p_variant, gumbel_variant, representatives)
+        from vllm_sampling_plugin.integration.upstream_warmup import warm_up_plugin_draw
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
+        plugin_logger.addHandler(handler)
+        plugin_logger.setLevel(logging.INFO)  # QUIET_ENV runs vLLM at ERROR
+        sampler = build_sampler(use_fp64_gumbel={fp64})
+        launched = warm_up_plugin_draw(sampler, MAX_REQS, CPU)
+        assert launched == {{
+            "gumbel": representatives(MAX_REQS, lambda n: gumbel_variant(n, VOCAB, {fp64}, CPU)),
+            "fused_top_k_top_p": representatives(
+                MAX_REQS, lambda n: fused_top_k_top_p_variant(n, VOCAB)),
+        }}, launched
+        assert launched["gumbel"] and launched["fused_top_k_top_p"]
+        lines = [r.getMessage() for r in records if "warm-up" in r.getMessage()]
+        assert len(lines) == 1 and ("FP64 (murmur3)" if {fp64} else "FP32") in lines[0], lines
+        # Not the plugin's sampler (a watermarked engine): nothing runs.
+        assert warm_up_plugin_draw(object(), MAX_REQS, CPU) == {{}}
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
         timeout=600,
     )
     assert out.strip().splitlines()[-1] == "ok"

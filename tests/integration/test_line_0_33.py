@@ -57,7 +57,13 @@ def test_registration_patches_exactly_the_sampler_name():
             for name in before[owner].keys() | after[owner].keys()
             if before[owner].get(name, None) is not after[owner].get(name, None)
         )
-        assert changed == ["vllm.v1.worker.gpu.model_runner.Sampler"], changed
+        # The Sampler name, and the dummy sampler run, which now also warms
+        # the plugin's draw kernels up (upstream_warmup.py).
+        assert changed == [
+            "GPUModelRunner._dummy_sampler_run",
+            "vllm.v1.worker.gpu.model_runner.Sampler",
+        ], changed
+        assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_draw
         assert mr.Sampler is PluginSampler
         assert issubclass(PluginSampler, upstream.Sampler)
         # Only the final draw is overridden (the mixin adds names; of

@@ -70,7 +70,7 @@ class PluginDrawMixin:
     def plugin_draw(
         self,
         processed_logits: torch.Tensor,  # [num_tokens, vocab_size]
-        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int32
+        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int64
         idx_mapping_np: np.ndarray,
         pos: torch.Tensor,  # [num_tokens] int64
         top_k: torch.Tensor | None,  # [num_tokens], None: no row uses top-k
@@ -85,9 +85,19 @@ class PluginDrawMixin:
             # Upstream's mask keeps the returned logits what upstream returns.
             masked = mask(processed_logits)
             return self.draw_gumbel(masked, expanded_idx_mapping, pos), masked
+        sampled = self.draw_top_k_top_p(processed_logits, expanded_idx_mapping, pos)
+        return sampled, processed_logits
+
+    def draw_top_k_top_p(
+        self,
+        logits: torch.Tensor,  # [num_tokens, vocab_size]
+        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int64
+        pos: torch.Tensor,  # [num_tokens] int64
+    ) -> torch.Tensor:
+        """The fused top-k/top-p kernel on the requests' own top-k/top-p."""
         states = self.sampling_states
-        sampled = top_k_top_p_sample(
-            processed_logits,
+        return top_k_top_p_sample(
+            logits,
             expanded_idx_mapping,
             states.temperature.gpu,
             states.seeds.gpu,
@@ -98,12 +108,11 @@ class PluginDrawMixin:
             use_fp64=self.use_fp64_gumbel,
             fp64_stream=UPSTREAM_FP64_STREAM,
         )
-        return sampled, processed_logits
 
     def draw_gumbel(
         self,
         logits: torch.Tensor,  # [num_tokens, vocab_size]
-        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int32
+        expanded_idx_mapping: torch.Tensor,  # [num_tokens] int64
         pos: torch.Tensor,  # [num_tokens] int64
     ) -> torch.Tensor:
         states = self.sampling_states
@@ -120,7 +129,8 @@ class PluginDrawMixin:
 
 
 def patch_runner_sampler(sampler_cls: type) -> None:
-    """Bind ``sampler_cls`` where the V2 runner looks ``Sampler`` up.
+    """Bind ``sampler_cls`` where the V2 runner looks ``Sampler`` up, and
+    warm its kernels up in the runner's dummy sampler run.
 
     The runner binds the name at import and builds the sampler in
     load_model(); the watermarking sampler subclasses upstream's Sampler
@@ -128,4 +138,9 @@ def patch_runner_sampler(sampler_cls: type) -> None:
     """
     import vllm.v1.worker.gpu.model_runner as model_runner
 
+    from vllm_sampling_plugin.integration.upstream_warmup import warming_up_plugin_draw
+
     model_runner.Sampler = sampler_cls
+    runner_cls = model_runner.GPUModelRunner
+    if not getattr(runner_cls._dummy_sampler_run, "warms_up_plugin_draw", False):
+        runner_cls._dummy_sampler_run = warming_up_plugin_draw(runner_cls._dummy_sampler_run)

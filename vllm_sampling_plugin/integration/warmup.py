@@ -47,23 +47,24 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Hashable
 from typing import Any
 
 import torch
 
+from vllm_sampling_plugin.integration.compile_variants import (
+    fused_top_k_top_p_variant,
+    gumbel_variant,
+    integer_class,
+    representatives,
+)
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
 from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
 from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
-from vllm_sampling_plugin.ops.gumbel.plan import plan_launch as gumbel_plan
 from vllm_sampling_plugin.ops.ngram import launcher as ngram_launcher
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from vllm_sampling_plugin.ops.rejection import launcher as rejection_launcher
 from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
 from vllm_sampling_plugin.ops.rejection.plan import plan_launch as rejection_plan
-from vllm_sampling_plugin.ops.topk_topp.plan import DEFAULT_TUNING as TOP_K_TOP_P_TUNING
-from vllm_sampling_plugin.ops.topk_topp.plan import launch_shape as top_k_top_p_shape
-from vllm_sampling_plugin.ops.topk_topp.plan import merges_in_chunk_kernel
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -80,27 +81,6 @@ def warming_up_sampling(dummy_sampler_run):
     return _dummy_sampler_run
 
 
-def integer_class(value: int) -> str:
-    """What Triton's compile key keeps of an integer argument: equal to 1,
-    divisible by 16, or neither."""
-    if value == 1:
-        return "one"
-    return "multiple_of_16" if value % 16 == 0 else "other"
-
-
-def gumbel_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):
-    """The Gumbel launcher's plan: tile, chunking (whether the reduce kernel
-    runs and its block) and warps all come from it."""
-    return gumbel_plan(n, vocab_size, use_fp64, device)
-
-
-def fused_top_k_top_p_variant(n: int, vocab_size: int) -> bool:
-    """The fused launcher's shape depends on the vocabulary only; the batch
-    decides whether rows merge in the chunk kernel or in a second one."""
-    shape = top_k_top_p_shape(vocab_size, TOP_K_TOP_P_TUNING)
-    return merges_in_chunk_kernel(n, shape, TOP_K_TOP_P_TUNING)
-
-
 def rejection_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):
     """The rejection launcher's plan for ``n`` requests: block, chunks, warps
     and launch style (the integration passes the default tuning)."""
@@ -112,20 +92,6 @@ def ngram_variant(n: int, history_len: int, device: torch.device) -> tuple[int, 
     """The scan's block (a constexpr) and its split count (an integer argument)."""
     block, num_splits = ngram_launcher._scan_shape(n, history_len, device)
     return block, integer_class(num_splits)
-
-
-def representatives(max_num_reqs: int, variant: Callable[[int], Hashable]) -> list[int]:
-    """The smallest batch size of each distinct ``variant`` over 1 .. max_num_reqs.
-
-    Example::
-
-        >>> representatives(40, lambda n: n >= 17)
-        [1, 17]
-    """
-    first: dict[Hashable, int] = {}
-    for n in range(1, max_num_reqs + 1):
-        first.setdefault(variant(n), n)
-    return sorted(first.values())
 
 
 @torch.inference_mode()

@@ -1,0 +1,91 @@
+"""Compile the plugin's draw kernels while a 0.32/0.33 engine starts.
+
+Without it the first request of each kind compiles them: on an H100 with
+vLLM 0.32 and an 8B model (FP64 noise), the first greedy request waited
+728 ms for the Gumbel-max kernels and the first seeded top-k/top-p request
+14.0 s for the fused kernel, against 27 ms and 3.5 s without the plugin
+(docs/benchmarks.md).
+
+So the runner's dummy sampler run (part of vLLM's profile run, after which
+its memory is measured) is followed by one launch of the plugin's Gumbel-max
+and fused top-k/top-p kernels per compile variant of 1 .. max_num_reqs rows
+(integration/compile_variants.py), through the methods the step calls
+(``draw_gumbel``, ``draw_top_k_top_p``), in the engine's precision and noise
+stream, with the runner's dtypes (float32 processed logits, int64 request
+slots and positions), on zero logits and the zero-initialised request state.
+It writes only its outputs, which it drops: no token changes. Upstream's
+speculative verification draws with its own kernels, so the plugin's draw
+sees at most max_num_reqs rows. FlashInfer batches stay upstream's and so
+does their first-use cost.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any
+
+import torch
+
+from vllm_sampling_plugin.integration.compile_variants import (
+    fused_top_k_top_p_variant,
+    gumbel_variant,
+    representatives,
+)
+from vllm_sampling_plugin.integration.upstream_sampler import PluginDrawMixin
+
+logger = logging.getLogger("vllm.vllm_sampling_plugin")
+
+
+def warming_up_plugin_draw(dummy_sampler_run):
+    """Wrap ``GPUModelRunner._dummy_sampler_run`` to warm the draw up after it."""
+
+    @functools.wraps(dummy_sampler_run)
+    def _dummy_sampler_run(self, hidden_states: torch.Tensor) -> None:
+        dummy_sampler_run(self, hidden_states)
+        warm_up_plugin_draw(self.sampler, self.max_num_reqs, self.device)
+
+    _dummy_sampler_run.warms_up_plugin_draw = True
+    return _dummy_sampler_run
+
+
+@torch.inference_mode()
+def warm_up_plugin_draw(sampler: Any, max_num_reqs: int, device: torch.device) -> dict[str, list[int]]:
+    """Launch the plugin's draw kernels once per compile variant; returns (and
+    logs in one line) the batch sizes launched per kernel."""
+    if not isinstance(sampler, PluginDrawMixin):
+        return {}
+    start = time.perf_counter()
+    use_fp64 = sampler.use_fp64_gumbel
+    vocab_size = sampler.sampling_states.vocab_size
+    # Every row reads the one zero row (the kernels take rows by stride).
+    rows = torch.zeros(1, vocab_size, dtype=torch.float32, device=device).expand(
+        max_num_reqs, vocab_size
+    )
+    slots = torch.arange(max_num_reqs, dtype=torch.int64, device=device)
+    positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+    launched = {
+        "gumbel": representatives(
+            max_num_reqs, lambda n: gumbel_variant(n, vocab_size, use_fp64, device)
+        ),
+        "fused_top_k_top_p": representatives(
+            max_num_reqs, lambda n: fused_top_k_top_p_variant(n, vocab_size)
+        ),
+    }
+    draws = {"gumbel": sampler.draw_gumbel, "fused_top_k_top_p": sampler.draw_top_k_top_p}
+    for kernel, sizes in launched.items():
+        for n in sizes:
+            draws[kernel](rows[:n], slots[:n], positions[:n])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    logger.info(
+        "vllm-sampling-plugin warm-up: compiled and ran %s in %s, batch sizes %s, "
+        "covering every batch size 1..%d, in %.1f s.",
+        ", ".join(launched),
+        "FP64 (murmur3)" if use_fp64 else "FP32",
+        "; ".join(f"{kernel} {sizes}" for kernel, sizes in launched.items()),
+        max_num_reqs,
+        time.perf_counter() - start,
+    )
+    return launched
