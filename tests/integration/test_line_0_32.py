@@ -220,7 +220,7 @@ def test_warm_up_launches_every_compile_variant_of_the_draw(fp64):
         plugin_logger.addHandler(handler)
         plugin_logger.setLevel(logging.INFO)  # QUIET_ENV runs vLLM at ERROR
         sampler = build_sampler(use_fp64_gumbel={fp64})
-        launched = warm_up_plugin_draw(sampler, MAX_REQS, CPU)
+        launched = warm_up_plugin_draw(sampler, MAX_REQS, CPU, (torch.float32, torch.bfloat16))
         assert launched == {{
             "gumbel": representatives(MAX_REQS, lambda n: gumbel_variant(n, VOCAB, {fp64}, CPU)),
             "fused_top_k_top_p": representatives(
@@ -229,6 +229,7 @@ def test_warm_up_launches_every_compile_variant_of_the_draw(fp64):
         assert launched["gumbel"] and launched["fused_top_k_top_p"]
         lines = [r.getMessage() for r in records if "warm-up" in r.getMessage()]
         assert len(lines) == 1 and ("FP64 (murmur3)" if {fp64} else "FP32") in lines[0], lines
+        assert "float32 and bfloat16 logits" in lines[0], lines
         # Not the plugin's sampler (a watermarked engine): nothing runs.
         assert warm_up_plugin_draw(object(), MAX_REQS, CPU) == {{}}
         print("ok")

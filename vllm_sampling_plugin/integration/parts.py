@@ -102,19 +102,21 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
     LINE_0_32: {
         GUMBEL: PartChoice(
             Owner.PLUGIN,
-            "same algorithm (Gumbel-max, counter-based noise); the plugin must "
-            "own it whenever it owns the seeded top-k/top-p draw, or a seeded "
-            "request's noise would depend on its batch-mates",
-            "upstream/plugin time: FP32 2.1-2.3x at B=256-1024, 1.15-1.69x at "
-            "B=64; FP64 0.85-0.92x, the plugin slower "
-            f"({_BENCH_0_32})",
+            "same algorithm (Gumbel-max, counter-based noise); FP64 draws "
+            "upstream's own murmur3 noise, so --use-fp64-gumbel gives upstream's "
+            "tokens; the plugin must own it whenever it owns the seeded "
+            "top-k/top-p draw, or a seeded request's noise would depend on its "
+            "batch-mates",
+            "upstream/plugin time: FP32 1.9-2.3x at B=256-1024, 0.96-1.69x at "
+            "B=64 (launch-bound, spread up to 36%, two runs); FP64 1.07-1.11x, "
+            f"1.00x at B=64, V=128256 ({_BENCH_0_32})",
         ),
         TOP_K_TOP_P_SEEDED: PartChoice(
             Owner.PLUGIN,
             "upstream falls back to mask-then-sample for greedy rows and "
             "explicit seeds; the plugin's fused kernel is seeded and "
             "batch-invariant",
-            f"4.3-5.2x faster than upstream's, FP32 and FP64, B=64-1024 ({_BENCH_0_32})",
+            f"4.4-6.2x faster than upstream's, FP32 and FP64, B=64-1024 ({_BENCH_0_32})",
         ),
         TOP_K_TOP_P_FLASHINFER: PartChoice(
             Owner.UPSTREAM,
@@ -151,7 +153,8 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
         GUMBEL: PartChoice(
             Owner.PLUGIN,
             "upstream's gumbel_sample is still Gumbel-max with counter-based "
-            "noise (sample/gumbel.py); the plugin must own it whenever it owns "
+            "noise (sample/gumbel.py; its FP64 murmur3 noise is 0.32's, which "
+            "the plugin draws); the plugin must own it whenever it owns "
             "the seeded top-k/top-p draw, or a seeded request's noise would "
             "depend on its batch-mates",
             NOT_MEASURED_0_33,

@@ -11,8 +11,10 @@ its memory is measured) is followed by one launch of the plugin's Gumbel-max
 and fused top-k/top-p kernels per compile variant of 1 .. max_num_reqs rows
 (integration/compile_variants.py), through the methods the step calls
 (``draw_gumbel``, ``draw_top_k_top_p``), in the engine's precision and noise
-stream, with the runner's dtypes (float32 processed logits, int64 request
-slots and positions), on zero logits and the zero-initialised request state.
+stream, with the runner's dtypes (int64 request slots and positions; logits
+in float32 and in the model's dtype: upstream copies them to float32 only
+when some request needs processing, so a greedy batch reaches the draw in
+bfloat16), on zero logits and the zero-initialised request state.
 It writes only its outputs, which it drops: no token changes. Upstream's
 speculative verification draws with its own kernels, so the plugin's draw
 sees at most max_num_reqs rows. FlashInfer batches stay upstream's and so
@@ -44,25 +46,29 @@ def warming_up_plugin_draw(dummy_sampler_run):
     @functools.wraps(dummy_sampler_run)
     def _dummy_sampler_run(self, hidden_states: torch.Tensor) -> None:
         dummy_sampler_run(self, hidden_states)
-        warm_up_plugin_draw(self.sampler, self.max_num_reqs, self.device)
+        warm_up_plugin_draw(
+            self.sampler, self.max_num_reqs, self.device, (torch.float32, self.model_config.dtype)
+        )
 
     _dummy_sampler_run.warms_up_plugin_draw = True
     return _dummy_sampler_run
 
 
 @torch.inference_mode()
-def warm_up_plugin_draw(sampler: Any, max_num_reqs: int, device: torch.device) -> dict[str, list[int]]:
-    """Launch the plugin's draw kernels once per compile variant; returns (and
-    logs in one line) the batch sizes launched per kernel."""
+def warm_up_plugin_draw(
+    sampler: Any,
+    max_num_reqs: int,
+    device: torch.device,
+    logits_dtypes: tuple[torch.dtype, ...] = (torch.float32,),
+) -> dict[str, list[int]]:
+    """Launch the plugin's draw kernels once per compile variant and logits
+    dtype; returns (and logs in one line) the batch sizes launched per kernel."""
     if not isinstance(sampler, PluginDrawMixin):
         return {}
     start = time.perf_counter()
     use_fp64 = sampler.use_fp64_gumbel
     vocab_size = sampler.sampling_states.vocab_size
-    # Every row reads the one zero row (the kernels take rows by stride).
-    rows = torch.zeros(1, vocab_size, dtype=torch.float32, device=device).expand(
-        max_num_reqs, vocab_size
-    )
+    dtypes = list(dict.fromkeys(logits_dtypes))
     slots = torch.arange(max_num_reqs, dtype=torch.int64, device=device)
     positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
     launched = {
@@ -74,16 +80,22 @@ def warm_up_plugin_draw(sampler: Any, max_num_reqs: int, device: torch.device) -
         ),
     }
     draws = {"gumbel": sampler.draw_gumbel, "fused_top_k_top_p": sampler.draw_top_k_top_p}
-    for kernel, sizes in launched.items():
-        for n in sizes:
-            draws[kernel](rows[:n], slots[:n], positions[:n])
+    for dtype in dtypes:
+        # Every row reads the one zero row (the kernels take rows by stride).
+        rows = torch.zeros(1, vocab_size, dtype=dtype, device=device).expand(
+            max_num_reqs, vocab_size
+        )
+        for kernel, sizes in launched.items():
+            for n in sizes:
+                draws[kernel](rows[:n], slots[:n], positions[:n])
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     logger.info(
-        "vllm-sampling-plugin warm-up: compiled and ran %s in %s, batch sizes %s, "
-        "covering every batch size 1..%d, in %.1f s.",
+        "vllm-sampling-plugin warm-up: compiled and ran %s in %s on %s logits, batch "
+        "sizes %s, covering every batch size 1..%d, in %.1f s.",
         ", ".join(launched),
         "FP64 (murmur3)" if use_fp64 else "FP32",
+        " and ".join(str(dtype).removeprefix("torch.") for dtype in dtypes),
         "; ".join(f"{kernel} {sizes}" for kernel, sizes in launched.items()),
         max_num_reqs,
         time.perf_counter() - start,
