@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.ops.gumbel_reference import reference_tokens
+from tests.ops.noises import NOISES
 from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin.ops import gumbel
 from vllm_sampling_plugin.ops.gumbel import GumbelTuning, gumbel_sample
@@ -23,18 +24,6 @@ def tuning(request, monkeypatch):
         monkeypatch.setitem(gumbel.TUNING, False, SMALL_CHUNKS)
         monkeypatch.setitem(gumbel.TUNING, True, SMALL_CHUNKS)
     return request.param
-
-
-# Every noise the kernel draws: FP32, and FP64 from each stream.
-NOISES = pytest.mark.parametrize(
-    "noise",
-    [
-        dict(use_fp64=False),
-        dict(use_fp64=True, fp64_stream="philox"),
-        dict(use_fp64=True, fp64_stream="murmur3"),
-    ],
-    ids=["fp32", "fp64_philox", "fp64_murmur3"],
-)
 
 
 def runner_batch(device, num_tokens=10, max_num_reqs=16, vocab_size=301, seed=0):
@@ -215,6 +204,23 @@ def test_bad_input_raises_value_error(change, argument):
         gumbel_sample(**args, apply_temperature=True, processed_logits_out=out)
 
 
+def gpu_stock_batch(num_tokens, max_num_reqs, vocab_size, dtype):
+    """A runner batch on the GPU for the comparisons with vLLM's own kernels:
+    logits, idx_mapping (int64), temperature (every 7th greedy, every 7th
+    + 1 at 1.0), full-range seeds, positions."""
+    gen = torch.Generator(device="cuda").manual_seed(vocab_size + num_tokens)
+    logits = (torch.randn(num_tokens, vocab_size, generator=gen, device="cuda") * 4).to(dtype)
+    idx_mapping = torch.randperm(max_num_reqs, generator=gen, device="cuda")[:num_tokens]
+    temperature = torch.rand(max_num_reqs, generator=gen, device="cuda") * 1.5 + 0.01
+    temperature[::7] = 0.0
+    temperature[1::7] = 1.0
+    seeds = torch.randint(
+        -(2**63), 2**63 - 1, (max_num_reqs,), generator=gen, device="cuda", dtype=torch.int64
+    )
+    pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen, device="cuda", dtype=torch.int64)
+    return logits, idx_mapping, temperature, seeds, pos
+
+
 @pytest.mark.gpu
 @needs_vllm_line("0.20", why="the reference is 0.20's FP64 Gumbel kernel; 0.32 and 0.33 "
                  "draw their noise with another generator (same law, other tokens)")
@@ -226,17 +232,10 @@ def test_fp64_equals_stock_vllm(num_tokens, max_num_reqs, vocab_size, dtype, app
     """use_fp64=True gives vLLM 0.20's own tokens and processed logits."""
     from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
 
-    gen = torch.Generator(device="cuda").manual_seed(vocab_size + num_tokens)
-    logits = (torch.randn(num_tokens, vocab_size, generator=gen, device="cuda") * 4).to(dtype)
-    idx_mapping = torch.randperm(max_num_reqs, generator=gen, device="cuda")[:num_tokens]
-    idx_mapping = idx_mapping.to(torch.int32)
-    temperature = torch.rand(max_num_reqs, generator=gen, device="cuda") * 1.5 + 0.01
-    temperature[::7] = 0.0
-    temperature[1::7] = 1.0
-    seeds = torch.randint(
-        -(2**63), 2**63 - 1, (max_num_reqs,), generator=gen, device="cuda", dtype=torch.int64
+    logits, idx_mapping, temperature, seeds, pos = gpu_stock_batch(
+        num_tokens, max_num_reqs, vocab_size, dtype
     )
-    pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen, device="cuda", dtype=torch.int64)
+    idx_mapping = idx_mapping.to(torch.int32)
     stock_processed = torch.full((max_num_reqs, vocab_size), 7.0, device="cuda")
     our_processed = stock_processed.clone()
 
@@ -265,16 +264,9 @@ def test_fp64_murmur3_equals_upstream_vllm(
     """fp64_stream="murmur3" gives vLLM 0.32's and 0.33's own FP64 tokens."""
     from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as upstream_gumbel_sample
 
-    gen = torch.Generator(device="cuda").manual_seed(vocab_size + num_tokens)
-    logits = (torch.randn(num_tokens, vocab_size, generator=gen, device="cuda") * 4).to(dtype)
-    idx_mapping = torch.randperm(max_num_reqs, generator=gen, device="cuda")[:num_tokens]
-    temperature = torch.rand(max_num_reqs, generator=gen, device="cuda") * 1.5 + 0.01
-    temperature[::7] = 0.0
-    temperature[1::7] = 1.0
-    seeds = torch.randint(
-        -(2**63), 2**63 - 1, (max_num_reqs,), generator=gen, device="cuda", dtype=torch.int64
+    logits, idx_mapping, temperature, seeds, pos = gpu_stock_batch(
+        num_tokens, max_num_reqs, vocab_size, dtype
     )
-    pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen, device="cuda", dtype=torch.int64)
 
     expected = upstream_gumbel_sample(
         logits, idx_mapping, temperature, seeds, pos, apply_temperature,

@@ -22,6 +22,7 @@ import torch
 from scipy import stats
 
 from tests.conftest import DEVICE
+from tests.ops.noises import NOISES
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import TopKTopPTuning, top_k_top_p_sample
@@ -44,18 +45,6 @@ TUNINGS = {"default": DEFAULT, "small": SMALL, "small_split": SMALL_SPLIT}
 # weights within it (biased noise, a wrong temperature) give p-values far
 # below 1e-3 at 200-300 draws.
 MIN_P_VALUE = 1e-3
-
-
-# FP32 noise, and FP64 noise from each stream (ops/random.py).
-NOISES = pytest.mark.parametrize(
-    "noise",
-    [
-        dict(use_fp64=False),
-        dict(use_fp64=True, fp64_stream="philox"),
-        dict(use_fp64=True, fp64_stream="murmur3"),
-    ],
-    ids=["fp32", "fp64_philox", "fp64_murmur3"],
-)
 
 
 def run(logits, temperature, top_k, top_p, seeds, pos, *, idx_mapping=None,

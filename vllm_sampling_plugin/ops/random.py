@@ -81,7 +81,7 @@ FP64_OFF = tl.constexpr(0)
 FP64_PHILOX = tl.constexpr(1)
 FP64_MURMUR3 = tl.constexpr(2)
 # ``fp64_stream`` names, in the launchers' API, of the two FP64 streams.
-FP64_STREAMS = {"philox": 1, "murmur3": 2}
+FP64_STREAMS = {"philox": FP64_PHILOX.value, "murmur3": FP64_MURMUR3.value}
 _TWO_POW_M53 = tl.constexpr(1.1102230246251565e-16)
 # MurmurHash3-32 constants; the hash input is four 32-bit words, 16 bytes.
 _MURMUR3_C1 = tl.constexpr(0xCC9E2D51)
