@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import sys
@@ -175,11 +176,16 @@ def sampler_state(num_rows: int, vocab_size: int, device: torch.device) -> Simpl
 
 
 def upstream_sample_random(state: SimpleNamespace, use_fp64: bool, use_flashinfer: bool = False):
-    """0.32's ``Sampler._sample_random`` on ``state``, called unbound with a
-    namespace holding the four attributes it reads, so the draw is upstream's
-    own method body. Top-k/top-p go in per row, as ``get_top_k_top_p`` gathers
-    them (one slot per row here, so the state tensors are already that)."""
+    """0.32's or 0.33's ``Sampler._sample_random`` on ``state``, called
+    unbound with a namespace holding the four attributes it reads, so the draw
+    is upstream's own method body. Top-k/top-p go in per row, as
+    ``get_top_k_top_p`` gathers them (one slot per row here, so the state
+    tensors are already that). 0.33 also takes ``has_topp_only_rows``: whether
+    some row has top-p without top-k, never the case in these batches (top-k
+    and top-p come together or not at all)."""
     from vllm.v1.worker.gpu.sample.sampler import Sampler
+
+    takes_topp_only_flag = "has_topp_only_rows" in inspect.signature(Sampler._sample_random).parameters
 
     sampler = SimpleNamespace(
         sampling_states=SimpleNamespace(
@@ -192,6 +198,7 @@ def upstream_sample_random(state: SimpleNamespace, use_fp64: bool, use_flashinfe
     )
 
     def call(logits: torch.Tensor, top_k, top_p) -> torch.Tensor:
+        release_args = {"has_topp_only_rows": top_p is not None and top_k is None} if takes_topp_only_flag else {}
         sampled, _ = Sampler._sample_random(
             sampler,
             processed_logits=logits,
@@ -201,6 +208,7 @@ def upstream_sample_random(state: SimpleNamespace, use_fp64: bool, use_flashinfe
             top_k=top_k,
             top_p=top_p,
             use_fused_sampler=use_flashinfer,
+            **release_args,
         )
         return sampled
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Stage vLLM 0.32.0 with torch 2.13, its triton and the CUDA 13 libraries it
-# needs for the lent GPU machine (Python 3.12, torch 2.11.0+cu130, no network).
+# Stage a vLLM newer than the machine's stack (0.32.0: torch 2.13, triton
+# 3.7.1; 0.33.0: torch 2.14, triton 3.8.0) with the CUDA 13 libraries it needs
+# for the lent GPU machine (Python 3.12, torch 2.11.0+cu130, no network).
 #
 # Run from the project root where the package registry is reachable:
-#   scripts/stage-vllm-0.32.sh            # resolve, download, pack into .device/v032/
-#   scripts/stage-vllm-0.32.sh --dry-run  # resolve only: list the wheels and their sizes
+#   scripts/stage-vllm-newer.sh 0.33.0            # resolve, download, pack into .device/v033/
+#   scripts/stage-vllm-newer.sh 0.33.0 --dry-run  # resolve only: list the wheels and their sizes
 # docs/gpu-staging.md says how many device calls it costs and how to make them.
 #
-# How: pip resolves vllm==0.32.0 for cp312/manylinux x86_64; every wheel the
+# How: pip resolves vllm==VERSION for cp312/manylinux x86_64; every wheel the
 # machine already has in exactly that version (scripts/gpu-base-cu130.txt) is
 # left out, and so is every wheel on the exclusion list below (not imported on
 # the dense-model path, or already on the machine in a version that serves);
@@ -22,9 +23,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(git rev-parse --show-toplevel)
-dest="$root/.device/v032"
+version=${1:?usage: scripts/stage-vllm-newer.sh VERSION [--dry-run], e.g. 0.33.0}
+line=$(echo "$version" | cut -d. -f1,2)   # 0.33
+tag="v${line//./}"                        # v033: .device/v033, /tmp/vllm-v033-*
+dest="$root/.device/$tag"
 chunk_mb=${CHUNK_MB:-60}
-dry=0; [ "${1:-}" = --dry-run ] && dry=1
+dry=0; [ "${2:-}" = --dry-run ] && dry=1
 # .device/ must never be committed nor travel uncarried; the 0.20 recipe keeps
 # it out the same way (worktrees share this file).
 exclude="$(git rev-parse --git-common-dir)/info/exclude"
@@ -38,16 +42,17 @@ plat=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 
 for n in $(seq 5 39); do plat+=(--platform "manylinux_2_${n}_x86_64"); done
 plat+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64 --platform any)
 
-echo "[stage] resolving vllm==0.32.0 for cp312 x86_64"
+echo "[stage] resolving vllm==$version for cp312 x86_64"
 python3 -m pip install -q --dry-run --ignore-installed --target "$work/never" "${plat[@]}" \
-  --report "$work/report.json" vllm==0.32.0
+  --report "$work/report.json" "vllm==$version"
 # What is left out, and why; docs/gpu-staging.md has the evidence. An import
 # of vLLM's whole dense serving path (engine, `vllm serve`'s API server, the
 # V2 GPU model runner and its samplers, the FLASH_ATTN, TRITON_ATTN and
 # FLASHINFER backends, Llama, the project) with the packages of list A absent
 # passes the same 309 imports as with them (scripts/stage-probe-0.32.py), and
 # every place vLLM, FlashInfer, torch or transformers imports them is lazy,
-# guarded, or on a path a dense model on sm_90 does not take. One entry a line: a requirement, then why. An
+# guarded, or on a path a dense model on sm_90 does not take. The 0.33.0
+# resolution names the same packages (checked 2026-11-25). One entry a line: a requirement, then why. An
 # entry with a version is one the machine must have instead: the device step
 # checks those (and scripts/gpu-base-cu130.txt) on its first call.
 cat > "$work/exclude.txt" <<'LIST'
@@ -73,19 +78,19 @@ nccl4py                        the `nccl` Python package: FlashInfer's MoE exper
 nccl-extensions                the same `nccl` package, the same users
 instanttensor                  imported only for --load-format instanttensor
 # A'. On the machine in a version that the pins accept.
-nvidia-nvjitlink>=13.0.88,<14  cuda-toolkit 13.0.3 (torch 2.13) asks for >=13.0.88,<14; pip picked the newest, 13.5.37; the machine has 13.0.88
+nvidia-nvjitlink>=13.0.88,<14  cuda-toolkit 13.0.3 (torch 2.13 and 2.14) asks for >=13.0.88,<14; pip picked the newest, 13.5.37; the machine has 13.0.88
 LIST
-# B. On the machine in a version torch 2.13 loads: every symbol torch 2.13's
+# B. On the machine in a version torch 2.13 and 2.14 load: every symbol their
 # libraries take from these is exported by the machine's copy (nm over the
 # wheels of exactly those versions), torch's preload finds them on sys.path
 # after /tmp/vllm-site, and torch 2.13 imports against exactly that set (seen
 # on a CPU machine whose python3 holds torch 2.11.0's cu130 set). NCCL is not
-# here: torch 2.13 uses 8 NCCL symbols that the machine's 2.28.9 lacks, and
-# its import fails there (undefined symbol: ncclCommResume).
+# here: torch 2.13 and 2.14 use NCCL symbols that the machine's 2.28.9 lacks,
+# and the import fails there (undefined symbol: ncclCommResume).
 [ "${STAGE_SEND_CUDA_LIBS:-0}" = 1 ] || cat >> "$work/exclude.txt" <<'LIST'
-nvidia-cublas==13.1.0.3          torch 2.13 pins 13.1.1.3
-nvidia-cudnn-cu13==9.19.0.56     torch 2.13 pins 9.20.0.48; torch.backends.cudnn's minor-version check raises when reached (cuDNN paths: conv, RNN; none on a dense model), and the device step's export line turns it into a warning
-nvidia-cusparselt-cu13==0.8.0    torch 2.13 pins 0.8.1
+nvidia-cublas==13.1.0.3          torch 2.13 and 2.14 pin 13.1.1.3
+nvidia-cudnn-cu13==9.19.0.56     torch 2.13 pins 9.20.0.48, 2.14 9.24.0.43; torch.backends.cudnn's minor-version check raises when reached (cuDNN paths: conv, RNN; none on a dense model), and the device step's export line turns it into a warning
+nvidia-cusparselt-cu13==0.8.0    torch 2.13 and 2.14 pin 0.8.1
 LIST
 python3 - "$work/report.json" "$here/gpu-base-cu130.txt" "$work/need.txt" "$work/exclude.txt" "$work/machine-expects.txt" <<'PY'
 import json, sys
@@ -131,7 +136,7 @@ du -b "$work/wheels"/*.whl | sort -n | awk '{t+=$1; printf "%8.1f MB  %s\n", $1/
 [ "$dry" = 1 ] && { echo "[stage] dry run: nothing packed"; exit 0; }
 
 echo "[stage] trimming vllm (no FA2, MoE, DeepGEMM, FlashMLA: not loaded by dense models on sm_90)"
-python3 - "$work/wheels"/vllm-0.32.0-*.whl <<'PY'
+python3 - "$work/wheels"/vllm-"$version"-*.whl <<'PY'
 import os, sys, zipfile
 drop = ("vllm/vllm_flash_attn/_vllm_fa2_C", "vllm/_moe_C", "vllm/third_party/deep_gemm/", "vllm/_flashmla")
 src = sys.argv[1]
@@ -150,7 +155,8 @@ tar cf - -C "$work" wheels | xz -${XZ_LEVEL:-6} -T0 | split -b "${chunk_mb}00000
 n=$(ls "$dest"/part_* | wc -l)
 for p in "$dest"/part_*; do mkdir "$dest/c_${p##*_}"; mv "$p" "$dest/c_${p##*_}/"; done
 echo "$n" > "$dest/tools/count"
-cp "$here/device-step-0.32.sh" "$work/machine-expects.txt" "$dest/tools/"
+echo "$version" > "$dest/tools/version"
+cp "$here/device-step-newer.sh" "$work/machine-expects.txt" "$dest/tools/"
 du -sh "$dest"/c_* | tail -3; du -sh "$dest"
 echo "[stage] done: $n chunks. Send them in order, back to back (docs/gpu-staging.md):"
-for c in "$dest"/c_*; do echo "  carry [.device/v032/tools, .device/v032/${c##*/}]  command: bash .device/v032/tools/device-step-0.32.sh"; done
+for c in "$dest"/c_*; do echo "  carry [.device/$tag/tools, .device/$tag/${c##*/}]  command: bash .device/$tag/tools/device-step-newer.sh"; done
