@@ -38,7 +38,8 @@ def test_upstream_sampler_lines_keep_upstream_settings(line):
     owners = {part: choice.owner for part, choice in LINE_PARTS[line].items()}
     assert owners["use_fp64_gumbel setting"] is Owner.UPSTREAM
     assert owners["VLLM_USE_FLASHINFER_SAMPLER"] is Owner.UPSTREAM
-    assert owners["top-k/top-p, batches FlashInfer may take"] is Owner.UPSTREAM
+    # Unless VLLM_USE_FLASHINFER_SAMPLER=1 asks for FlashInfer.
+    assert owners["top-k/top-p, batches FlashInfer may take"] is Owner.PLUGIN
 
 
 def test_0_32_ratios_name_their_measurement():

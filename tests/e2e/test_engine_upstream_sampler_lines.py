@@ -2,8 +2,9 @@
 
 On these lines the plugin replaces only the Sampler's draw (``PluginSampler``
 of integration/v0_32 or v0_33 overrides ``_sample_random``); the rejection
-sampler, the n-gram proposer, ``use_fp64_gumbel`` and the FlashInfer decision
-stay upstream's (docs/design/vllm-0.32-integration.md). So these tests check
+sampler, the n-gram proposer and ``use_fp64_gumbel`` stay upstream's
+(docs/design/vllm-0.32-integration.md), and FlashInfer keeps its batches only
+when ``VLLM_USE_FLASHINFER_SAMPLER=1`` asks for it. So these tests check
 that the runner holds the plugin's sampler with upstream's precision flag,
 that seeded requests reproduce and are batch-invariant, that upstream's
 speculation and every rejection method still run around the plugin's
@@ -25,9 +26,9 @@ without speculation, as tests/e2e/test_engine.py does) or give the request a
 logit bias of distinct levels 0.15 apart, so that its own distribution, not
 the model's noise, decides which tokens survive top-k/top-p (batch invariance).
 
-Parallel shells (not yet timed on a GPU: estimated at 1 to 3 minutes each on
-an H100, the ``fp32`` group more if FlashInfer compiles its sampling kernels
-on first use):
+Parallel shells (about 4 minutes in all on an H100, the ``fp32`` group
+about 2 more where FlashInfer first compiles its sampling kernels, for the
+engine that asks for it):
 ``-k fp32``, ``-k "fp64 or watermark"``, ``-k "ngram_speculation and async_off"``,
 ``-k "ngram_speculation and async_on"``, ``-k rejection_method``,
 ``-k upstream_feature``.
@@ -151,7 +152,7 @@ def tiny_model(tmp_path_factory) -> str:
 
 
 def run_engine(
-    model: str, kwargs: str, body: str, env: dict[str, str] | None = None, setup: str = ""
+    model: str, kwargs: str, body: str, env: dict[str, str | None] | None = None, setup: str = ""
 ) -> dict:
     code = ENGINE.format(probe=PROBE, setup=setup, model=model, kwargs=kwargs, bias=BIAS_SRC)
     code += body + "\nprint(json.dumps(info))\n"
@@ -272,19 +273,27 @@ def seedless():
 phase("seedless", seedless)
 """
 
+# name: (use_fp64_gumbel, environment, whether FlashInfer keeps its batches
+# on a GPU it supports).
 SAMPLER_ENGINES = {
-    # FlashInfer as upstream decides it by default (on where supported).
-    "fp32_flashinfer_default": (False, {}),
-    # FlashInfer off: seedless top-k/top-p batches come to the plugin too.
-    "fp64_flashinfer_off": (True, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}),
+    # VLLM_USE_FLASHINFER_SAMPLER unset: the plugin's fused kernel takes the
+    # seedless top-k/top-p batches upstream would give FlashInfer.
+    "fp32_flashinfer_default": (False, {}, False),
+    # Asked for: FlashInfer keeps them (and compiles its kernels here).
+    "fp32_flashinfer_forced": (False, {"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True),
+    # Off: the plugin's, as upstream's own setting says.
+    "fp64_flashinfer_off": (True, {"VLLM_USE_FLASHINFER_SAMPLER": "0"}, False),
 }
 
 
 @pytest.fixture(scope="module", params=list(SAMPLER_ENGINES))
 def sampler_run(request, tiny_model) -> dict:
-    fp64, env = SAMPLER_ENGINES[request.param]
+    fp64, env, flashinfer = SAMPLER_ENGINES[request.param]
+    # The unset case must be unset here, whatever the caller's environment.
+    env = {"VLLM_USE_FLASHINFER_SAMPLER": None, **env}
     result = run_engine(tiny_model, f"enforce_eager=True, use_fp64_gumbel={fp64}", SAMPLER, env)
     result["expected_fp64"] = fp64
+    result["expected_flashinfer"] = flashinfer
     return result
 
 
@@ -363,17 +372,17 @@ def test_batches_with_a_seeded_or_greedy_row_stay_off_flashinfer(sampler_run):
     assert any(r["top_k_top_p"] for r in routes)
 
 
-def test_seedless_top_k_top_p_batches_go_where_upstream_sends_them(sampler_run):
-    """A batch of unseeded top-k/top-p rows goes to FlashInfer exactly when
-    upstream enabled it (``use_flashinfer``), and otherwise to the plugin;
-    either way the tokens are valid."""
+def test_seedless_top_k_top_p_batches_are_flashinfers_only_when_asked_for(sampler_run):
+    """A batch of unseeded top-k/top-p rows goes to FlashInfer only with
+    ``VLLM_USE_FLASHINFER_SAMPLER=1`` (on this GPU, which FlashInfer
+    supports); unset or ``0``, to the plugin's fused kernel. Either way the
+    tokens are valid."""
     assert sampler_run["seedless_error"] is None, sampler_run["seedless_error"]
     print(f"use_flashinfer={sampler_run['flashinfer']}")
+    assert sampler_run["flashinfer"] is sampler_run["expected_flashinfer"]
     routes = sampler_run["routes_seedless"]
     assert routes and all(r["top_k_top_p"] for r in routes), routes
     assert all(r["fused"] is sampler_run["flashinfer"] for r in routes), routes
-    if sampler_run["expected_fp64"]:  # the engine with VLLM_USE_FLASHINFER_SAMPLER=0
-        assert sampler_run["flashinfer"] is False
     _assert_valid(sampler_run["seedless"], sampler_run["vocab"], 8)
 
 

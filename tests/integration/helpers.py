@@ -15,11 +15,13 @@ QUIET_ENV = {"VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def run_python(
-    code: str, env: dict[str, str] | None = None, timeout: int = 300, prelude: str = ""
+    code: str, env: dict[str, str | None] | None = None, timeout: int = 300, prelude: str = ""
 ) -> str:
     """Run ``prelude`` then ``code`` (dedented) in a new interpreter; return
-    stdout, fail with its stderr."""
-    full_env = {**os.environ, **QUIET_ENV, **(env or {})}
+    stdout, fail with its stderr. ``env`` adds to this process's environment;
+    a ``None`` value removes that variable."""
+    merged = {**os.environ, **QUIET_ENV, **(env or {})}
+    full_env = {name: value for name, value in merged.items() if value is not None}
     proc = subprocess.run(
         [sys.executable, "-c", prelude + textwrap.dedent(code)],
         capture_output=True,

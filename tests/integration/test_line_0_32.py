@@ -258,6 +258,70 @@ def test_sampling_mask_request_returns_the_masked_logits():
     assert out.strip().splitlines()[-1] == "ok"
 
 
+@pytest.mark.parametrize(
+    "env_value, keeps_flashinfer, note",
+    [
+        (None, False, "FlashInfer would take are the plugin's fused kernel's"),
+        ("1", True, "FlashInfer batches stay upstream's"),
+        ("0", False, "FlashInfer is off"),
+    ],
+    ids=["unset", "1", "0"],
+)
+def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
+    env_value, keeps_flashinfer, note
+):
+    """The 0.20 line's tri-state on upstream's variable: unset, the plugin's
+    fused kernel takes the seedless top-k/top-p batches upstream would give
+    FlashInfer; ``1`` keeps them FlashInfer's. One log line says which.
+    Upstream's support check is stood in for by a GPU it supports."""
+    out = run_python(
+        f"""
+        import logging
+        from vllm import envs
+        import vllm.v1.worker.gpu.sample.sampler as upstream
+        import vllm_sampling_plugin.integration.upstream_sampler as draw_module
+        upstream.flashinfer_sampler_supported = lambda: envs.VLLM_USE_FLASHINFER_SAMPLER
+        os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
+        if {env_value!r} is not None:
+            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = {env_value!r}
+        notes, routes = [], []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                notes.append(record.getMessage())
+        plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
+        plugin_logger.addHandler(Keep())
+        plugin_logger.setLevel(logging.INFO)  # the tests' environment quiets vLLM
+        def fake_flashinfer(logits, top_k, top_p):
+            routes.append("flashinfer")
+            return torch.zeros(logits.shape[0], dtype=torch.int32)
+        upstream.flashinfer_sample = fake_flashinfer
+        fused = draw_module.top_k_top_p_sample
+        def spy_fused(*args, **kwargs):
+            routes.append("fused")
+            return fused(*args, **kwargs)
+        draw_module.top_k_top_p_sample = spy_fused
+
+        sampler = build_sampler()
+        assert sampler.use_flashinfer is {keeps_flashinfer}
+        (line,) = [n for n in notes if n.startswith("vllm-sampling-plugin sampler:")]
+        assert {note!r} in line, line
+        sampler.add_request(0, SamplingParams(temperature=1.0, top_k=5))
+        sampler.apply_staged_writes()
+        idx = torch.tensor([0], dtype=torch.int32)
+        sampled, _ = sampler.sample(
+            torch.randn(1, VOCAB), idx, idx, np.array([0]), torch.tensor([0]),
+            torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+            np.array([1]),
+        )
+        assert routes == [{"'flashinfer'" if keeps_flashinfer else "'fused'"}], routes
+        assert 0 <= int(sampled[0]) < VOCAB
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
 def test_flashinfer_batches_stay_upstream():
     out = run_python(
         """

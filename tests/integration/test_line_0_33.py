@@ -275,6 +275,71 @@ def test_seeded_top_k_top_p_batch_goes_to_the_fused_kernel_and_stays_batch_invar
     assert out.strip().splitlines()[-1] == "ok"
 
 
+# Upstream's flashinfer_sampler_supported() on a GPU it supports: on unless
+# VLLM_USE_FLASHINFER_SAMPLER=0 (the CPU platform here would say no).
+SUPPORTED_GPU = """
+import logging
+from vllm import envs
+upstream.flashinfer_sampler_supported = lambda: envs.VLLM_USE_FLASHINFER_SAMPLER
+os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
+if ENV_VALUE is not None:
+    os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = ENV_VALUE
+notes = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        notes.append(record.getMessage())
+plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
+plugin_logger.addHandler(Keep())
+plugin_logger.setLevel(logging.INFO)  # the tests' environment quiets vLLM
+"""
+
+
+@pytest.mark.parametrize(
+    "env_value, keeps_flashinfer, note",
+    [
+        (None, False, "FlashInfer would take are the plugin's fused kernel's"),
+        ("1", True, "FlashInfer batches stay upstream's"),
+        ("0", False, "FlashInfer is off"),
+    ],
+    ids=["unset", "1", "0"],
+)
+def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
+    env_value, keeps_flashinfer, note
+):
+    """The 0.20 line's tri-state on upstream's variable: unset, the plugin's
+    fused kernel takes the seedless top-k/top-p batches upstream would give
+    FlashInfer; ``1`` keeps them FlashInfer's. One log line says which."""
+    out = run_python(
+        f"""
+        ENV_VALUE = {env_value!r}
+        import os
+        exec(SUPPORTED_GPU)
+        fake_calls = []
+        def fake_flashinfer(logits, top_k, top_p):
+            fake_calls.append(logits.shape)
+            return torch.zeros(logits.shape[0], dtype=torch.int32)
+        upstream.flashinfer_sample = fake_flashinfer
+        sampler = build_sampler()
+        assert sampler.use_flashinfer is {keeps_flashinfer}
+        (line,) = [n for n in notes if n.startswith("vllm-sampling-plugin sampler:")]
+        assert {note!r} in line, line
+        sampler.add_request(0, SamplingParams(temperature=1.0, top_k=5))
+        sampler.apply_staged_writes()
+        sampled, _ = sample(sampler, LOGITS[:1].clone(), [0], [0])
+        assert override_args()["use_fused_sampler"] is {keeps_flashinfer}
+        if {keeps_flashinfer}:
+            assert fake_calls == [(1, VOCAB)] and kernels() == [], kernels()
+        else:
+            assert fake_calls == [] and kernels() == ["top_k_top_p_sample"], kernels()
+            assert 0 <= int(sampled[0]) < VOCAB
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE + f"SUPPORTED_GPU = {SUPPORTED_GPU!r}\n",
+        env=INTERPRET,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
 def test_flashinfer_batch_stays_upstream_and_explicit_seeds_do_not():
     out = run_python(
         """

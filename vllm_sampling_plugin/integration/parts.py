@@ -55,6 +55,13 @@ class PartChoice:
     ratio: str
 
 
+# Where upstream would call FlashInfer (no greedy row, no explicit seed).
+_FLASHINFER_BATCHES_WHY = (
+    "with VLLM_USE_FLASHINFER_SAMPLER unset the plugin's fused kernel draws "
+    "them, as on 0.20 (the same law, drawn faster); "
+    "VLLM_USE_FLASHINFER_SAMPLER=1 keeps them FlashInfer's"
+)
+
 _BENCH = "docs/benchmarks.md, H100"
 _BENCH_0_32 = "bench upstream, H100, docs/benchmarks.md"
 
@@ -119,9 +126,8 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
             f"4.4-6.2x faster than upstream's, FP32 and FP64, B=64-1024 ({_BENCH_0_32})",
         ),
         TOP_K_TOP_P_FLASHINFER: PartChoice(
-            Owner.UPSTREAM,
-            "upstream already calls FlashInfer for these batches; the plugin "
-            "passes them through until an engine run shows its kernel's gain",
+            Owner.PLUGIN,
+            _FLASHINFER_BATCHES_WHY,
             "FlashInfer 0.7.0.post1 takes 5.9-6.2x the plugin's fused kernel's "
             f"time, B=64-1024 ({_BENCH_0_32})",
         ),
@@ -144,8 +150,9 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
         ),
         FLASHINFER_SETTING: PartChoice(
             Owner.UPSTREAM,
-            "upstream's flashinfer_sampler_supported() decides; the plugin "
-            "only takes the batches upstream would not send to FlashInfer",
+            "upstream's variable and support check (flashinfer_sampler_supported); "
+            "the plugin reads only whether it is set: unset, it takes FlashInfer's "
+            "batches; 1 keeps them FlashInfer's",
             "n/a",
         ),
     },
@@ -167,10 +174,9 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
             NOT_MEASURED_0_33,
         ),
         TOP_K_TOP_P_FLASHINFER: PartChoice(
-            Owner.UPSTREAM,
-            "upstream already calls FlashInfer for these batches "
-            "(sample/sampler.py:339-345)",
-            "upstream's own kernel",
+            Owner.PLUGIN,
+            _FLASHINFER_BATCHES_WHY,
+            NOT_MEASURED_0_33,
         ),
         REJECTION: PartChoice(
             Owner.UPSTREAM,
@@ -191,8 +197,9 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
         ),
         FLASHINFER_SETTING: PartChoice(
             Owner.UPSTREAM,
-            "upstream's flashinfer_sampler_supported() decides; the plugin "
-            "only takes the batches upstream would not send to FlashInfer",
+            "upstream's variable and support check (flashinfer_sampler_supported); "
+            "the plugin reads only whether it is set: unset, it takes FlashInfer's "
+            "batches; 1 keeps them FlashInfer's",
             "n/a",
         ),
     },

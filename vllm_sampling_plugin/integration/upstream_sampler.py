@@ -8,15 +8,18 @@ the release's own) does two things: hand FlashInfer/XPU batches to
 for the rest with a ``mask`` callable that applies upstream's top-k/top-p
 mask with that release's arguments. Everything here reads only what both
 releases have: ``sampling_states`` (temperature, seeds, top_k, top_p),
-``use_fp64_gumbel``, ``return_sampling_mask``, ``logprobs_mode`` and
-``get_logprobs_dims``.
+``use_fp64_gumbel``, ``use_flashinfer``, ``return_sampling_mask``,
+``logprobs_mode`` and ``get_logprobs_dims``.
 
 * No top-k/top-p: the plugin's Gumbel-max kernel.
 * top-k/top-p where the returned logits must carry the mask (processed
   logprobs, ``return_sampling_mask``): upstream's mask, then the plugin's
   Gumbel-max kernel.
-* other top-k/top-p batches (greedy rows, explicit seeds, FlashInfer off or
-  unsupported): the plugin's fused top-k/top-p kernel.
+* other top-k/top-p batches: the plugin's fused top-k/top-p kernel. With
+  ``VLLM_USE_FLASHINFER_SAMPLER`` unset that includes the batches upstream
+  would give FlashInfer (no greedy row, no explicit seed): the fused kernel
+  draws the same law 6x faster there (docs/benchmarks.md), as the 0.20 line
+  does. ``VLLM_USE_FLASHINFER_SAMPLER=1`` keeps them FlashInfer's.
 
 Every non-FlashInfer row is drawn with the plugin's (seed, position) noise,
 so a seeded request gets the same token whatever route its batch-mates take.
@@ -31,6 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from vllm import envs
 from vllm.config.model import PROCESSED_LOGPROBS_MODES
 
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
@@ -48,14 +52,31 @@ MaskFn = Callable[[torch.Tensor], torch.Tensor]
 
 class PluginDrawMixin:
     """Mixed in before upstream's ``Sampler``: adds the draw; of upstream's
-    methods it overrides only ``__init__``, to log the precision."""
+    methods it overrides only ``__init__``, to take FlashInfer's batches
+    unless the user asked for FlashInfer, and to log both decisions."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # Upstream turned FlashInfer on where the GPU supports it; only an
+        # explicit VLLM_USE_FLASHINFER_SAMPLER=1 keeps it (=0 already has it off).
+        takes_flashinfer_batches = self.use_flashinfer and not envs.is_set(
+            "VLLM_USE_FLASHINFER_SAMPLER"
+        )
+        if takes_flashinfer_batches:
+            self.use_flashinfer = False
+            flashinfer_note = (
+                "top-k/top-p batches FlashInfer would take are the plugin's fused "
+                "kernel's (VLLM_USE_FLASHINFER_SAMPLER=1 keeps them FlashInfer's)"
+            )
+        elif self.use_flashinfer:
+            flashinfer_note = "FlashInfer batches stay upstream's (VLLM_USE_FLASHINFER_SAMPLER=1)"
+        else:
+            flashinfer_note = "FlashInfer is off; every top-k/top-p batch is the plugin's"
         logger.info(
             "vllm-sampling-plugin sampler: Gumbel-max noise in %s (upstream's "
-            "use_fp64_gumbel); FlashInfer batches stay upstream's.",
+            "use_fp64_gumbel); %s.",
             "FP64, upstream's murmur3 stream" if self.use_fp64_gumbel else "FP32",
+            flashinfer_note,
         )
 
     def needs_masked_logits(self, idx_mapping_np: np.ndarray) -> bool:

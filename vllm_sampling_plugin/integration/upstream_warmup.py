@@ -17,8 +17,9 @@ when some request needs processing, so a greedy batch reaches the draw in
 bfloat16), on zero logits and the zero-initialised request state.
 It writes only its outputs, which it drops: no token changes. Upstream's
 speculative verification draws with its own kernels, so the plugin's draw
-sees at most max_num_reqs rows. FlashInfer batches stay upstream's and so
-does their first-use cost.
+sees at most max_num_reqs rows. Where the user keeps FlashInfer
+(``VLLM_USE_FLASHINFER_SAMPLER=1``) its batches stay upstream's, and so does
+their first-use cost.
 """
 
 from __future__ import annotations
