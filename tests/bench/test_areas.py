@@ -103,10 +103,11 @@ def test_bench_tables_renders_end_to_end_reports_one_row_per_cell(path):
 
 @pytest.mark.parametrize("path", UPSTREAM_REPORTS, ids=lambda p: p.name)
 def test_upstream_reports_render_and_give_the_parts_ratios(path):
-    """bench upstream's reports (vLLM 0.32 side by side): one table row per
-    result, and a ratio string for every part they time."""
+    """bench upstream's reports (vLLM 0.32 or 0.33 side by side): one table
+    row per result, and a ratio string for every part they time."""
     data = json.loads(path.read_text())
-    assert data["benchmark"] == "upstream" and data["vllm_line"] == "0.32"
+    assert data["benchmark"] == "upstream" and data["vllm_line"] in ("0.32", "0.33")
+    assert path.name.startswith(f"upstream-{data['vllm_line']}-")
     table = upstream.markdown_table(data["results"]).splitlines()
     assert len(table) == 2 + len(data["results"])
     ratios = upstream.parts_ratios(data)

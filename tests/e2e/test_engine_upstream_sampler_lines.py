@@ -350,7 +350,10 @@ def test_seeded_request_is_batch_invariant(sampler_run):
 def test_raw_logprobs_are_the_models(sampler_run):
     """Default logprobs mode: the returned logprobs are of the raw logits
     (the dummy model's near-uniform ones, about -ln(vocab)), include the
-    sampled token, and are not renormalised over the top-k the draw used."""
+    sampled token, and are not renormalised over the top-k the draw used
+    (top_k=40: renormalised they would be near -ln 40, 3.2 nats higher).
+    0.32's dummy weights put every logprob within 0.01 of -ln(vocab), 0.33's
+    within about 0.03 (H100), hence 0.1."""
     log_vocab = math.log(sampler_run["vocab"])
     rows = sampler_run["raw_logprobs"]
     assert len(rows) == 8 and all(len(r) == 8 for r in rows)
@@ -358,7 +361,7 @@ def test_raw_logprobs_are_the_models(sampler_run):
         for token, entries in row:
             values = dict(entries)
             assert token in {int(t) for t in values} and len(values) >= 5
-            assert all(abs(v + log_vocab) < 0.01 for v in values.values()), values
+            assert all(abs(v + log_vocab) < 0.1 for v in values.values()), values
 
 
 def test_batches_with_a_seeded_or_greedy_row_stay_off_flashinfer(sampler_run):
