@@ -10,7 +10,7 @@
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
 # narrows the benchmark (e.g. "--batch-sizes 64 256 1024"); E2E_ARGS comes after an e2e
 # step's own options, so it overrides them (e.g. "--max-num-seqs 64").
-# vLLM 0.32 on the lent GPU machine (torch 2.13): stage it first, docs/gpu-staging.md says how.
+# vLLM 0.32/0.33 on the lent GPU machine (torch 2.13/2.14): stage it first, docs/gpu-staging.md says how.
 set -uo pipefail
 out=${OUT:-gpu-results}
 mkdir -p "$out"

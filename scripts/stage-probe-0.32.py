@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks an exclusion list of scripts/stage-vllm-0.32.sh on a machine without
+"""Checks an exclusion list of scripts/stage-vllm-newer.sh on a machine without
 a GPU: imports vLLM's dense serving path twice, from a view of a venv's
 site-packages with every package and from one without the named
 distributions, and prints what differs.
