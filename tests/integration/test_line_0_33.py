@@ -275,25 +275,6 @@ def test_seeded_top_k_top_p_batch_goes_to_the_fused_kernel_and_stays_batch_invar
     assert out.strip().splitlines()[-1] == "ok"
 
 
-# Upstream's flashinfer_sampler_supported() on a GPU it supports: on unless
-# VLLM_USE_FLASHINFER_SAMPLER=0 (the CPU platform here would say no).
-SUPPORTED_GPU = """
-import logging
-from vllm import envs
-upstream.flashinfer_sampler_supported = lambda: envs.VLLM_USE_FLASHINFER_SAMPLER
-os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
-if ENV_VALUE is not None:
-    os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = ENV_VALUE
-notes = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        notes.append(record.getMessage())
-plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
-plugin_logger.addHandler(Keep())
-plugin_logger.setLevel(logging.INFO)  # the tests' environment quiets vLLM
-"""
-
-
 @pytest.mark.parametrize(
     "env_value, keeps_flashinfer, note",
     [
@@ -311,9 +292,21 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
     FlashInfer; ``1`` keeps them FlashInfer's. One log line says which."""
     out = run_python(
         f"""
-        ENV_VALUE = {env_value!r}
+        import logging
         import os
-        exec(SUPPORTED_GPU)
+        from vllm import envs
+        # Upstream's support check on a GPU it supports: on unless =0.
+        upstream.flashinfer_sampler_supported = lambda: envs.VLLM_USE_FLASHINFER_SAMPLER
+        os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
+        if {env_value!r} is not None:
+            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = {env_value!r}
+        notes = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                notes.append(record.getMessage())
+        plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
+        plugin_logger.addHandler(Keep())
+        plugin_logger.setLevel(logging.INFO)  # the tests' environment quiets vLLM
         fake_calls = []
         def fake_flashinfer(logits, top_k, top_p):
             fake_calls.append(logits.shape)
@@ -334,7 +327,7 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
             assert 0 <= int(sampled[0]) < VOCAB
         print("ok")
         """,
-        prelude=SAMPLER_PRELUDE + f"SUPPORTED_GPU = {SUPPORTED_GPU!r}\n",
+        prelude=SAMPLER_PRELUDE,
         env=INTERPRET,
     )
     assert out.strip().splitlines()[-1] == "ok"
