@@ -9,7 +9,14 @@ Triton's interpreter.
 
 import pytest
 
-from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
+from tests.integration.helpers import (
+    CPU_DEVICE_SHIM,
+    FLASHINFER_DECISION_IDS,
+    FLASHINFER_DECISIONS,
+    UPSTREAM_SAMPLER_BUILDER,
+    flashinfer_decision_prelude,
+    run_python,
+)
 from tests.vllm_lines import needs_vllm_line
 
 pytestmark = needs_vllm_line("0.32")
@@ -71,42 +78,17 @@ def test_unsupported_version_leaves_vllm_untouched_and_logs_one_error():
     assert out.strip().splitlines()[-1] == "ok"
 
 
-# Builds the sampler with the keyword arguments of upstream's
-# GPUModelRunner.load_model (model_runner.py:471-483 in 0.32), on the CPU:
-# without pinned memory, vLLM's buffers fall back to plain tensors.
-SAMPLER_PRELUDE = CPU_DEVICE_SHIM + """
+# The upstream sampler on the CPU (helpers.UPSTREAM_SAMPLER_BUILDER), and
+# draw(), which calls the overridden _sample_random the way upstream's
+# Sampler.sample does in 0.32.
+SAMPLER_PRELUDE = (
+    CPU_DEVICE_SHIM
+    + """
 import os
 os.environ["TRITON_INTERPRET"] = "1"
-import numpy as np
-import torch
-import vllm.v1.worker.gpu.buffer_utils as buffer_utils
-buffer_utils.is_uva_available = lambda: False
-from vllm.plugins import load_general_plugins
-load_general_plugins()
-import vllm.v1.worker.gpu.model_runner as mr
-from vllm.config import VllmConfig
-from vllm.sampling_params import SamplingParams
-from vllm.v1.worker.gpu.states import RequestState
-
-VOCAB, MAX_REQS = 64, 8
-CPU = torch.device("cpu")
-
-def build_sampler(**overrides):
-    vllm_config = VllmConfig()
-    req_states = RequestState(
-        max_num_reqs=MAX_REQS, max_model_len=128, max_num_batched_tokens=128,
-        num_speculative_steps=0, vocab_size=VOCAB, device=CPU,
-    )
-    kwargs = dict(
-        vllm_config=vllm_config, max_num_reqs=MAX_REQS, vocab_size=VOCAB,
-        device=CPU, req_states=req_states, logprobs_mode="raw_logprobs",
-        num_speculative_tokens=1, use_fp64_gumbel=False,
-        enable_trace_replay=False, return_sampling_mask=False,
-        custom_logits_processors=(),
-    )
-    kwargs.update(overrides)
-    return mr.Sampler(**kwargs)
-
+"""
+    + UPSTREAM_SAMPLER_BUILDER
+    + """
 def draw(sampler, logits, slots, pos):
     idx = torch.tensor(slots, dtype=torch.int32)
     idx_np = np.array(slots)
@@ -115,9 +97,8 @@ def draw(sampler, logits, slots, pos):
         logits, idx, idx_np, torch.tensor(pos, dtype=torch.int64), top_k, top_p,
         False,
     )
-
-LOGITS = torch.randn(MAX_REQS, VOCAB, generator=torch.Generator().manual_seed(0))
 """
+)
 
 
 @pytest.mark.parametrize("fp64", [False, True])
@@ -259,38 +240,18 @@ def test_sampling_mask_request_returns_the_masked_logits():
 
 
 @pytest.mark.parametrize(
-    "env_value, keeps_flashinfer, note",
-    [
-        (None, False, "FlashInfer would take are the plugin's fused kernel's"),
-        ("1", True, "FlashInfer batches stay upstream's"),
-        ("0", False, "FlashInfer is off"),
-    ],
-    ids=["unset", "1", "0"],
+    "env_value, keeps_flashinfer, note", FLASHINFER_DECISIONS, ids=FLASHINFER_DECISION_IDS
 )
 def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
     env_value, keeps_flashinfer, note
 ):
     """The 0.20 line's tri-state on upstream's variable: unset, the plugin's
     fused kernel takes the seedless top-k/top-p batches upstream would give
-    FlashInfer; ``1`` keeps them FlashInfer's. One log line says which.
-    Upstream's support check is stood in for by a GPU it supports."""
+    FlashInfer; ``1`` keeps them FlashInfer's. One log line says which."""
     out = run_python(
         f"""
-        import logging
-        from vllm import envs
-        import vllm.v1.worker.gpu.sample.sampler as upstream
         import vllm_sampling_plugin.integration.upstream_sampler as draw_module
-        upstream.flashinfer_sampler_supported = lambda: envs.VLLM_USE_FLASHINFER_SAMPLER
-        os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
-        if {env_value!r} is not None:
-            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = {env_value!r}
-        notes, routes = [], []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                notes.append(record.getMessage())
-        plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
-        plugin_logger.addHandler(Keep())
-        plugin_logger.setLevel(logging.INFO)  # the tests' environment quiets vLLM
+        routes = []
         def fake_flashinfer(logits, top_k, top_p):
             routes.append("flashinfer")
             return torch.zeros(logits.shape[0], dtype=torch.int32)
@@ -303,8 +264,7 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
 
         sampler = build_sampler()
         assert sampler.use_flashinfer is {keeps_flashinfer}
-        (line,) = [n for n in notes if n.startswith("vllm-sampling-plugin sampler:")]
-        assert {note!r} in line, line
+        assert {note!r} in decision_line(), decision_line()
         sampler.add_request(0, SamplingParams(temperature=1.0, top_k=5))
         sampler.apply_staged_writes()
         idx = torch.tensor([0], dtype=torch.int32)
@@ -317,7 +277,7 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
         assert 0 <= int(sampled[0]) < VOCAB
         print("ok")
         """,
-        prelude=SAMPLER_PRELUDE,
+        prelude=SAMPLER_PRELUDE + flashinfer_decision_prelude(env_value),
     )
     assert out.strip().splitlines()[-1] == "ok"
 

@@ -16,7 +16,14 @@ from tests.vllm_lines import skip_module_unless_line
 
 skip_module_unless_line("0.33")  # before anything imports 0.33's internals
 
-from tests.integration.helpers import CPU_DEVICE_SHIM, run_python  # noqa: E402
+from tests.integration.helpers import (  # noqa: E402
+    CPU_DEVICE_SHIM,
+    FLASHINFER_DECISION_IDS,
+    FLASHINFER_DECISIONS,
+    UPSTREAM_SAMPLER_BUILDER,
+    flashinfer_decision_prelude,
+    run_python,
+)
 
 # Triton 3.8 (vLLM 0.33's) decides interpreter mode when triton is imported,
 # which the CPU shim's vLLM import already does: set it in the environment.
@@ -107,28 +114,17 @@ def test_a_later_release_leaves_vllm_untouched_and_logs_one_error():
     assert out.strip().splitlines()[-1] == "ok"
 
 
-# Builds the sampler with the keyword arguments of upstream's
-# GPUModelRunner.load_model (model_runner.py:481-495 in 0.33.0), on the CPU:
-# without pinned memory, vLLM's buffers fall back to plain tensors. Spies
+# The upstream sampler on the CPU (helpers.UPSTREAM_SAMPLER_BUILDER); spies
 # record what upstream's sample() hands the override and which kernels run.
-SAMPLER_PRELUDE = CPU_DEVICE_SHIM + """
+SAMPLER_PRELUDE = (
+    CPU_DEVICE_SHIM
+    + UPSTREAM_SAMPLER_BUILDER
+    + """
 import inspect
-import numpy as np
-import torch
-import vllm.v1.worker.gpu.buffer_utils as buffer_utils
-buffer_utils.is_uva_available = lambda: False
-from vllm.plugins import load_general_plugins
-load_general_plugins()
-import vllm.v1.worker.gpu.model_runner as mr
 import vllm.v1.worker.gpu.sample.sampler as upstream
 import vllm_sampling_plugin.integration.upstream_sampler as draw_module
-from vllm.config import VllmConfig
-from vllm.sampling_params import SamplingParams
-from vllm.v1.worker.gpu.states import RequestState
 from vllm_sampling_plugin.integration.v0_33.sampler import PluginSampler
 
-VOCAB, MAX_REQS = 64, 8
-CPU = torch.device("cpu")
 CALLS = []  # (name, details) in call order
 
 def spy(owner, name, record=lambda *a, **k: None):
@@ -148,22 +144,6 @@ spy(upstream, "apply_top_k_top_p", lambda *a, **k: k.get("has_topp_only_rows"))
 def never(*args, **kwargs):
     raise AssertionError("upstream's own Gumbel draw ran")
 upstream.gumbel_sample = never
-
-def build_sampler(**overrides):
-    vllm_config = VllmConfig()
-    req_states = RequestState(
-        max_num_reqs=MAX_REQS, max_model_len=128, max_num_batched_tokens=128,
-        num_speculative_steps=0, vocab_size=VOCAB, device=CPU,
-    )
-    kwargs = dict(
-        vllm_config=vllm_config, max_num_reqs=MAX_REQS, vocab_size=VOCAB,
-        device=CPU, req_states=req_states, logprobs_mode="raw_logprobs",
-        num_speculative_tokens=1, use_fp64_gumbel=False,
-        enable_trace_replay=False, return_sampling_mask=False,
-        custom_logits_processors=(),
-    )
-    kwargs.update(overrides)
-    return mr.Sampler(**kwargs)
 
 def sample(sampler, logits, slots, pos):
     # Upstream's Sampler.sample, which calls _sample_random itself.
@@ -188,9 +168,8 @@ def nucleus(row, p):
     order = probs.argsort(descending=True)
     before = probs[order].cumsum(0) - probs[order]
     return set(order[before < p].tolist())
-
-LOGITS = torch.randn(MAX_REQS, VOCAB, generator=torch.Generator().manual_seed(0))
 """
+)
 
 
 @pytest.mark.parametrize("fp64", [False, True])
@@ -276,13 +255,7 @@ def test_seeded_top_k_top_p_batch_goes_to_the_fused_kernel_and_stays_batch_invar
 
 
 @pytest.mark.parametrize(
-    "env_value, keeps_flashinfer, note",
-    [
-        (None, False, "FlashInfer would take are the plugin's fused kernel's"),
-        ("1", True, "FlashInfer batches stay upstream's"),
-        ("0", False, "FlashInfer is off"),
-    ],
-    ids=["unset", "1", "0"],
+    "env_value, keeps_flashinfer, note", FLASHINFER_DECISIONS, ids=FLASHINFER_DECISION_IDS
 )
 def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
     env_value, keeps_flashinfer, note
@@ -292,21 +265,6 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
     FlashInfer; ``1`` keeps them FlashInfer's. One log line says which."""
     out = run_python(
         f"""
-        import logging
-        import os
-        from vllm import envs
-        # Upstream's support check on a GPU it supports: on unless =0.
-        upstream.flashinfer_sampler_supported = lambda: envs.VLLM_USE_FLASHINFER_SAMPLER
-        os.environ.pop("VLLM_USE_FLASHINFER_SAMPLER", None)
-        if {env_value!r} is not None:
-            os.environ["VLLM_USE_FLASHINFER_SAMPLER"] = {env_value!r}
-        notes = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                notes.append(record.getMessage())
-        plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
-        plugin_logger.addHandler(Keep())
-        plugin_logger.setLevel(logging.INFO)  # the tests' environment quiets vLLM
         fake_calls = []
         def fake_flashinfer(logits, top_k, top_p):
             fake_calls.append(logits.shape)
@@ -314,8 +272,7 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
         upstream.flashinfer_sample = fake_flashinfer
         sampler = build_sampler()
         assert sampler.use_flashinfer is {keeps_flashinfer}
-        (line,) = [n for n in notes if n.startswith("vllm-sampling-plugin sampler:")]
-        assert {note!r} in line, line
+        assert {note!r} in decision_line(), decision_line()
         sampler.add_request(0, SamplingParams(temperature=1.0, top_k=5))
         sampler.apply_staged_writes()
         sampled, _ = sample(sampler, LOGITS[:1].clone(), [0], [0])
@@ -327,7 +284,7 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
             assert 0 <= int(sampled[0]) < VOCAB
         print("ok")
         """,
-        prelude=SAMPLER_PRELUDE,
+        prelude=SAMPLER_PRELUDE + flashinfer_decision_prelude(env_value),
         env=INTERPRET,
     )
     assert out.strip().splitlines()[-1] == "ok"
