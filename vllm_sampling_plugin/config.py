@@ -13,7 +13,14 @@ Two settings steer the plugin:
     if the GPU cannot run it), ``0`` turns it off, unset means "on where
     supported". Any other value is an error.
 
-Both are resolved once, in the front-end process, by the ``create_model_config``
+``speculation_policy`` (``--speculation-policy`` / ``LLM(speculation_policy=...)``)
+    How many n-gram draft tokens a request verifies each step. ``adaptive``
+    (the default) verifies only what the proposer found, capped by the
+    request's recent acceptance, so requests without a proposal run one
+    token; ``fixed`` verifies ``num_speculative_tokens`` for every request
+    every step, as vLLM does.
+
+All are resolved once, in the front-end process, by the ``create_model_config``
 wrapper, and stored on the ``ModelConfig`` instance under the attribute names
 below. ``ModelConfig`` travels to every engine-core and worker process (fork,
 spawn or Ray), so every worker decides the same way and none reads the
@@ -32,6 +39,11 @@ FLASHINFER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"
 # Attribute names on vLLM's ModelConfig (class defaults plus instance values).
 FP64_ATTR = "use_fp64_gumbel"
 FLASHINFER_ATTR = "flashinfer_sampler"
+SPECULATION_POLICY_ATTR = "speculation_policy"
+
+ADAPTIVE = "adaptive"
+FIXED = "fixed"
+SPECULATION_POLICIES = (ADAPTIVE, FIXED)
 
 FP64_HELP = (
     "Draw the Gumbel noise of sampling and the uniforms of rejection sampling "
@@ -39,6 +51,24 @@ FP64_HELP = (
     "vLLM 0.20's sampled tokens exactly but costs about 2x in the sampling "
     "kernel; FP32 is the default and samples the same distribution."
 )
+
+SPECULATION_POLICY_HELP = (
+    "How many n-gram draft tokens each request verifies per step "
+    "(vllm-sampling-plugin). 'adaptive' verifies only the tokens the proposer "
+    "found, capped by the request's recent acceptance, so requests without a "
+    "proposal cost one token; 'fixed' verifies num_speculative_tokens for every "
+    "request every step, as vLLM does."
+)
+
+
+def check_speculation_policy(value: object) -> str:
+    """``value`` if it names a policy; ValueError naming the setting otherwise."""
+    if value not in SPECULATION_POLICIES:
+        raise ValueError(
+            f"speculation_policy={value!r} is not valid: use one of "
+            f"{', '.join(repr(p) for p in SPECULATION_POLICIES)}."
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -48,6 +78,7 @@ class PluginSettings:
     use_fp64_gumbel: bool = False
     # None: unset (FlashInfer where supported); True/False: set explicitly.
     flashinfer_sampler: bool | None = None
+    speculation_policy: str = ADAPTIVE
 
 
 def parse_flashinfer_env(environ: dict[str, str] | None = None) -> bool | None:
@@ -74,4 +105,5 @@ def settings_from_model_config(model_config: object | None) -> PluginSettings:
     return PluginSettings(
         use_fp64_gumbel=bool(getattr(model_config, FP64_ATTR, False)),
         flashinfer_sampler=getattr(model_config, FLASHINFER_ATTR, None),
+        speculation_policy=getattr(model_config, SPECULATION_POLICY_ATTR, ADAPTIVE),
     )

@@ -1,17 +1,19 @@
-"""Teach ``EngineArgs`` the plugin's ``use_fp64_gumbel`` and carry the settings
-into ``ModelConfig``.
+"""Teach ``EngineArgs`` the plugin's ``use_fp64_gumbel`` and
+``speculation_policy`` and carry the settings into ``ModelConfig``.
 
 vLLM 0.20 gives plugins no way to add an engine argument, so four methods are
 wrapped (each wrapper calls the original and adds one thing):
 
 * ``EngineArgs.__init__`` and ``AsyncEngineArgs.__init__`` (each dataclass has
-  its own generated ``__init__``) accept ``use_fp64_gumbel=`` and store it as a
-  plain attribute, so ``EngineArgs(...)`` and ``LLM(...)`` take the keyword;
+  its own generated ``__init__``) accept ``use_fp64_gumbel=`` and
+  ``speculation_policy=`` and store them as plain attributes, so
+  ``EngineArgs(...)`` and ``LLM(...)`` take the keywords;
 * ``EngineArgs.add_cli_args`` (a staticmethod, also reached from
   ``AsyncEngineArgs.add_cli_args``) adds ``--use-fp64-gumbel`` /
-  ``--no-use-fp64-gumbel`` to the ModelConfig group;
-* ``EngineArgs.from_cli_args`` copies the parsed flag, which it would
-  otherwise drop because it is not a dataclass field;
+  ``--no-use-fp64-gumbel`` to the ModelConfig group and
+  ``--speculation-policy`` to the SpeculativeConfig group;
+* ``EngineArgs.from_cli_args`` copies the parsed flags, which it would
+  otherwise drop because they are not dataclass fields;
 * ``EngineArgs.create_model_config`` stores the resolved settings on the
   ModelConfig it builds (see :mod:`vllm_sampling_plugin.config`).
 """
@@ -24,6 +26,7 @@ from vllm_sampling_plugin import config as cfg
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 FP64_FLAG = "--use-fp64-gumbel"
+POLICY_FLAG = "--speculation-policy"
 
 
 def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> None:
@@ -31,6 +34,7 @@ def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> Non
     if engine_args_cls.__dict__.get(_PATCHED, False):
         return
     engine_args_cls.use_fp64_gumbel = False
+    engine_args_cls.speculation_policy = cfg.ADAPTIVE
     for cls in (engine_args_cls, async_engine_args_cls):
         cls.__init__ = _accepting_fp64_keyword(cls.__dict__["__init__"])
     engine_args_cls.add_cli_args = staticmethod(
@@ -47,13 +51,20 @@ def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> Non
 
 def _accepting_fp64_keyword(init):
     @functools.wraps(init)
-    def __init__(self, *args, use_fp64_gumbel: bool = False, **kwargs):
+    def __init__(
+        self,
+        *args,
+        use_fp64_gumbel: bool = False,
+        speculation_policy: str = cfg.ADAPTIVE,
+        **kwargs,
+    ):
         if not isinstance(use_fp64_gumbel, bool):
             raise TypeError(
                 f"use_fp64_gumbel must be a bool, got {type(use_fp64_gumbel).__name__}"
             )
-        # Set before the original __init__, whose __post_init__ may look at it.
+        # Set before the original __init__, whose __post_init__ may look at them.
         self.use_fp64_gumbel = use_fp64_gumbel
+        self.speculation_policy = cfg.check_speculation_policy(speculation_policy)
         init(self, *args, **kwargs)
 
     return __init__
@@ -75,6 +86,17 @@ def _adding_fp64_flag(add_cli_args):
             default=False,
             help=cfg.FP64_HELP,
         )
+        spec_group = next(
+            (g for g in parser._action_groups if g.title == "SpeculativeConfig"),
+            group,
+        )
+        spec_group.add_argument(
+            POLICY_FLAG,
+            dest="speculation_policy",
+            choices=cfg.SPECULATION_POLICIES,
+            default=cfg.ADAPTIVE,
+            help=cfg.SPECULATION_POLICY_HELP,
+        )
         return parser
 
     return wrapper
@@ -85,6 +107,9 @@ def _carrying_fp64_flag(from_cli_args):
     def wrapper(cls, args: argparse.Namespace):
         engine_args = from_cli_args(cls, args)
         engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", False))
+        engine_args.speculation_policy = cfg.check_speculation_policy(
+            getattr(args, "speculation_policy", cfg.ADAPTIVE)
+        )
         return engine_args
 
     return wrapper
@@ -96,6 +121,7 @@ def _storing_settings(create_model_config):
         model_config = create_model_config(self, *args, **kwargs)
         setattr(model_config, cfg.FP64_ATTR, bool(self.use_fp64_gumbel))
         setattr(model_config, cfg.FLASHINFER_ATTR, cfg.parse_flashinfer_env())
+        setattr(model_config, cfg.SPECULATION_POLICY_ATTR, self.speculation_policy)
         return model_config
 
     return wrapper

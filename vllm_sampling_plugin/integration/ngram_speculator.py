@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from vllm_sampling_plugin.config import ADAPTIVE, settings_from_model_config
 from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
 from vllm_sampling_plugin.ops.ngram.launcher import NGRAM_MAX_N
 
@@ -67,6 +68,10 @@ class NgramProposerGPU:
                 "speculative_config must be set to use the n-gram speculator"
             )
         self.min_n, self.max_n, self.k = ngram_settings(speculative_config)
+        # Under the adaptive policy the runner sends num_proposed() to the
+        # scheduler with every output (integration/proposal_report.py).
+        settings = settings_from_model_config(vllm_config.model_config)
+        self.reports_proposals = settings.speculation_policy == ADAPTIVE
         self.device = device
         self.max_num_reqs = vllm_config.scheduler_config.max_num_seqs
         # There is no draft model; the runner still reads `.model`.
@@ -158,6 +163,11 @@ class NgramProposerGPU:
         )
         self.step_inputs_checked = True
         return drafts
+
+    def num_proposed(self, num_reqs: int) -> torch.Tensor:
+        """``[num_reqs]`` int32: how many of the last ``propose``'s drafts
+        are the n-gram's (the rest repeat the last sampled token)."""
+        return self.num_drafts[:num_reqs]
 
     def draft(
         self,

@@ -13,9 +13,16 @@ def apply() -> None:
     import vllm.engine.arg_utils as arg_utils
     import vllm.v1.worker.gpu.model_runner as model_runner
     from vllm.config import ModelConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.request import Request
+    from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 
     from vllm_sampling_plugin import config as cfg
+    from vllm_sampling_plugin.integration.decode_graphs import (
+        adding_single_token_decode_graphs,
+    )
     from vllm_sampling_plugin.integration.engine_args import patch_engine_args
+    from vllm_sampling_plugin.integration.proposal_report import reporting_proposals
     from vllm_sampling_plugin.integration.rejection_sampler import (
         PluginRejectionSampler,
     )
@@ -24,6 +31,7 @@ def apply() -> None:
     from vllm_sampling_plugin.integration.spec_sampling_fields import (
         patch_spec_decode_validation,
     )
+    from vllm_sampling_plugin.integration.speculation_policy import patch_scheduler
     from vllm_sampling_plugin.integration.speculator import (
         connecting_speculator,
         init_speculator,
@@ -36,6 +44,7 @@ def apply() -> None:
     # models, tests) still answer with the defaults.
     setattr(ModelConfig, cfg.FP64_ATTR, False)
     setattr(ModelConfig, cfg.FLASHINFER_ATTR, None)
+    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, cfg.ADAPTIVE)
     patch_vllm_config()
     patch_spec_decode_validation()
     patch_request_limits()
@@ -47,3 +56,11 @@ def apply() -> None:
     runner_cls.__init__ = connecting_speculator(runner_cls.__init__)
     # The profile run compiles every sampling kernel variant before serving.
     runner_cls._dummy_sampler_run = warming_up_sampling(runner_cls._dummy_sampler_run)
+    # The adaptive speculation policy: proposal counts go back with each
+    # output, the scheduler verifies what was proposed, and steps without
+    # drafts replay full decode graphs.
+    runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
+    patch_scheduler(Scheduler, Request)
+    ModelCudaGraphManager._init_candidates = adding_single_token_decode_graphs(
+        ModelCudaGraphManager._init_candidates
+    )

@@ -62,6 +62,10 @@ def _keeping_async_for_ngram(post_init):
     def __post_init__(self: VllmConfig) -> None:
         if not _v2_ngram(self):
             return post_init(self)
+        # Bad n-gram settings fail here, in the front-end, naming the field.
+        from vllm_sampling_plugin.integration.ngram_speculator import ngram_settings
+
+        ngram_settings(self.speculative_config)
         if self.speculative_config.method == "ngram":
             # "ngram_gpu" is the method 0.20 already allows with async scheduling.
             with _method_shown_as(self.speculative_config, "ngram_gpu"):

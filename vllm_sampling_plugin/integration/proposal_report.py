@@ -1,0 +1,86 @@
+"""Worker side of the adaptive speculation policy: how many draft tokens the
+n-gram proposer found for each request, sent back with the step's output.
+
+The scheduler decides how many draft tokens a request verifies
+(integration/speculation_policy.py), but the proposer runs on the GPU, after
+the step's output copy has been queued (``GPUModelRunner.sample_tokens``:
+``AsyncOutput``, then ``postprocess``, then ``propose``). A wrapper around
+``sample_tokens`` queues one more device-to-host copy, of the proposer's
+``num_drafts[:num_reqs]`` (int32, one per request in batch order), on the
+runner's output copy stream behind everything the main stream has queued,
+and attaches the counts to the ``ModelRunnerOutput`` when the engine core
+collects it. Nothing waits on the GPU earlier than vLLM's own
+``get_output`` does, so async scheduling keeps its overlap.
+
+The counts travel as a plain attribute of ``ModelRunnerOutput``
+(:data:`PROPOSED_ATTR`), a list of ints aligned with ``req_ids``; the
+dataclass keeps it through pickling to the engine core.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
+
+PROPOSED_ATTR = "vllm_sampling_plugin_num_proposed"
+
+
+class OutputWithProposals(AsyncModelRunnerOutput):
+    """An ``AsyncOutput`` whose ``get_output`` also delivers the proposal counts."""
+
+    def __init__(
+        self,
+        output: AsyncModelRunnerOutput,
+        snapshot: torch.Tensor,  # [num_reqs] int32, device
+        num_proposed: torch.Tensor,  # [num_reqs] int32, host, being copied
+        copied: torch.cuda.Event,
+    ):
+        self.output = output
+        # Held until the copy is done: the copy stream reads it.
+        self.snapshot = snapshot
+        self.num_proposed = num_proposed
+        self.copied = copied
+
+    def get_output(self) -> ModelRunnerOutput:
+        model_runner_output = self.output.get_output()
+        self.copied.synchronize()
+        setattr(model_runner_output, PROPOSED_ATTR, self.num_proposed.tolist())
+        return model_runner_output
+
+
+def reporting_proposals(sample_tokens):
+    """Wrap ``GPUModelRunner.sample_tokens`` to send the proposal counts along.
+
+    Active only on runners whose speculator reports them
+    (``speculator.num_proposed(num_reqs)``, set up by the n-gram speculator
+    under the adaptive policy); every other runner returns vLLM's output
+    unchanged.
+    """
+
+    @functools.wraps(sample_tokens)
+    def wrapper(self, *args: Any, **kwargs: Any):
+        output = sample_tokens(self, *args, **kwargs)
+        speculator = self.speculator
+        if output is None or not getattr(speculator, "reports_proposals", False):
+            return output
+        if isinstance(output, ModelRunnerOutput):
+            # Synchronous scheduling: vLLM has already waited for the step.
+            counts = speculator.num_proposed(len(output.req_ids))
+            setattr(output, PROPOSED_ATTR, counts.tolist())
+            return output
+        num_reqs = len(output.model_runner_output.req_ids)
+        # The next step's proposal overwrites the speculator's buffer on the
+        # main stream; the copy stream reads a snapshot taken in order.
+        snapshot = speculator.num_proposed(num_reqs).clone()
+        main_stream, copy_stream = self.main_stream, self.output_copy_stream
+        copied = torch.cuda.Event()
+        with torch.cuda.stream(copy_stream):
+            copy_stream.wait_stream(main_stream)
+            num_proposed = snapshot.to("cpu", non_blocking=True)
+            copied.record(copy_stream)
+        return OutputWithProposals(output, snapshot, num_proposed, copied)
+
+    return wrapper

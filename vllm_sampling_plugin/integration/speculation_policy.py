@@ -1,0 +1,198 @@
+"""Scheduler side of the adaptive speculation policy: verify what was proposed.
+
+vLLM 0.20 gives every decoding request ``num_speculative_tokens`` (k) draft
+slots every step (``AsyncScheduler._update_after_schedule`` sets k
+placeholders; with synchronous scheduling ``take_draft_token_ids`` returns
+k placeholders), so each request runs 1 + k tokens through the model
+whether or not the n-gram proposer found anything. On text that does not
+repeat, that made n-gram speculation 0.36x of none at 256 sequences on an
+H100 (docs/benchmarks.md).
+
+Under the ``adaptive`` policy a request verifies
+
+    min(proposed, cap)
+
+draft tokens, where ``proposed`` is how many tokens the proposer found for
+it in the latest step whose output has arrived (integration/proposal_report.py)
+and ``cap`` follows the request's acceptance: it doubles (up to k) after a
+step that accepted every verified draft and falls to one more than the
+accepted run after a step that rejected one. A request without a proposal therefore
+runs one token, as without speculation; one whose proposals are accepted
+keeps k. The scheduler already handles requests with fewer draft tokens than
+k (budget and max_model_len trims), so nothing downstream changes.
+
+With async scheduling the step after the next is already scheduled when a
+step's output arrives, so a decision uses the proposal one step older than
+the drafts it verifies; a request whose text starts or stops repeating
+pays one step of k or misses one step of speculation.
+
+The decision is written where the scheduler reads it next:
+``request.spec_token_ids`` (placeholders of the decided length, or the
+real drafts trimmed to it). ``fixed`` leaves vLLM's behaviour untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any
+
+from vllm_sampling_plugin import config as cfg
+from vllm_sampling_plugin.integration.proposal_report import PROPOSED_ATTR
+
+logger = logging.getLogger("vllm.vllm_sampling_plugin")
+
+# Per-request state, kept on vLLM's Request objects (class defaults until
+# the first output of a request arrives): how many draft tokens the next
+# schedule gives it, and the acceptance cap.
+VERIFY_ATTR = "vllm_sampling_plugin_verify_len"
+CAP_ATTR = "vllm_sampling_plugin_verify_cap"
+
+STATS_INTERVAL_S = 10.0
+
+
+class AdaptiveSpeculation:
+    """The policy of one scheduler: decisions, and the tokens it counted."""
+
+    def __init__(self, k: int):
+        self.k = k
+        # Read-only placeholder lists, one per length, shared by every request
+        # as AsyncScheduler shares its k-long list.
+        self.placeholders = tuple([-1] * n for n in range(k + 1))
+        self.proposed = 0
+        self.verified = 0
+        self.accepted = 0
+        self.last_log = time.monotonic()
+
+    def observe(self, requests: dict[str, Any], scheduler_output: Any,
+                output: Any) -> None:
+        """Update every request of ``output`` and its next verification length."""
+        num_proposed = getattr(output, PROPOSED_ATTR, None)
+        if num_proposed is None:
+            return
+        scheduled_drafts = scheduler_output.scheduled_spec_decode_tokens
+        sampled = output.sampled_token_ids
+        k = self.k
+        placeholders = self.placeholders
+        proposed = verified = accepted = 0
+        for i, req_id in enumerate(output.req_ids):
+            request = requests.get(req_id)
+            if request is None:
+                continue
+            cap = getattr(request, CAP_ATTR)
+            drafts = scheduled_drafts.get(req_id)
+            if drafts and sampled and sampled[i]:
+                num_accepted = len(sampled[i]) - 1
+                verified += len(drafts)
+                accepted += num_accepted
+                # Doubling regains k within two steps (k = 3) once a request
+                # starts repeating; a rejection keeps the run seen plus one.
+                cap = min(k, 2 * cap) if num_accepted >= len(drafts) else num_accepted + 1
+                setattr(request, CAP_ATTR, cap)
+            num_found = num_proposed[i]
+            proposed += num_found
+            length = min(num_found, cap)
+            setattr(request, VERIFY_ATTR, length)
+            # Async scheduling has already given it placeholders for the step
+            # after the one in flight; shorten them to the decision.
+            if request.spec_token_ids:
+                request.spec_token_ids = placeholders[length]
+        self.proposed += proposed
+        self.verified += verified
+        self.accepted += accepted
+        self.log_stats()
+
+    def trim(self, requests: dict[str, Any], req_ids: list[str]) -> None:
+        """Shorten drafts that synchronous scheduling handed over to the decision."""
+        for req_id in req_ids:
+            request = requests.get(req_id)
+            if request is None:
+                continue
+            length = getattr(request, VERIFY_ATTR)
+            if len(request.spec_token_ids) > length:
+                request.spec_token_ids = request.spec_token_ids[:length]
+
+    def log_stats(self) -> None:
+        now = time.monotonic()
+        if now - self.last_log < STATS_INTERVAL_S or not self.proposed + self.verified:
+            return
+        logger.info(
+            "vllm-sampling-plugin n-gram speculation (adaptive): %d draft tokens "
+            "proposed, %d verified, %d accepted (%.1f%% of verified) in the last "
+            "%.0f s.",
+            self.proposed, self.verified, self.accepted,
+            100.0 * self.accepted / max(self.verified, 1), now - self.last_log,
+        )
+        self.proposed = self.verified = self.accepted = 0
+        self.last_log = now
+
+
+def adaptive_speculation_for(vllm_config: Any) -> AdaptiveSpeculation | None:
+    """The policy for a scheduler built from ``vllm_config``, or None (vLLM's
+    behaviour): only for the plugin's n-gram speculator under ``adaptive``."""
+    from vllm_sampling_plugin.integration.vllm_config import NGRAM_METHODS
+
+    spec = vllm_config.speculative_config
+    if spec is None or spec.method not in NGRAM_METHODS:
+        return None
+    settings = cfg.settings_from_model_config(vllm_config.model_config)
+    k = spec.num_speculative_tokens
+    if settings.speculation_policy != cfg.ADAPTIVE:
+        logger.info(
+            "vllm-sampling-plugin speculation policy: fixed (every request "
+            "verifies %d n-gram draft tokens every step).", k,
+        )
+        return None
+    logger.info(
+        "vllm-sampling-plugin speculation policy: adaptive (a request verifies "
+        "the n-gram tokens proposed for it, at most %d, capped by its recent "
+        "acceptance; --speculation-policy fixed verifies %d always).", k, k,
+    )
+    return AdaptiveSpeculation(k)
+
+
+def patch_scheduler(scheduler_cls: type, request_cls: type) -> None:
+    """Wrap ``Scheduler.__init__``, ``update_from_output`` and
+    ``update_draft_token_ids`` (inherited by AsyncScheduler)."""
+    if scheduler_cls.__dict__.get("_vllm_sampling_plugin_patched", False):
+        return
+    scheduler_cls.__init__ = _choosing_policy(scheduler_cls.__init__)
+    scheduler_cls.update_from_output = _observing(scheduler_cls.update_from_output)
+    scheduler_cls.update_draft_token_ids = _trimming(scheduler_cls.update_draft_token_ids)
+    scheduler_cls._vllm_sampling_plugin_patched = True
+    # Until a request's first output: verify everything proposed.
+    setattr(request_cls, VERIFY_ATTR, 1 << 30)
+    setattr(request_cls, CAP_ATTR, 1 << 30)
+
+
+def _choosing_policy(init):
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.adaptive_speculation = adaptive_speculation_for(self.vllm_config)
+
+    return __init__
+
+
+def _observing(update_from_output):
+    @functools.wraps(update_from_output)
+    def wrapper(self, scheduler_output, model_runner_output):
+        outputs = update_from_output(self, scheduler_output, model_runner_output)
+        policy = self.adaptive_speculation
+        if policy is not None:
+            policy.observe(self.requests, scheduler_output, model_runner_output)
+        return outputs
+
+    return wrapper
+
+
+def _trimming(update_draft_token_ids):
+    @functools.wraps(update_draft_token_ids)
+    def wrapper(self, draft_token_ids):
+        update_draft_token_ids(self, draft_token_ids)
+        policy = self.adaptive_speculation
+        if policy is not None:
+            policy.trim(self.requests, draft_token_ids.req_ids)
+
+    return wrapper
