@@ -63,14 +63,17 @@ def test_demo_samples_valid_tokens():
     assert tokens[0] == int(logits[0].argmax())
 
 
-def test_info_prints_the_parts_of_the_installed_line():
+def test_info_says_active_and_prints_the_parts_of_the_installed_line():
+    """What the seams' adapters find here is LINE_SEAMS's row for this line,
+    and info shows it (the registration-and-seams smoke of every CI line)."""
     from tests.vllm_lines import INSTALLED_LINE
-    from vllm_sampling_plugin.integration.parts import parts_rows
+    from vllm_sampling_plugin.integration.parts import line_found, parts_rows
 
     proc = run_cli("info")
     assert proc.returncode in (0, 1), proc.stderr
+    assert "registered and active" in proc.stdout
     assert f"parts on vLLM {INSTALLED_LINE}.x" in proc.stdout
-    for part, owner, _, ratio in parts_rows(INSTALLED_LINE):
+    for part, owner, _, ratio in parts_rows(line_found(INSTALLED_LINE), INSTALLED_LINE):
         assert f"  {part}: {owner};" in proc.stdout
         assert ratio in proc.stdout
 
@@ -78,4 +81,4 @@ def test_info_prints_the_parts_of_the_installed_line():
 def test_info_markdown_renders_the_compatibility_table():
     proc = run_cli("info", "--markdown")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("| part | vLLM 0.20.x | vLLM 0.32.x | vLLM 0.33.x |\n")
+    assert proc.stdout.startswith("| vLLM | draw shape | plugin owns |")

@@ -1,20 +1,26 @@
-"""The per-line parts table, and the docs built from it."""
+"""The parts table: owners from the seams' shapes, ratios from data, the docs built from both."""
 
+import json
 from pathlib import Path
 
 import pytest
 
+from vllm_sampling_plugin import measurements
 from vllm_sampling_plugin.integration.parts import (
-    LINE_PARTS,
     PARTS,
+    SEAM_OF_PART,
     Owner,
     compatibility_markdown,
+    line_found,
+    parts_rows,
     parts_summary,
 )
+from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
     LINE_0_32,
     LINE_0_33,
+    LINE_SEAMS,
     SUPPORTED_LINES,
     release_line,
 )
@@ -22,59 +28,72 @@ from vllm_sampling_plugin.integration.version import (
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compatibility.md"
 
 
-def test_every_supported_line_decides_every_part():
-    assert set(LINE_PARTS) == set(SUPPORTED_LINES)
+def test_every_line_decides_every_seam():
     for line in SUPPORTED_LINES:
-        assert set(LINE_PARTS[line]) == set(PARTS), line
+        assert set(LINE_SEAMS[line]) == set(shapes.SEAMS), line
+    assert set(SEAM_OF_PART) == set(PARTS)
 
 
 def test_0_20_takes_everything_over():
-    assert all(c.owner is Owner.PLUGIN for c in LINE_PARTS[LINE_0_20].values())
+    rows = parts_rows(line_found(LINE_0_20), LINE_0_20)
+    assert all(owner == Owner.PLUGIN.value for _, owner, _, _ in rows)
+
+
+@pytest.mark.parametrize("line", SUPPORTED_LINES)
+def test_every_line_takes_the_draw(line):
+    """Issue 23: at least the draw wherever the V2 runner has one."""
+    assert LINE_SEAMS[line][shapes.DRAW] is not None
+    assert LINE_SEAMS[line][shapes.WARM_UP] is not None
 
 
 @pytest.mark.parametrize("line", [LINE_0_32, LINE_0_33])
 def test_upstream_sampler_lines_keep_upstream_settings(line):
-    owners = {part: choice.owner for part, choice in LINE_PARTS[line].items()}
-    assert owners["use_fp64_gumbel setting"] is Owner.UPSTREAM
-    assert owners["VLLM_USE_FLASHINFER_SAMPLER"] is Owner.UPSTREAM
+    owners = {part: owner for part, owner, _, _ in parts_rows(line_found(line), line)}
+    assert owners["use_fp64_gumbel setting"] == "upstream"
+    assert owners["VLLM_USE_FLASHINFER_SAMPLER"] == "upstream"
     # Unless VLLM_USE_FLASHINFER_SAMPLER=1 asks for FlashInfer.
-    assert owners["top-k/top-p, batches FlashInfer may take"] is Owner.PLUGIN
+    assert owners["top-k/top-p, batches FlashInfer may take"] == "plugin"
+
+
+def test_unmeasured_lines_say_so():
+    rows = parts_rows(line_found("0.26"), "0.26")
+    assert {ratio for _, _, _, ratio in rows} == {measurements.NOT_MEASURED}
 
 
 @pytest.mark.parametrize("line", [LINE_0_32, LINE_0_33])
 def test_newer_line_ratios_name_their_measurement(line):
-    """Every kernel part of 0.32 and 0.33 was timed against upstream on the
-    H100 (bench upstream); its ratio says where the number comes from."""
-    for part, choice in LINE_PARTS[line].items():
-        if choice.ratio != "n/a":
-            assert "bench upstream" in choice.ratio and "H100" in choice.ratio, part
-
-
-def test_0_32_and_0_33_take_over_the_same_parts():
-    owners = {line: {p: c.owner for p, c in LINE_PARTS[line].items()}
-              for line in (LINE_0_32, LINE_0_33)}
-    assert owners[LINE_0_32] == owners[LINE_0_33]
+    for part, entry in measurements.load()[line].items():
+        assert "bench upstream" in entry["source"] and "H100" in entry["source"], part
 
 
 def test_summary_names_the_owners():
-    summary = parts_summary(LINE_0_32)
+    summary = parts_summary(line_found(LINE_0_32))
     assert summary.startswith("plugin: Gumbel-max")
     assert "upstream: " in summary and "rejection sampling" in summary
 
 
+def test_record_writes_a_measurement(tmp_path):
+    path = tmp_path / "m.json"
+    measurements.record("0.29", "rejection sampling", "1.1x", "bench upstream, H100", path)
+    measurements.record("0.21", "n-gram speculator", "2x", "", path)
+    data = json.loads(path.read_text())
+    assert list(data) == ["0.21", "0.29"]
+    assert data["0.29"]["rejection sampling"] == {"ratio": "1.1x", "source": "bench upstream, H100"}
+
+
 @pytest.mark.parametrize(
     "found, line",
-    [("0.20.2", "0.20"), ("0.32.0", "0.32"), ("0.32.3rc1", "0.32"),
-     ("0.33.0", "0.33"), ("0.33.1rc1", "0.33"), ("0.34.0", None), ("0.21.0", None),
+    [("0.20.2", "0.20"), ("0.21.0", "0.21"), ("0.26.0", "0.26"), ("0.32.3rc1", "0.32"),
+     ("0.33.0", "0.33"), ("0.33.1rc1", "0.33"), ("0.34.0", None), ("0.19.1", None),
      (None, None)],
 )
 def test_release_line(found, line):
     assert release_line(found) == line
 
 
-def test_table_has_one_column_per_supported_line():
-    header = compatibility_markdown().splitlines()[0]
-    assert header == "| part | " + " | ".join(f"vLLM {line}.x" for line in SUPPORTED_LINES) + " |"
+def test_table_has_one_row_per_supported_line():
+    rows = compatibility_markdown().splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == [f"| {line}.x" for line in SUPPORTED_LINES]
 
 
 def test_compatibility_doc_holds_the_rendered_table():

@@ -34,29 +34,33 @@ def _entry_point_registered() -> bool:
     return any(ep.name == ENTRY_POINT_NAME for ep in group)
 
 
-def _plugin_status() -> str:
-    from vllm_sampling_plugin.integration.version import (
-        SUPPORTED_RANGE,
-        vllm_version_supported,
-    )
+def _plugin_status(found: dict | None) -> str:
+    """``found``: what the seams' adapters found (None: not a supported release)."""
+    from vllm_sampling_plugin.integration.version import SUPPORTED_RANGE
 
     if not _entry_point_registered():
         return "not registered (reinstall the package: the entry point is missing)"
     allowed = os.environ.get("VLLM_PLUGINS")
     if allowed is not None and ENTRY_POINT_NAME not in allowed.split(","):
         return f"registered but filtered out by VLLM_PLUGINS={allowed!r}"
-    if not vllm_version_supported():
+    if found is None:
         return (
             f"registered but inactive: vLLM {_version_of('vllm')} is outside "
             f"{SUPPORTED_RANGE}"
         )
-    return "registered and active (vLLM loads it in every process)"
+    taken = [f"{seam.seam} ({seam.shape})" for seam in found.values() if seam.is_taken]
+    if not taken:
+        return "registered but inactive: no seam of this vLLM has a shape the plugin knows"
+    return f"registered and active (vLLM loads it in every process); seams: {', '.join(taken)}"
 
 
 def info() -> int:
-    from vllm_sampling_plugin.integration.version import LINE_0_20, release_line
+    from vllm_sampling_plugin.integration.seams import detect_seams, shapes
+    from vllm_sampling_plugin.integration.version import release_line
 
     line = release_line(_version_of("vllm"))
+    # What register() would find and take in this vLLM (nothing is patched).
+    found = detect_seams() if line is not None else None
 
     rows = [
         ("vllm-sampling-plugin", __version__),
@@ -64,7 +68,7 @@ def info() -> int:
         ("torch", _version_of("torch")),
         ("triton", _version_of("triton")),
         ("flashinfer-python", _version_of("flashinfer-python")),
-        ("plugin", _plugin_status()),
+        ("plugin", _plugin_status(found)),
         (
             "use_fp64_gumbel",
             "off by default: FP32 Gumbel noise "
@@ -80,7 +84,7 @@ def info() -> int:
     else:
         shown = {None: "unset (on where supported)", True: "1", False: "0"}[setting]
         rows.append((config.FLASHINFER_ENV, shown))
-        if line == LINE_0_20:
+        if found is not None and found[shapes.SETTINGS].is_taken:
             status = _flashinfer_decision(setting, rows)
         elif line is not None:
             rows.append((
@@ -91,13 +95,14 @@ def info() -> int:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
-    if line is not None:
-        _print_parts(line)
+    if found is not None:
+        _print_parts(found, line)
     return status
 
 
 def _flashinfer_decision(setting: bool | None, rows: list[tuple[str, str]]) -> int:
-    """The plugin's own FlashInfer decision (vLLM 0.20); 1 if start-up would fail."""
+    """The plugin's own FlashInfer decision (where it owns the setting); 1 if
+    start-up would fail."""
     from vllm_sampling_plugin.ops.topk_topp.flashinfer import probe_flashinfer
     from vllm_sampling_plugin.selection import decide_flashinfer
 
@@ -107,11 +112,11 @@ def _flashinfer_decision(setting: bool | None, rows: list[tuple[str, str]]) -> i
     return 1 if decision.level == logging.ERROR else 0
 
 
-def _print_parts(line: str) -> None:
+def _print_parts(found: dict, line: str) -> None:
     from vllm_sampling_plugin.integration.parts import parts_rows
 
     print(f"\nparts on vLLM {line}.x (part: owner; why; plugin vs upstream):")
-    for part, owner, why, ratio in parts_rows(line):
+    for part, owner, why, ratio in parts_rows(found, line):
         print(f"  {part}: {owner}; {why}; {ratio}")
 
 

@@ -90,6 +90,24 @@ def decide_flashinfer(
     )
 
 
+def takes_flashinfer_batches(upstream_uses_flashinfer: bool, explicitly_set: bool) -> tuple[bool, str]:
+    """Where upstream decides FlashInfer itself (its V2 sampler from 0.23 on):
+    whether FlashInfer keeps its batches, and the clause that says why.
+
+    Upstream turns FlashInfer on where the GPU supports it; only an explicit
+    ``VLLM_USE_FLASHINFER_SAMPLER=1`` keeps it (``=0`` already has it off),
+    as on the line where the plugin decides (the table above).
+    """
+    if upstream_uses_flashinfer and not explicitly_set:
+        return False, (
+            "top-k/top-p batches FlashInfer would take are the plugin's fused "
+            f"kernel's ({FLASHINFER_ENV}=1 keeps them FlashInfer's)"
+        )
+    if upstream_uses_flashinfer:
+        return True, f"FlashInfer batches stay upstream's ({FLASHINFER_ENV}=1)"
+    return False, "FlashInfer is off; every top-k/top-p batch is the plugin's"
+
+
 def use_flashinfer_sampler(
     setting: bool | None, probe: Callable[[], FlashInferSupport] = probe_flashinfer
 ) -> bool:

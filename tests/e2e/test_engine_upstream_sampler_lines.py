@@ -1,7 +1,7 @@
 """vLLM 0.32/0.33's V2 runner with the plugin, end to end, on a tiny random Llama.
 
 On these lines the plugin replaces only the Sampler's draw (``PluginSampler``
-of integration/v0_32 or v0_33 overrides ``_sample_random``); the rejection
+of integration/seams/draw.py overrides ``_sample_random``); the rejection
 sampler, the n-gram proposer and ``use_fp64_gumbel`` stay upstream's
 (docs/design/vllm-0.32-integration.md), and FlashInfer keeps its batches only
 when ``VLLM_USE_FLASHINFER_SAMPLER=1`` asks for it. So these tests check
@@ -46,9 +46,17 @@ from tests.e2e.structured_checks import assert_structured_outputs
 from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
-from vllm_sampling_plugin.integration.register import line_module
+from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
-LINES = ("0.32", "0.33")
+# Every line where the plugin keeps upstream's Sampler and replaces its draw
+# (checked on an H100 on 0.32 and 0.33; on 0.23-0.31 run the sampler tests,
+# whose engine arguments every such line has, e.g. -k "sampler_run or seeded").
+LINES = tuple(
+    line
+    for line, seams in LINE_SEAMS.items()
+    if seams[shapes.DRAW] in (shapes.SAMPLE_SKIPPING_TOP_K_TOP_P, shapes.SAMPLE_RANDOM)
+)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -60,7 +68,11 @@ pytestmark = [
 ]
 
 PLUGIN_SAMPLER = (
-    f"{line_module(INSTALLED_LINE)}.sampler.PluginSampler" if INSTALLED_LINE in LINES else ""
+    "vllm_sampling_plugin.integration.seams.draw."
+    + ("PluginInlineDrawSampler"
+       if INSTALLED_LINE in LINES
+       and LINE_SEAMS[INSTALLED_LINE][shapes.DRAW] == shapes.SAMPLE_SKIPPING_TOP_K_TOP_P
+       else "PluginSampler")
 )
 UPSTREAM_SAMPLER = "vllm.v1.worker.gpu.sample.sampler.Sampler"
 UPSTREAM_REJECTION_SAMPLER = "vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler"

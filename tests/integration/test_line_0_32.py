@@ -33,12 +33,12 @@ def test_registration_patches_only_the_sampler_name():
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
         from vllm_sampling_plugin.integration.register import registration_state
-        from vllm_sampling_plugin.integration.v0_32.sampler import PluginSampler
+        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
 
         assert registration_state() == "active", registration_state()
         assert mr.Sampler is PluginSampler, mr.Sampler
-        # The draw's kernels compile in the dummy sampler run (upstream_warmup.py).
-        assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_draw
+        # The draw's kernels compile in the dummy sampler run (seams/warmup.py).
+        assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
         assert mr.RejectionSampler is RejectionSampler
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
         # Upstream owns use_fp64_gumbel on 0.32: nothing of the 0.20 line's
@@ -105,7 +105,7 @@ def draw(sampler, logits, slots, pos):
 def test_sampler_builds_from_upstream_arguments_and_keeps_their_settings(fp64):
     out = run_python(
         f"""
-        from vllm_sampling_plugin.integration.v0_32.sampler import PluginSampler
+        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
         sampler = build_sampler(use_fp64_gumbel={fp64})
         assert type(sampler) is PluginSampler
         assert sampler.use_fp64_gumbel is {fp64}
@@ -193,7 +193,7 @@ def test_warm_up_launches_every_compile_variant_of_the_draw(fp64):
         import logging
         from vllm_sampling_plugin.integration.compile_variants import (
             fused_top_k_top_p_variant, gumbel_variant, representatives)
-        from vllm_sampling_plugin.integration.upstream_warmup import warm_up_plugin_draw
+        from vllm_sampling_plugin.integration.seams.warmup import warm_up_plugin_draw
         records = []
         handler = logging.Handler()
         handler.emit = records.append
@@ -250,7 +250,7 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
     FlashInfer; ``1`` keeps them FlashInfer's. One log line says which."""
     out = run_python(
         f"""
-        import vllm_sampling_plugin.integration.upstream_sampler as draw_module
+        import vllm_sampling_plugin.integration.seams.draw as draw_module
         routes = []
         def fake_flashinfer(logits, top_k, top_p):
             routes.append("flashinfer")

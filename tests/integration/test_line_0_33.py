@@ -53,7 +53,7 @@ def test_registration_patches_exactly_the_sampler_name():
         load_general_plugins()
 
         from vllm_sampling_plugin.integration.register import registration_state
-        from vllm_sampling_plugin.integration.v0_33.sampler import PluginSampler
+        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
         assert registration_state() == "active", registration_state()
 
         after = {m.__name__: dict(vars(m)) for m in modules}
@@ -65,12 +65,12 @@ def test_registration_patches_exactly_the_sampler_name():
             if before[owner].get(name, None) is not after[owner].get(name, None)
         )
         # The Sampler name, and the dummy sampler run, which now also warms
-        # the plugin's draw kernels up (upstream_warmup.py).
+        # the plugin's draw kernels up (seams/warmup.py).
         assert changed == [
             "GPUModelRunner._dummy_sampler_run",
             "vllm.v1.worker.gpu.model_runner.Sampler",
         ], changed
-        assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_draw
+        assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
         assert mr.Sampler is PluginSampler
         assert issubclass(PluginSampler, upstream.Sampler)
         # Only the final draw is overridden (the mixin adds names; of
@@ -78,8 +78,9 @@ def test_registration_patches_exactly_the_sampler_name():
         overridden = sorted(n for n in vars(PluginSampler) if n in vars(upstream.Sampler)
                             and not n.startswith("__"))
         assert overridden == ["_sample_random"], overridden
-        assert list(inspect.signature(PluginSampler._sample_random).parameters) == list(
-            inspect.signature(upstream.Sampler._sample_random).parameters)
+        # It takes upstream's positional call, whatever its arguments after top_p.
+        upstream_args = list(inspect.signature(upstream.Sampler._sample_random).parameters)
+        inspect.signature(PluginSampler._sample_random).bind(*upstream_args)
         assert arg_utils.EngineArgs.__dataclass_fields__["use_fp64_gumbel"].default is False
         print("ok")
         """,
@@ -122,8 +123,8 @@ SAMPLER_PRELUDE = (
     + """
 import inspect
 import vllm.v1.worker.gpu.sample.sampler as upstream
-import vllm_sampling_plugin.integration.upstream_sampler as draw_module
-from vllm_sampling_plugin.integration.v0_33.sampler import PluginSampler
+import vllm_sampling_plugin.integration.seams.draw as draw_module
+from vllm_sampling_plugin.integration.seams.draw import PluginSampler
 
 CALLS = []  # (name, details) in call order
 

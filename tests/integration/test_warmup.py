@@ -221,12 +221,14 @@ def test_integer_class_follows_tritons_specialization():
 
 
 def test_wrapper_warms_up_after_vllms_dummy_sampler_run(monkeypatch):
+    from vllm_sampling_plugin.integration.seams import warmup as warmup_seam
+
     calls = []
-    monkeypatch.setattr(warmup, "warm_up_sampling", lambda runner: calls.append(("warm", runner)))
-    wrapped = warmup.warming_up_sampling(lambda runner, hidden: calls.append(("vllm", hidden)))
+    monkeypatch.setattr(warmup_seam, "warm_up", lambda runner: calls.append(("warm", runner)))
+    wrapped = warmup_seam.warming_up(lambda runner, hidden: calls.append(("vllm", hidden)))
     wrapped("runner", "hidden")
     assert calls == [("vllm", "hidden"), ("warm", "runner")]
-    assert wrapped.warms_up_sampling
+    assert wrapped.warms_up_plugin_kernels
 
 
 def test_warm_up_skips_a_runner_without_the_plugin_sampler():

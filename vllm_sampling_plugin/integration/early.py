@@ -2,8 +2,9 @@
 
 ``LLM(model=..., use_fp64_gumbel=True)`` hands its keywords to
 ``EngineArgs(...)``, whose generated ``__init__`` rejects unknown keywords
-before ``__post_init__`` loads the general plugins (vLLM 0.20 only: later
-lines have the field upstream, and nothing is patched there). The only hook vLLM 0.20
+before ``__post_init__`` loads the general plugins (where upstream's
+EngineArgs has no such field, 0.20 and 0.21; from 0.22 on it has, and
+``patch_engine_args`` leaves it alone). The only hook vLLM
 runs earlier is platform-plugin discovery, which happens on the first use of
 ``vllm.platforms.current_platform`` while ``vllm.config`` is imported. This
 module is registered as a ``vllm.platform_plugins`` entry point for that reason
@@ -28,11 +29,7 @@ import sys
 from types import ModuleType
 
 from vllm_sampling_plugin.integration.engine_args import patch_engine_args
-from vllm_sampling_plugin.integration.version import (
-    LINE_0_20,
-    installed_vllm_version,
-    release_line,
-)
+from vllm_sampling_plugin.integration.version import vllm_version_supported
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -42,9 +39,7 @@ ARG_UTILS = "vllm.engine.arg_utils"
 def teach_engine_args() -> None:
     """``vllm.platform_plugins`` entry point; returns None (no platform)."""
     try:
-        # Only 0.20 lacks the field; later lines have their own
-        # use_fp64_gumbel, which must not be shadowed.
-        if release_line(installed_vllm_version()) == LINE_0_20:
+        if vllm_version_supported():
             when_arg_utils_ready(patch_engine_args)
     except Exception:  # vLLM swallows platform-plugin errors; say why here.
         logger.exception("vllm-sampling-plugin could not patch EngineArgs early")

@@ -30,8 +30,12 @@ POLICY_FLAG = "--speculation-policy"
 
 
 def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> None:
-    """Apply the wrappers to ``EngineArgs``/``AsyncEngineArgs``; idempotent."""
+    """Apply the wrappers to ``EngineArgs``/``AsyncEngineArgs``; idempotent.
+    A release whose EngineArgs has its own ``use_fp64_gumbel`` (0.22 on) is
+    left alone: its field must not be shadowed."""
     if engine_args_cls.__dict__.get(_PATCHED, False):
+        return
+    if "use_fp64_gumbel" in engine_args_cls.__dataclass_fields__:
         return
     engine_args_cls.use_fp64_gumbel = False
     engine_args_cls.speculation_policy = cfg.ADAPTIVE

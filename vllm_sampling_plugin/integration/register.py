@@ -9,7 +9,6 @@ first. Nothing here touches CUDA (that would force spawn on later children).
 
 from __future__ import annotations
 
-import importlib
 import logging
 
 from vllm_sampling_plugin.integration.parts import parts_summary
@@ -26,7 +25,7 @@ _state: str | None = None
 
 
 def register() -> None:
-    """Apply the integration of the installed vLLM release line. Idempotent."""
+    """Apply every seam the installed vLLM offers in a known shape. Idempotent."""
     global _state
     if _state is not None:
         return
@@ -41,22 +40,20 @@ def register() -> None:
             found,
         )
         return
-    integration = importlib.import_module(line_module(line))
-    integration.apply()
+    from vllm_sampling_plugin.integration.seams import apply_seams, detect_seams
+
+    seams = detect_seams()
+    apply_seams(seams)
+    if not any(seam.is_taken for seam in seams.values()):
+        _state = f"inactive: vLLM {found} offers no seam in a shape the plugin knows"
+        logger.error("vllm-sampling-plugin is %s; vLLM runs unchanged.", _state)
+        return
     _state = "active"
     logger.info(
-        "vllm-sampling-plugin active for vLLM %s (line %s): %s.",
-        found,
-        line,
-        parts_summary(line),
+        "vllm-sampling-plugin active for vLLM %s: %s.", found, parts_summary(seams)
     )
 
 
 def registration_state() -> str | None:
     """``"active"``, ``"inactive: <why>"``, or None if register() never ran."""
     return _state
-
-
-def line_module(line: str) -> str:
-    """The module holding ``apply()`` for a release line (``0.32`` -> ``v0_32``)."""
-    return f"vllm_sampling_plugin.integration.v{line.replace('.', '_')}"

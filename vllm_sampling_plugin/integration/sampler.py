@@ -93,7 +93,10 @@ class PluginSampler(Sampler):
         logprobs_mode="raw_logprobs",
         num_speculative_tokens: int = 1,
         settings: PluginSettings | None = None,
+        **upstream_settings,
     ):
+        # upstream_settings: what a release's runner adds (0.22's
+        # use_fp64_gumbel), passed on to its Sampler.
         super().__init__(
             max_num_reqs=max_num_reqs,
             vocab_size=vocab_size,
@@ -101,6 +104,7 @@ class PluginSampler(Sampler):
             req_states=req_states,
             logprobs_mode=logprobs_mode,
             num_speculative_tokens=num_speculative_tokens,
+            **upstream_settings,
         )
         self.sampling_states = PluginSamplingStates(max_num_reqs, vocab_size)
         self.bad_words_state = DraftAlignedBadWordsState(req_states)
@@ -110,7 +114,8 @@ class PluginSampler(Sampler):
             settings = settings_from_model_config(
                 getattr(vllm_config, "model_config", None)
             )
-        self.use_fp64_gumbel = settings.use_fp64_gumbel
+        # Upstream's setting where the release has one, else the plugin's flag.
+        self.use_fp64_gumbel = upstream_settings.get("use_fp64_gumbel", settings.use_fp64_gumbel)
         self.use_flashinfer = use_flashinfer_sampler(settings.flashinfer_sampler)
         # The Gumbel kernel's inputs are checked on the first step that draws
         # with it; later steps pass tensors of the same dtypes, devices and

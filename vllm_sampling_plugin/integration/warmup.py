@@ -1,4 +1,5 @@
-"""Compile every sampling kernel variant while the engine starts.
+"""Compile every sampling kernel variant while the engine starts (the
+``sample()`` draw shape: integration/seams/warmup.py calls it).
 
 Triton compiles a kernel on first use for each new set of constexprs and
 integer specializations (an int argument equal to 1 or divisible by 16 gets
@@ -44,7 +45,6 @@ Gumbel calls in its own dummy runs and CUDA-graph capture.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import Any
@@ -66,18 +66,6 @@ from vllm_sampling_plugin.ops.rejection.launcher import device_plan
 from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
-
-
-def warming_up_sampling(dummy_sampler_run):
-    """Wrap ``GPUModelRunner._dummy_sampler_run`` to warm the plugin's kernels after it."""
-
-    @functools.wraps(dummy_sampler_run)
-    def _dummy_sampler_run(self, hidden_states: torch.Tensor) -> None:
-        dummy_sampler_run(self, hidden_states)
-        warm_up_sampling(self)
-
-    _dummy_sampler_run.warms_up_sampling = True
-    return _dummy_sampler_run
 
 
 def rejection_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):

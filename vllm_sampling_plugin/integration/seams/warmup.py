@@ -1,6 +1,13 @@
-"""Compile the plugin's draw kernels while a 0.32/0.33 engine starts.
+"""The warm-up seam: the plugin's kernels compile in the runner's dummy
+sampler run (part of vLLM's profile run), never on a request.
 
-Without it the first request of each kind compiles them: on an H100 with
+One wrapper around ``GPUModelRunner._dummy_sampler_run`` (present in every
+release from 0.20 to 0.33) warms up whatever the plugin took: with the
+``sample()`` draw shape, integration/warmup.py's warm-up of every route,
+the rejection kernel and the n-gram scan; with the other shapes, the draw
+below.
+
+The draw's warm-up: without it the first request of each kind compiles them: on an H100 with
 vLLM 0.32 and an 8B model (FP64 noise), the first greedy request waited
 728 ms for the Gumbel-max kernels and the first seeded top-k/top-p request
 14.0 s for the fused kernel, against 27 ms and 3.5 s without the plugin
@@ -36,23 +43,66 @@ from vllm_sampling_plugin.integration.compile_variants import (
     gumbel_variant,
     representatives,
 )
-from vllm_sampling_plugin.integration.upstream_sampler import PluginDrawMixin
+from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
+from vllm_sampling_plugin.integration.seams.found import Found
+from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.seams.shapes import AFTER_DUMMY_SAMPLER_RUN
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
+NAME = shapes.WARM_UP
+# Marks the wrapper, so that applying twice wraps once.
+_MARKER = "warms_up_plugin_kernels"
 
-def warming_up_plugin_draw(dummy_sampler_run):
-    """Wrap ``GPUModelRunner._dummy_sampler_run`` to warm the draw up after it."""
+
+def detect(draw_found: Found) -> Found:
+    import inspect
+
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    if not draw_found.is_taken:
+        return Found.off(NAME, "the plugin draws nothing")
+    dummy_sampler_run = getattr(GPUModelRunner, "_dummy_sampler_run", None)
+    if dummy_sampler_run is None:
+        return Found.off(NAME, "GPUModelRunner has no _dummy_sampler_run")
+    params = list(inspect.signature(dummy_sampler_run).parameters)
+    if params != ["self", "hidden_states"]:
+        return Found.off(NAME, f"_dummy_sampler_run{tuple(params[1:])} is not (hidden_states,)")
+    return Found.taken(NAME, AFTER_DUMMY_SAMPLER_RUN)
+
+
+def apply(shape: str) -> None:
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    if not getattr(GPUModelRunner._dummy_sampler_run, _MARKER, False):
+        GPUModelRunner._dummy_sampler_run = warming_up(GPUModelRunner._dummy_sampler_run)
+
+
+def warming_up(dummy_sampler_run):
+    """Wrap ``GPUModelRunner._dummy_sampler_run`` to warm the plugin's kernels up after it."""
 
     @functools.wraps(dummy_sampler_run)
     def _dummy_sampler_run(self, hidden_states: torch.Tensor) -> None:
         dummy_sampler_run(self, hidden_states)
-        warm_up_plugin_draw(
-            self.sampler, self.max_num_reqs, self.device, (torch.float32, self.model_config.dtype)
-        )
+        warm_up(self)
 
-    _dummy_sampler_run.warms_up_plugin_draw = True
+    setattr(_dummy_sampler_run, _MARKER, True)
     return _dummy_sampler_run
+
+
+def warm_up(runner: Any) -> None:
+    """Warm up the kernels of whichever plugin sampler the runner holds."""
+    if isinstance(runner.sampler, PluginDrawMixin):
+        warm_up_plugin_draw(
+            runner.sampler,
+            runner.max_num_reqs,
+            runner.device,
+            (torch.float32, runner.model_config.dtype),
+        )
+    else:
+        from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+
+        warm_up_sampling(runner)
 
 
 @torch.inference_mode()

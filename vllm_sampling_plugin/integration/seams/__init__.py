@@ -1,0 +1,84 @@
+"""The plugin's seams in vLLM's V2 runner, one module each, applied in order.
+
+Each seam module has ``NAME``, ``detect(...) -> Found`` (reads the installed
+vLLM, patches nothing; a later seam gets what the seams it needs found) and
+``apply(shape)``. A seam whose shape the installed vLLM does not have stays
+upstream's, with one log line naming it and why; the others still apply.
+
+| seam | module | parts (integration/parts.py) |
+|---|---|---|
+| settings | settings.py | use_fp64_gumbel, VLLM_USE_FLASHINFER_SAMPLER |
+| draw | draw.py | Gumbel-max, top-k/top-p (both kinds of batches) |
+| rejection | rejection.py | rejection sampling |
+| speculator | speculator.py | n-gram speculator (and its adaptive policy) |
+| warm-up | warmup.py | (start-up cost of the above) |
+"""
+
+from __future__ import annotations
+
+import logging
+
+from vllm_sampling_plugin.integration.seams.found import Found
+
+logger = logging.getLogger("vllm.vllm_sampling_plugin")
+
+
+def detect_seams() -> dict[str, Found]:
+    """What each seam's adapter finds in the installed vLLM, by seam name."""
+    from vllm_sampling_plugin.integration.seams import (
+        draw,
+        rejection,
+        settings,
+        speculator,
+        warmup,
+    )
+
+    found_draw = _detected(draw.NAME, draw.detect)
+    found_rejection = _detected(rejection.NAME, rejection.detect, found_draw)
+    found = [
+        _detected(settings.NAME, settings.detect),
+        found_draw,
+        found_rejection,
+        _detected(speculator.NAME, speculator.detect, found_rejection),
+        _detected(warmup.NAME, warmup.detect, found_draw),
+    ]
+    return {f.seam: f for f in found}
+
+
+def _detected(name: str, detect, *needs: Found) -> Found:
+    """``detect(*needs)``, or the seam off with the error it raised (a
+    release that moved a module the adapter imports)."""
+    try:
+        return detect(*needs)
+    except (ImportError, AttributeError, TypeError, ValueError) as e:
+        return Found.off(name, f"{type(e).__name__}: {e}")
+
+
+def apply_seams(found: dict[str, Found]) -> None:
+    """Apply every taken seam, settings first (the front-end reads them);
+    log one line for each seam left to upstream. Each ``apply`` imports what
+    it needs before it patches anything, so one that raises leaves its seam
+    untouched; the seams after it, which may need it, are not applied."""
+    from vllm_sampling_plugin.integration.seams import (
+        draw,
+        rejection,
+        settings,
+        speculator,
+        warmup,
+    )
+
+    for module in (settings, draw, rejection, speculator, warmup):
+        seam = found[module.NAME]
+        if seam.is_taken:
+            try:
+                module.apply(seam.shape)
+            except Exception:
+                logger.exception(
+                    "vllm-sampling-plugin: applying the %s seam (%s) failed; it and "
+                    "the seams after it stay upstream's.", seam.seam, seam.shape
+                )
+                return
+        else:
+            logger.info(
+                "vllm-sampling-plugin: %s stays upstream's: %s.", seam.seam, seam.reason
+            )

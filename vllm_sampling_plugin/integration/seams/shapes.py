@@ -1,0 +1,25 @@
+"""The shapes each seam's adapter can find, by name. No vLLM import:
+integration/parts.py and ``vllm-sampling-plugin info`` use them anywhere."""
+
+from __future__ import annotations
+
+# The seams, in the order they are applied.
+SETTINGS = "settings"
+DRAW = "draw"
+REJECTION = "rejection"
+SPECULATOR = "speculator"
+WARM_UP = "warm-up"
+SEAMS = (SETTINGS, DRAW, REJECTION, SPECULATOR, WARM_UP)
+
+# settings.py
+ENGINE_ARGS_WRAPPED = "EngineArgs -> ModelConfig attributes"
+# draw.py
+SAMPLE = "sample()"
+SAMPLE_SKIPPING_TOP_K_TOP_P = "sample(skip_top_k_top_p)"
+SAMPLE_RANDOM = "_sample_random()"
+# rejection.py
+STRICT_PROBABILISTIC_SYNTHETIC = "RejectionSampler(sampler, spec_config, device), strict/probabilistic/synthetic"
+# speculator.py
+NGRAM_BEFORE_REQUEST_STATE = "init_speculator(vllm_config, device), n-gram added"
+# warmup.py
+AFTER_DUMMY_SAMPLER_RUN = "after GPUModelRunner._dummy_sampler_run(hidden_states)"
