@@ -27,3 +27,14 @@ def skip_module_unless_line(line: str) -> None:
     internals, so that on another line the module is skipped, not an error."""
     if INSTALLED_LINE != line:
         pytest.skip(_needs((line,)), allow_module_level=True)
+
+
+def needs_seam(seam: str, shape: str) -> pytest.MarkDecorator:
+    """Skip unless the installed line takes ``seam`` in ``shape``
+    (integration/version.py's LINE_SEAMS): tests of one seam's shape run on
+    every line that has it."""
+    from vllm_sampling_plugin.integration.version import LINE_SEAMS
+
+    found = LINE_SEAMS.get(INSTALLED_LINE, {}).get(seam)
+    reason = f"needs the {seam} seam in the shape {shape}; vLLM {INSTALLED_VERSION} has {found}"
+    return pytest.mark.skipif(found != shape, reason=reason)

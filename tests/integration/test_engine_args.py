@@ -9,9 +9,10 @@ import pytest
 
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
-from tests.vllm_lines import needs_vllm_line
+from tests.vllm_lines import needs_seam
+from vllm_sampling_plugin.integration.seams import shapes
 
-pytestmark = needs_vllm_line("0.20")
+pytestmark = needs_seam(shapes.SETTINGS, shapes.ENGINE_ARGS_WRAPPED)
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,10 @@ from vllm_sampling_plugin.integration.sampler import (  # noqa: E402
     PluginSamplingStates,
     Route,
 )
-from tests.vllm_lines import needs_vllm_line  # noqa: E402
+from tests.vllm_lines import needs_seam  # noqa: E402
+from vllm_sampling_plugin.integration.seams import shapes  # noqa: E402
 
-pytestmark = needs_vllm_line("0.20")
+pytestmark = needs_seam(shapes.DRAW, shapes.SAMPLE)
 
 VOCAB = 100
 

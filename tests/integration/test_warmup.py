@@ -25,9 +25,10 @@ from vllm_sampling_plugin.integration import warmup
 from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
 from vllm_sampling_plugin.integration.warmup import warm_up_sampling
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
-from tests.vllm_lines import needs_vllm_line  # noqa: E402
+from tests.vllm_lines import needs_seam  # noqa: E402
+from vllm_sampling_plugin.integration.seams import shapes  # noqa: E402
 
-pytestmark = needs_vllm_line("0.20")
+pytestmark = needs_seam(shapes.DRAW, shapes.SAMPLE)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from stub_runner import (

@@ -259,7 +259,7 @@ def gumbel_cases(batch_sizes: Sequence[int], vocab_sizes: Sequence[int]) -> list
 
 
 def build_gumbel(variant: str, shape: dict, device: torch.device) -> Pair:
-    from vllm_sampling_plugin.integration.seams.draw import UPSTREAM_FP64_STREAM
+    from vllm_sampling_plugin.integration.seams.draw import upstream_fp64_stream
     from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
     use_fp64 = variant == "fp64"
@@ -275,7 +275,7 @@ def build_gumbel(variant: str, shape: dict, device: torch.device) -> Pair:
             state.pos,
             apply_temperature=False,
             use_fp64=use_fp64,
-            fp64_stream=UPSTREAM_FP64_STREAM,
+            fp64_stream=upstream_fp64_stream(),
         ),
         upstream=lambda: upstream(state.logits, None, None),
         check=token_checks(state, top_k=False),
@@ -295,7 +295,7 @@ def topk_cases(shapes: Shapes) -> list[tuple[str, dict]]:
 
 
 def build_topk_topp_seeded(variant: str, shape: dict, device: torch.device) -> Pair:
-    from vllm_sampling_plugin.integration.seams.draw import UPSTREAM_FP64_STREAM
+    from vllm_sampling_plugin.integration.seams.draw import upstream_fp64_stream
     from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
     use_fp64 = variant == "fp64"
@@ -313,7 +313,7 @@ def build_topk_topp_seeded(variant: str, shape: dict, device: torch.device) -> P
             state.top_p,
             apply_temperature=False,
             use_fp64=use_fp64,
-            fp64_stream=UPSTREAM_FP64_STREAM,
+            fp64_stream=upstream_fp64_stream(),
         ),
         upstream=lambda: upstream(work.copy_(state.logits), state.top_k, state.top_p),
         overhead=lambda: work.copy_(state.logits),

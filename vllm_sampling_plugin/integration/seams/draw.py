@@ -29,7 +29,8 @@ is drawn by :meth:`PluginDrawMixin.plugin_draw`:
   per (seed, position) and batch-invariant.
 
 Precision is upstream's ``use_fp64_gumbel`` (a constructor argument since
-0.22); FP64 draws upstream's own murmur3 noise stream.
+0.22); FP64 draws the noise stream upstream's ``sample/gumbel.py`` draws
+(:func:`upstream_fp64_stream`): Philox through 0.30, murmur3 from 0.31.
 """
 
 from __future__ import annotations
@@ -58,8 +59,6 @@ logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
 NAME = shapes.DRAW
 
-# The FP64 noise of upstream's sample/gumbel.py from 0.32 on (murmur3_uniform64).
-UPSTREAM_FP64_STREAM = "murmur3"
 
 # The logprobs modes whose returned logits are the processed (masked) ones.
 _PROCESSED_MODES = ("processed_logprobs", "processed_logits")
@@ -75,6 +74,14 @@ _SKIPPING_SAMPLE_TAIL = ("idx_mapping_np", "pos", "input_ids", "expanded_local_p
 
 # Upstream's top-k/top-p mask bound to one step: processed logits in, masked out.
 MaskFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+def upstream_fp64_stream() -> str:
+    """The FP64 noise stream of the installed ``sample/gumbel.py`` (the ops'
+    ``fp64_stream`` name), so that ``--use-fp64-gumbel`` keeps upstream's tokens."""
+    from vllm.v1.worker.gpu.sample import gumbel
+
+    return "murmur3" if hasattr(gumbel, "murmur3_uniform64") else "philox"
 
 
 def _parameters(fn) -> list[str]:
@@ -148,13 +155,14 @@ class PluginDrawMixin:
         from vllm import envs
 
         super().__init__(*args, **kwargs)
+        self.fp64_stream = upstream_fp64_stream()
         self.use_flashinfer, flashinfer_note = takes_flashinfer_batches(
             self.use_flashinfer, envs.is_set("VLLM_USE_FLASHINFER_SAMPLER")
         )
         logger.info(
             "vllm-sampling-plugin sampler: Gumbel-max noise in %s (upstream's "
             "use_fp64_gumbel); %s.",
-            "FP64, upstream's murmur3 stream" if self.use_fp64_gumbel else "FP32",
+            f"FP64, upstream's {self.fp64_stream} stream" if self.use_fp64_gumbel else "FP32",
             flashinfer_note,
         )
 
@@ -206,7 +214,7 @@ class PluginDrawMixin:
             states.top_p.gpu,
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
-            fp64_stream=UPSTREAM_FP64_STREAM,
+            fp64_stream=self.fp64_stream,
         )
 
     def draw_gumbel(
@@ -224,7 +232,7 @@ class PluginDrawMixin:
             pos,
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
-            fp64_stream=UPSTREAM_FP64_STREAM,
+            fp64_stream=self.fp64_stream,
         )
 
 
