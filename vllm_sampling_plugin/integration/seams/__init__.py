@@ -16,42 +16,46 @@ upstream's, with one log line naming it and why; the others still apply.
 
 from __future__ import annotations
 
+import importlib
 import logging
 
+from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.seams.found import Found
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
+_MODULES = {
+    shapes.SETTINGS: "vllm_sampling_plugin.integration.seams.settings",
+    shapes.DRAW: "vllm_sampling_plugin.integration.seams.draw",
+    shapes.REJECTION: "vllm_sampling_plugin.integration.seams.rejection",
+    shapes.SPECULATOR: "vllm_sampling_plugin.integration.seams.speculator",
+    shapes.WARM_UP: "vllm_sampling_plugin.integration.seams.warmup",
+}
+
 
 def detect_seams() -> dict[str, Found]:
     """What each seam's adapter finds in the installed vLLM, by seam name."""
-    from vllm_sampling_plugin.integration.seams import (
-        draw,
-        rejection,
-        settings,
-        speculator,
-        warmup,
-    )
-
-    found_draw = _detected(draw.NAME, draw.detect)
-    found_rejection = _detected(rejection.NAME, rejection.detect, found_draw)
+    found_draw = _detected(shapes.DRAW)
+    found_rejection = _detected(shapes.REJECTION, found_draw)
     found = [
-        _detected(settings.NAME, settings.detect),
+        _detected(shapes.SETTINGS),
         found_draw,
         found_rejection,
-        _detected(speculator.NAME, speculator.detect, found_rejection),
-        _detected(warmup.NAME, warmup.detect, found_draw),
+        _detected(shapes.SPECULATOR, found_rejection),
+        _detected(shapes.WARM_UP, found_draw),
     ]
     return {f.seam: f for f in found}
 
 
-def _detected(name: str, detect, *needs: Found) -> Found:
-    """``detect(*needs)``, or the seam off with the error it raised (a
-    release that moved a module the adapter imports)."""
+def _detected(seam: str, *needs: Found) -> Found:
+    """The seam module's ``detect(*needs)``, or the seam off with the error
+    that importing or asking vLLM raised (a release that moved or broke a
+    module the adapter reads)."""
     try:
-        return detect(*needs)
-    except (ImportError, AttributeError, TypeError, ValueError) as e:
-        return Found.off(name, f"{type(e).__name__}: {e}")
+        module = importlib.import_module(_MODULES[seam])
+        return module.detect(*needs)
+    except Exception as e:
+        return Found.off(seam, f"{type(e).__name__}: {e}")
 
 
 def apply_seams(found: dict[str, Found]) -> None:
@@ -59,19 +63,11 @@ def apply_seams(found: dict[str, Found]) -> None:
     log one line for each seam left to upstream. Each ``apply`` imports what
     it needs before it patches anything, so one that raises leaves its seam
     untouched; the seams after it, which may need it, are not applied."""
-    from vllm_sampling_plugin.integration.seams import (
-        draw,
-        rejection,
-        settings,
-        speculator,
-        warmup,
-    )
-
-    for module in (settings, draw, rejection, speculator, warmup):
-        seam = found[module.NAME]
+    for name in shapes.SEAMS:
+        seam = found[name]
         if seam.is_taken:
             try:
-                module.apply(seam.shape)
+                importlib.import_module(_MODULES[name]).apply(seam.shape)
             except Exception:
                 logger.exception(
                     "vllm-sampling-plugin: applying the %s seam (%s) failed; it and "
