@@ -53,8 +53,8 @@ SEAM_OF_PART = {
 
 # Why the plugin takes a part where its seam has a known shape.
 WHY_PLUGIN = {
-    GUMBEL: "the plugin's Gumbel-max kernel (FP64 in upstream's murmur3 stream where "
-    "upstream owns use_fp64_gumbel); it must own this draw whenever it owns the "
+    GUMBEL: "the plugin's Gumbel-max kernel (FP64 in upstream's noise stream: Philox "
+    "through 0.30, murmur3 from 0.31); it must own this draw whenever it owns the "
     "seeded top-k/top-p draw, or a seeded request's noise would depend on its batch-mates",
     TOP_K_TOP_P_SEEDED: "upstream sorts, masks, then samples; the plugin's fused "
     "kernel is seeded and batch-invariant",
@@ -82,6 +82,14 @@ WHY_UPSTREAM = {
 }
 
 
+# A part whose seam's reason is about another part of that seam.
+WHY_UPSTREAM_PART = {
+    FLASHINFER_SETTING: "upstream's (flashinfer_sampler_supported, where its V2 sampler "
+    "uses FlashInfer); the plugin reads only whether it is set: unset, it takes "
+    "FlashInfer's batches; 1 keeps them FlashInfer's",
+}
+
+
 def line_found(line: str) -> dict[str, Found]:
     """``LINE_SEAMS``'s row for ``line``, as detection would report it."""
     return {
@@ -97,7 +105,7 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
     for part in PARTS:
         seam = found[SEAM_OF_PART[part]]
         owner = Owner.PLUGIN if seam.is_taken else Owner.UPSTREAM
-        why = WHY_PLUGIN[part] if seam.is_taken else seam.reason
+        why = WHY_PLUGIN[part] if seam.is_taken else WHY_UPSTREAM_PART.get(part, seam.reason)
         rows.append((part, owner.value, why, measurements.ratio_text(line, part, measured)))
     return rows
 
