@@ -101,3 +101,17 @@ def test_compatibility_doc_holds_the_rendered_table():
     begin = text.index("<!-- parts table: begin -->\n") + len("<!-- parts table: begin -->\n")
     end = text.index("<!-- parts table: end -->")
     assert text[begin:end].strip() == compatibility_markdown().strip()
+
+
+def test_bench_upstream_records_a_reports_ratios(tmp_path):
+    pytest.importorskip("vllm")
+    from vllm_sampling_plugin.bench.upstream import record_ratios
+
+    report = json.loads((DOC.parent / "bench-data" / "upstream-0.33-rep9-h100.json").read_text())
+    path = tmp_path / "measurements.json"
+    record_ratios(report, path)
+    recorded = json.loads(path.read_text())["0.33"]
+    assert set(recorded) >= {"Gumbel-max sampling (no top-k/top-p)", "top-k/top-p, batches FlashInfer may not take"}
+    gumbel = recorded["Gumbel-max sampling (no top-k/top-p)"]
+    assert gumbel["ratio"].startswith("upstream/plugin: ")
+    assert gumbel["source"] == "bench upstream, NVIDIA H100 80GB HBM3, vLLM 0.33.0"

@@ -66,6 +66,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -729,6 +730,19 @@ def parts_ratios(data: dict) -> dict[str, str]:
     return out
 
 
+def record_ratios(data: dict, path: Path | None = None) -> None:
+    """Write a report's ratios into data/measurements.json under its vLLM
+    line, where ``vllm-sampling-plugin info`` and docs/compatibility.md read them."""
+    from vllm_sampling_plugin import measurements
+
+    run = f" (bench upstream, {data['gpu']})"
+    source = f"bench upstream, {data['gpu']}, vLLM {data['vllm']}"
+    for name, text in parts_ratios(data).items():
+        measurements.record(
+            data["vllm_line"], name, text.removesuffix(run), source, path or measurements.PATH
+        )
+
+
 def installed(dist: str) -> str:
     try:
         return version(dist)
@@ -820,6 +834,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ratios", metavar="FILE", help="print the parts.py ratio strings of a report and exit"
     )
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="write the ratios (of this run, or of --ratios FILE) into the "
+        "package's data/measurements.json, which info reads",
+    )
     return p
 
 
@@ -828,8 +848,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.ratios:
         with open(args.ratios) as f:
-            for name, text in parts_ratios(json.load(f)).items():
-                print(f"{name}: {text}")
+            data = json.load(f)
+        for name, text in parts_ratios(data).items():
+            print(f"{name}: {text}")
+        if args.record:
+            record_ratios(data)
         return 0
     if args.device == "cpu":
         prepare_cpu()
@@ -889,6 +912,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{table}")
     with open(os.path.join(args.out, "upstream.md"), "w") as f:
         f.write(table + "\n")
+    if args.record:
+        with open(path) as f:
+            record_ratios(json.load(f))
     failed = sum("error" in row for row in rows)
     print(
         f"\nwrote {path} and upstream.md ({len(rows)} rows, {failed} failed) in "
