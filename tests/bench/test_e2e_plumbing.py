@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import types
 
 import pytest
 
@@ -554,3 +555,39 @@ def test_fp64_flag_reaches_every_engine_that_has_the_setting(monkeypatch):
     spec = engine.EngineSpec("stock", "/m", 64, 0.4, 400, use_fp64_gumbel=True)
     assert spec.llm_kwargs()["use_fp64_gumbel"] is True
     assert "use_fp64_gumbel" not in engine.EngineSpec("stock", "/m", 64, 0.4, 400).llm_kwargs()
+
+
+class _FakeEngineCore:
+    """``LLMEngine.add_request``/``step`` of requests that each finish after a
+    number of steps given by their prompt's first token."""
+
+    def __init__(self):
+        self.running = {}
+        self.most_in_flight = 0
+
+    def add_request(self, request_id, prompt, params):
+        self.running[request_id] = prompt["prompt_token_ids"][0]
+        self.most_in_flight = max(self.most_in_flight, len(self.running))
+
+    def step(self):
+        finished = []
+        for request_id in list(self.running):
+            self.running[request_id] -= 1
+            if self.running[request_id] == 0:
+                del self.running[request_id]
+                finished.append(types.SimpleNamespace(
+                    finished=True, outputs=[types.SimpleNamespace(token_ids=[7] * 3)]))
+        return finished
+
+
+def test_continuous_batching_keeps_at_most_the_wave_in_flight_and_refills():
+    server = object.__new__(engine._EngineServer)
+    server.llm = types.SimpleNamespace(llm_engine=_FakeEngineCore())
+    server.request_counter = 0
+    # Lengths 1, 5, 1, 1, 1: a lock-step wave of 2 would take 5 + 1 + 1 steps;
+    # continuous batching refills the short request's place at once.
+    prompts = [[1], [5], [1], [1], [1]]
+    tokens = server._continuous(prompts, [None] * len(prompts), in_flight=2)
+    assert tokens == 5 * 3
+    assert server.llm.llm_engine.most_in_flight == 2
+    assert server.request_counter == 5 and not server.llm.llm_engine.running

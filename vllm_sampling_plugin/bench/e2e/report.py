@@ -18,7 +18,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                      "sampling_share"}],
       "speculation": [{"model", "workload" (copying.SPEC_WORKLOADS), "max_num_seqs", "k",
                        "policy": the speculation policy measured, "against": "nospec" or
-                       another policy, "orders", "base_tok_s": [...], "spec_tok_s": [...],
+                       another policy, "orders", "base_tok_s": [...], "spec_tok_s": [...]
+                       (continuous batching: at most max_num_seqs requests in flight),
                        "base": DIST, "spec": DIST, "pair_ratios", "paired": DIST,
                        "acceptance": {...} (the policy engine's counters over its greedy
                        identity requests: "drafted" counts verified draft tokens),

@@ -212,7 +212,8 @@ class Run:
         return engine
 
     def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, str], mix: str,
-                      prompts: list[list[int]], wave: int) -> tuple[list, dict]:
+                      prompts: list[list[int]], wave: int,
+                      continuous: bool = False) -> tuple[list, dict]:
         """Warm both engines on this cell, then the interleaved pairs."""
         a = self.args
         for engine in engines.values():
@@ -223,7 +224,8 @@ class Run:
         for order in orders:
             for role in order:
                 result = engines[role].call("throughput", mix=mix, prompts=prompts,
-                                            output_len=a.output_len, wave=wave)
+                                            output_len=a.output_len, wave=wave,
+                                            continuous=continuous)
                 tok_s[role].append(result["tok_s"])
         return orders, tok_s
 
@@ -334,8 +336,11 @@ class Run:
                     return
                 prompts = copying.workload_prompts(name, a.num_requests, a.prompt_len, vocab,
                                                    seed=wave)
+                # Continuous batching: a request that speculation finishes
+                # early frees its place, as in a server (lock-step waves would
+                # wait for the wave's slowest request).
                 orders, tok_s = self.measure_pairs(pair, (baseline, policy), "ngram", prompts,
-                                                   wave)
+                                                   wave, continuous=True)
                 greedy, counters, seeded = self.identity(pair, baseline, policy,
                                                          prompts[:a.identity_requests])
                 cell = report.speculation_cell(model, name, wave, a.ngram_k, policy, baseline,
