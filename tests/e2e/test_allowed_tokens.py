@@ -168,12 +168,14 @@ def _post(url: str, body: dict) -> dict:
         return json.load(response)
 
 
-def run_server(model: str) -> dict:
-    """``vllm serve`` with the plugin and n-gram; 32 requests per case."""
+def run_server(model: str, log_path: str) -> dict:
+    """``vllm serve`` with the plugin and n-gram; 32 requests per case. Its
+    output goes to a file (a pipe nobody reads would fill and stall it)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, **QUIET_ENV, "VLLM_USE_V2_MODEL_RUNNER": "1",
            "VLLM_DISABLE_COMPILE_CACHE": "1"}
+    log = open(log_path, "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model,
          "--host", "127.0.0.1", "--port", str(port), "--load-format", "dummy",
@@ -181,14 +183,15 @@ def run_server(model: str) -> dict:
          "--kv-cache-memory-bytes", str(256 << 20), "--max-model-len", "1024",
          "--max-num-seqs", "64", "--enforce-eager", "--seed", "0",
          "--speculative-config", json.dumps(NGRAM)],
-        env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 420
         while True:
             if server.poll() is not None:
-                raise AssertionError(f"vllm serve exited {server.returncode}: "
-                                     f"{server.stderr.read()[-4000:]}")
+                with open(log_path) as output:
+                    tail = output.read()[-4000:]
+                raise AssertionError(f"vllm serve exited {server.returncode}: {tail}")
             try:
                 with urllib.request.urlopen(url + "/health", timeout=5):
                     break
@@ -212,14 +215,16 @@ def run_server(model: str) -> dict:
     finally:
         server.terminate()
         server.wait(timeout=120)
+        log.close()
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     model = str(write_tiny_llama(tmp_path_factory.mktemp("tiny")))
+    server_log = str(tmp_path_factory.mktemp("serve") / "vllm-serve.log")
     with ThreadPoolExecutor(len(ENGINES) + 1) as pool:
         engines = {name: pool.submit(run_engine, model, name) for name in ENGINES}
-        served = pool.submit(run_server, model)
+        served = pool.submit(run_server, model, server_log)
         results = {name: future.result() for name, future in engines.items()}
         results["serve_plugin_ngram"] = served.result()
     _print_table(results)

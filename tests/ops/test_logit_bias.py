@@ -186,7 +186,7 @@ def test_empty_batch_and_bad_inputs(device):
     assert apply_logit_bias_(empty, no_rows, no_rows.long(), *args).shape == (0, 8)
     logits = torch.zeros(1, 8, device=device)
     with pytest.raises(ValueError, match="float32"):
-        apply_logit_bias_(logits.half(), no_rows[:0].new_zeros(1), no_rows.new_zeros(1).long(), *args)
+        apply_logit_bias_(logits.half(), no_rows.new_zeros(1), no_rows.new_zeros(1).long(), *args)
     with pytest.raises(ValueError, match="idx_mapping must be"):
         apply_logit_bias_(logits, no_rows, no_rows.long(), *args)
     bad_allowed = list(args)
