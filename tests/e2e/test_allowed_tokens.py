@@ -142,7 +142,7 @@ def run_engine(model: str, name: str) -> dict:
            "VLLM_DISABLE_COMPILE_CACHE": "1", **env}
     try:
         result = json.loads(run_python(code, env=env, timeout=600).strip().splitlines()[-1])
-    except (AssertionError, subprocess.TimeoutExpired) as exc:
+    except Exception as exc:  # noqa: BLE001 - the engine failed in any way
         # Recorded, so that a stock engine's crash is reported, not raised.
         result = {"crashed": str(exc)[-4000:]}
     result["use_bias"] = use_bias
@@ -232,8 +232,8 @@ def runs(tmp_path_factory) -> dict:
         results = {name: future.result() for name, future in engines.items()}
         try:
             results["serve_plugin_ngram"] = served.result()
-        except AssertionError as exc:
-            results["serve_plugin_ngram"] = {"crashed": str(exc)[-4000:]}
+        except Exception as exc:  # noqa: BLE001 - start-up, a request or a 4xx
+            results["serve_plugin_ngram"] = {"crashed": f"{type(exc).__name__}: {exc}"[-4000:]}
     _print_table(results)
     return results
 
