@@ -20,6 +20,7 @@ class Owner(enum.Enum):
 
 
 # The parts, in the order a decode step reaches them.
+ALLOWED_BIAS_MIN_TOKENS = "allowed ids, logit bias, min-tokens masking"
 GUMBEL = "Gumbel-max sampling (no top-k/top-p)"
 TOP_K_TOP_P_SEEDED = "top-k/top-p, batches FlashInfer may not take"
 TOP_K_TOP_P_FLASHINFER = "top-k/top-p, batches FlashInfer may take"
@@ -28,6 +29,7 @@ NGRAM = "n-gram speculator"
 FP64_SETTING = "use_fp64_gumbel setting"
 FLASHINFER_SETTING = "VLLM_USE_FLASHINFER_SAMPLER"
 PARTS = (
+    ALLOWED_BIAS_MIN_TOKENS,
     GUMBEL,
     TOP_K_TOP_P_SEEDED,
     TOP_K_TOP_P_FLASHINFER,
@@ -57,8 +59,28 @@ _BENCH = "docs/benchmarks.md, H100"
 _BENCH_0_32 = "bench upstream, H100, docs/benchmarks.md"
 _BENCH_0_33 = "bench upstream and bench e2e, H100, docs/benchmarks.md"
 
+# Where upstream's bias kernel has its barriers (0.25 and later).
+_BIAS_KERNEL_WITH_BARRIERS_WHY = (
+    "upstream's bias kernel has barriers around its -inf overwrite of the row "
+    "(added in 0.25), so allowed ids are kept; writes the barriers do not "
+    "order remain (a token both allowed and biased, a biased or allowed stop "
+    "token under min_tokens; docs/troubleshooting.md) and the plugin does not "
+    "own this processing step on these lines"
+)
+
 LINE_PARTS: dict[str, dict[str, PartChoice]] = {
     LINE_0_20: {
+        ALLOWED_BIAS_MIN_TOKENS: PartChoice(
+            Owner.PLUGIN,
+            "upstream's bias kernel saves the allowed logits, stores -inf over "
+            "the row and restores them with no barrier between threads, so the "
+            "row can end all -inf and every token be id 0 (issue 27); the "
+            "plugin's kernel decides each logit in one thread, for the sampler "
+            "and for speculative verification; min_tokens masks stop ids for "
+            "exactly min_tokens outputs (upstream 0.20: one more)",
+            "not timed; one launch over rows x vocabulary blocks, rows that use "
+            "none of the three return at once",
+        ),
         GUMBEL: PartChoice(
             Owner.PLUGIN,
             "upstream draws FP64 noise only; the plugin adds FP32 noise",
@@ -99,6 +121,7 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
         ),
     },
     LINE_0_32: {
+        ALLOWED_BIAS_MIN_TOKENS: PartChoice(Owner.UPSTREAM, _BIAS_KERNEL_WITH_BARRIERS_WHY, "n/a"),
         GUMBEL: PartChoice(
             Owner.PLUGIN,
             "same algorithm (Gumbel-max, counter-based noise); FP64 draws "
@@ -149,6 +172,7 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
         ),
     },
     LINE_0_33: {
+        ALLOWED_BIAS_MIN_TOKENS: PartChoice(Owner.UPSTREAM, _BIAS_KERNEL_WITH_BARRIERS_WHY, "n/a"),
         GUMBEL: PartChoice(
             Owner.PLUGIN,
             "upstream's gumbel_sample is still Gumbel-max with counter-based "

@@ -3,7 +3,9 @@
 vLLM 0.20 has no ``use_fp64_gumbel`` setting and no seeded fused top-k/top-p
 path, so the plugin adds the flag (EngineArgs, ModelConfig, VllmConfig checks)
 and replaces the V2 runner's Sampler, RejectionSampler and n-gram speculator
-at the names ``vllm.v1.worker.gpu.model_runner`` binds at import.
+at the names ``vllm.v1.worker.gpu.model_runner`` binds at import. The
+Sampler also brings the race-free allowed-ids / logit-bias / min-tokens step
+(``logit_bias.py``), which speculative verification runs through it.
 """
 
 from __future__ import annotations
