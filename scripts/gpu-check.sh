@@ -3,7 +3,7 @@
 # Usage: scripts/gpu-check.sh STEP...   STEP: ops | ngram | rejection | topk | e2e | cold-start |
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
-#        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | robust | soak | upstream |
+#        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
 #        ops-upstream | e2e-upstream
 #        (the last three: vLLM 0.32/0.33)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
@@ -34,6 +34,10 @@ for step in "$@"; do
     rejection) run rejection python3 -m pytest -q -p no:cacheprovider tests/ops/test_rejection.py ;;
     topk) run topk python3 -m pytest -q -p no:cacheprovider tests/ops/test_topk_topp.py ;;
     e2e) run e2e python3 -m pytest -q -s -p no:cacheprovider tests/e2e ;;
+    allowed-tokens)
+      run allowed-tokens-op python3 -m pytest -q -p no:cacheprovider tests/ops/test_logit_bias.py
+      VLLM_USE_V2_MODEL_RUNNER=1 run allowed-tokens-e2e python3 -m pytest -q -s -p no:cacheprovider \
+        tests/e2e/test_allowed_tokens.py ;;
     cold-start) run cold-start python3 -m pytest -q -s -p no:cacheprovider tests/e2e/test_cold_start.py ;;
     tokens-before-after)
       PYTHONPATH="$BEFORE:${PYTHONPATH:-}" run tokens-before python3 scripts/dump_op_tokens.py "$out/tokens-before.pt"
