@@ -11,7 +11,7 @@ started by ``tests/ops/test_compile_sm90.py`` *without* ``TRITON_INTERPRET``:
 
 Each case calls a public launcher (``gumbel_sample``, ``top_k_top_p_sample``,
 ``rejection_sample_packed``, ``accept_matching_drafts``,
-``ngram_propose[_into]``) on small CPU tensors.
+``ngram_propose[_into]``, ``apply_logit_bias_``) on small CPU tensors.
 A stand-in driver names an sm_90 target, and ``kernel[grid](...)`` goes
 through Triton's own warm-up path: the launcher's real arguments pass through
 Triton's binder (signature, constexprs, the specialisation of integers equal
@@ -279,6 +279,26 @@ def _ngram_propose_into(*, num_sampled: bool, fill_tokens: bool) -> None:
     )
 
 
+def _logit_bias() -> None:
+    from vllm_sampling_plugin.ops.logit_bias import apply_logit_bias_
+
+    # vLLM 0.20's per-request tables: 1024 allowed ids, 1024 biases, 128 stop
+    # ids; positions are the runner's int64.
+    max_num_reqs, num_tokens = 4, 6
+
+    def table(capacity, dtype=torch.int32):
+        return torch.zeros(max_num_reqs, capacity, dtype=dtype)
+
+    counts = [torch.ones(max_num_reqs, dtype=torch.int32) for _ in range(4)]
+    apply_logit_bias_(
+        torch.empty(num_tokens, VOCAB),
+        torch.zeros(num_tokens, dtype=torch.int32),
+        torch.zeros(num_tokens, dtype=torch.int64),
+        counts[0], table(1024), counts[1], table(1024), table(1024, torch.float32),
+        counts[2], counts[3], table(128),
+    )
+
+
 def _plain_global() -> None:
     _plain_global_kernel[(1,)](torch.empty(1))
 
@@ -332,6 +352,7 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
     yield from _variants(
         "ngram_propose_into", _ngram_propose_into, num_sampled=on_off, fill_tokens=on_off
     )
+    yield "logit_bias", _logit_bias
     # Must fail: proves this harness catches what the interpreter lets through.
     yield SELF_CHECK, _plain_global
 

@@ -24,6 +24,7 @@ class Owner(enum.Enum):
 
 
 # The parts, in the order a decode step reaches them.
+ALLOWED_BIAS_MIN_TOKENS = "allowed ids, logit bias, min-tokens masking"
 GUMBEL = "Gumbel-max sampling (no top-k/top-p)"
 TOP_K_TOP_P_SEEDED = "top-k/top-p, batches FlashInfer may not take"
 TOP_K_TOP_P_FLASHINFER = "top-k/top-p, batches FlashInfer may take"
@@ -32,6 +33,7 @@ NGRAM = "n-gram speculator"
 FP64_SETTING = "use_fp64_gumbel setting"
 FLASHINFER_SETTING = "VLLM_USE_FLASHINFER_SAMPLER"
 PARTS = (
+    ALLOWED_BIAS_MIN_TOKENS,
     GUMBEL,
     TOP_K_TOP_P_SEEDED,
     TOP_K_TOP_P_FLASHINFER,
@@ -42,6 +44,7 @@ PARTS = (
 )
 
 SEAM_OF_PART = {
+    ALLOWED_BIAS_MIN_TOKENS: shapes.DRAW,
     GUMBEL: shapes.DRAW,
     TOP_K_TOP_P_SEEDED: shapes.DRAW,
     TOP_K_TOP_P_FLASHINFER: shapes.DRAW,
@@ -51,8 +54,20 @@ SEAM_OF_PART = {
     FLASHINFER_SETTING: shapes.SETTINGS,
 }
 
+# Parts the plugin takes only in some of their seam's shapes: the race-free
+# bias step comes with the plugin's own Sampler (integration/sampler.py,
+# logit_bias.py), which the sample() shape uses; the other shapes keep
+# upstream's processing.
+PART_SHAPES = {ALLOWED_BIAS_MIN_TOKENS: (shapes.SAMPLE,)}
+
 # Why the plugin takes a part where its seam has a known shape.
 WHY_PLUGIN = {
+    ALLOWED_BIAS_MIN_TOKENS: "upstream's bias kernel (until 0.25) saves the allowed "
+    "logits, stores -inf over the row and restores them with no barrier between "
+    "threads, so the row can end all -inf and every token be id 0 (issue 27); the "
+    "plugin's kernel decides each logit in one thread, for the sampler and for "
+    "speculative verification; min_tokens masks stop ids for exactly min_tokens "
+    "outputs (upstream 0.20: one more)",
     GUMBEL: "the plugin's Gumbel-max kernel (FP64 in upstream's noise stream: Philox "
     "through 0.30, murmur3 from 0.31); it must own this draw whenever it owns the "
     "seeded top-k/top-p draw, or a seeded request's noise would depend on its batch-mates",
@@ -84,10 +99,21 @@ WHY_UPSTREAM = {
 
 # A part whose seam's reason is about another part of that seam.
 WHY_UPSTREAM_PART = {
+    ALLOWED_BIAS_MIN_TOKENS: "upstream's processing stays in this draw shape; its bias "
+    "kernel has barriers around the -inf overwrite from 0.25 on (0.23 and 0.24 keep "
+    "the racy one), and writes the barriers do not order remain (a token both "
+    "allowed and biased, a biased or allowed stop token under min_tokens; "
+    "docs/troubleshooting.md)",
     FLASHINFER_SETTING: "upstream's (flashinfer_sampler_supported, where its V2 sampler "
     "uses FlashInfer); the plugin reads only whether it is set: unset, it takes "
     "FlashInfer's batches; 1 keeps them FlashInfer's",
 }
+
+
+def plugin_takes(part: str, found: dict[str, Found]) -> bool:
+    """Whether the plugin owns ``part``, given what the seams found."""
+    shape = found[SEAM_OF_PART[part]].shape
+    return shape is not None and shape in PART_SHAPES.get(part, (shape,))
 
 
 def line_found(line: str) -> dict[str, Found]:
@@ -104,21 +130,23 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
     rows = []
     for part in PARTS:
         seam = found[SEAM_OF_PART[part]]
-        owner = Owner.PLUGIN if seam.is_taken else Owner.UPSTREAM
-        why = WHY_PLUGIN[part] if seam.is_taken else WHY_UPSTREAM_PART.get(part, seam.reason)
+        taken = plugin_takes(part, found)
+        owner = Owner.PLUGIN if taken else Owner.UPSTREAM
+        why = WHY_PLUGIN[part] if taken else WHY_UPSTREAM_PART.get(part, seam.reason)
         rows.append((part, owner.value, why, measurements.ratio_text(line, part, measured)))
     return rows
 
 
 def parts_summary(found: dict[str, Found]) -> str:
     """One line for the log: which parts are the plugin's."""
-    mine = [part for part in PARTS if found[SEAM_OF_PART[part]].is_taken]
+    mine = [part for part in PARTS if plugin_takes(part, found)]
     theirs = [part for part in PARTS if part not in mine]
     return f"plugin: {', '.join(mine) or 'nothing'}; upstream: {', '.join(theirs) or 'nothing'}"
 
 
 # The parts' names in docs/compatibility.md's table.
 SHORT_NAMES = {
+    ALLOWED_BIAS_MIN_TOKENS: "allowed ids/bias/min-tokens",
     GUMBEL: "Gumbel-max",
     TOP_K_TOP_P_SEEDED: "top-k/top-p",
     TOP_K_TOP_P_FLASHINFER: "FlashInfer's batches",
@@ -139,7 +167,7 @@ def compatibility_markdown() -> str:
     measured = measurements.load()
     for line in LINE_SEAMS:
         found = line_found(line)
-        mine = [SHORT_NAMES[p] for p in PARTS if found[SEAM_OF_PART[p]].is_taken]
+        mine = [SHORT_NAMES[p] for p in PARTS if plugin_takes(p, found)]
         theirs = [SHORT_NAMES[p] for p in PARTS if SHORT_NAMES[p] not in mine]
         ratios = "; ".join(
             f"{SHORT_NAMES[part]}: {measurements.ratio_text(line, part, measured)}"

@@ -1,8 +1,10 @@
 """The V2 runner's Sampler, with the plugin's sampling step.
 
-Everything vLLM's Sampler does before drawing the token (logit bias,
-penalties, bad words, temperature, min-p) and after it (logprobs, NaN counts)
-stays vLLM's. What changes is the draw:
+Everything vLLM's Sampler does before drawing the token (penalties, bad
+words, temperature, min-p) and after it (logprobs, NaN counts) stays vLLM's,
+except two states: allowed ids / logit bias / min-tokens run the plugin's
+race-free kernel (``logit_bias.py``), and bad words read each draft where it
+is (``spec_bad_words.py``). What changes is the draw:
 
 * rows without top-k/top-p: the plugin's Gumbel-max kernel (FP32 by default,
   FP64 with ``use_fp64_gumbel``);
@@ -26,6 +28,7 @@ from vllm.v1.worker.gpu.sample.sampler import Sampler
 from vllm.v1.worker.gpu.sample.states import NO_LOGPROBS, SamplingStates
 
 from vllm_sampling_plugin.config import PluginSettings, settings_from_model_config
+from vllm_sampling_plugin.integration.logit_bias import RaceFreeLogitBiasState
 from vllm_sampling_plugin.integration.spec_bad_words import DraftAlignedBadWordsState
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
@@ -107,6 +110,7 @@ class PluginSampler(Sampler):
             **upstream_settings,
         )
         self.sampling_states = PluginSamplingStates(max_num_reqs, vocab_size)
+        self.logit_bias_state = RaceFreeLogitBiasState(max_num_reqs, device)
         self.bad_words_state = DraftAlignedBadWordsState(req_states)
         if settings is None:
             # The worker builds the runner inside set_current_vllm_config().

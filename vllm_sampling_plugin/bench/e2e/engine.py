@@ -73,6 +73,9 @@ class EngineSpec:
     max_cudagraph_capture_size: int | None = None  # None: vLLM's choice
     cold_start_first: str = "greedy"  # the mix of COLD_START_MIXES sent first
     use_fp64_gumbel: bool = False  # pass use_fp64_gumbel=True to LLM(...)
+    # With ngram_k: the plugin's speculation_policy ("adaptive" or "fixed");
+    # None leaves the engine's default.
+    speculation_policy: str | None = None
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -98,11 +101,16 @@ class EngineSpec:
                 "method": "ngram", "num_speculative_tokens": self.ngram_k,
                 "prompt_lookup_min": 2, "prompt_lookup_max": 4,
             }
+            if self.speculation_policy:
+                kwargs["speculation_policy"] = self.speculation_policy
         return kwargs
 
     @property
     def label(self) -> str:
-        return f"{self.role}+ngram{self.ngram_k}" if self.ngram_k else self.role
+        if not self.ngram_k:
+            return self.role
+        policy = f"-{self.speculation_policy}" if self.speculation_policy else ""
+        return f"{self.role}+ngram{self.ngram_k}{policy}"
 
 
 def child_env(spec: EngineSpec, triton_cache: str) -> dict[str, str]:
@@ -188,6 +196,8 @@ class _EngineServer:
         self.spec = spec
         self.triton_cache = triton_cache
         self.llm = LLM(**spec.llm_kwargs())
+        # Ids of the requests ``_continuous`` adds itself.
+        self.request_counter = 0
         self.startup_s = time.perf_counter() - start
         self.vocab = self.llm.llm_engine.model_config.get_vocab_size()
         self.sampler = self.llm.collective_rpc(hooks.sampler_class)[0]
@@ -243,30 +253,64 @@ class _EngineServer:
                 "compiled_by_request": compiled[:len(order)]}
 
     def throughput(self, mix: str, prompts: list[list[int]], output_len: int,
-                   wave: int) -> dict:
-        """Generate ``prompts`` in waves of ``wave`` requests; tokens per second.
+                   wave: int, continuous: bool = False) -> dict:
+        """Generate ``prompts`` with at most ``wave`` requests in flight; tokens per second.
 
-        Every request generates ``output_len`` tokens, so a wave runs in
-        lock step and behaves as an engine limited to ``wave`` sequences.
+        By default in waves of ``wave`` requests: every request generates
+        ``output_len`` tokens, so a wave runs in lock step and behaves as an
+        engine limited to ``wave`` sequences. With ``continuous``, a new
+        request enters as soon as one finishes (continuous batching): where
+        requests finish at different steps (speculation accepting for some
+        and not others), a wave would wait for its slowest request.
         """
         params = self._params(mix, len(prompts), output_len)
-        tokens = 0
         start = time.perf_counter()
-        for wave_prompts, wave_params in zip(workload.waves(prompts, wave),
-                                             workload.waves(params, wave)):
-            outputs = self._generate(wave_prompts, wave_params)
-            tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+        if continuous:
+            tokens = self._continuous(prompts, params, wave)
+        else:
+            tokens = 0
+            for wave_prompts, wave_params in zip(workload.waves(prompts, wave),
+                                                 workload.waves(params, wave)):
+                outputs = self._generate(wave_prompts, wave_params)
+                tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
         seconds = time.perf_counter() - start
         return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds}
 
+    def _continuous(self, prompts: list[list[int]], params: list, in_flight: int) -> int:
+        """Run every request with ``in_flight`` of them in the engine at a
+        time, as ``LLM.generate`` drives the engine; generated tokens."""
+        engine = self.llm.llm_engine
+        queue = list(zip(prompts, params))
+        queue.reverse()
+        running = tokens = 0
+
+        def admit() -> None:
+            nonlocal running
+            prompt, sampling = queue.pop()
+            self.request_counter += 1
+            engine.add_request(f"e2e-{self.request_counter}", {"prompt_token_ids": prompt},
+                               sampling)
+            running += 1
+
+        while queue and running < in_flight:
+            admit()
+        while running:
+            for output in engine.step():
+                if output.finished:
+                    tokens += len(output.outputs[0].token_ids)
+                    running -= 1
+                    if queue:
+                        admit()
+        return tokens
+
     def greedy_tokens(self, prompts: list[list[int]], output_len: int,
-                      with_probabilities: bool = False) -> dict:
-        """Greedy continuations and the speculative-decoding counters' change
-        over the call; with ``with_probabilities`` also the probability of
-        every generated (top-1) token, from the raw logits."""
+                      with_probabilities: bool = False, mix: str = "greedy") -> dict:
+        """Greedy (or ``mix``'s) continuations and the speculative-decoding
+        counters' change over the call; with ``with_probabilities`` also the
+        probability of every generated token, from the raw logits."""
         before = self._spec_counters()
         extra = {"logprobs": 0} if with_probabilities else {}
-        outputs = self._generate(prompts, self._params("greedy", len(prompts), output_len,
+        outputs = self._generate(prompts, self._params(mix, len(prompts), output_len,
                                                        **extra))
         after = self._spec_counters()
         top1 = [math.exp(position[token].logprob)
