@@ -2,10 +2,16 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from tests.ops.gumbel_reference import reference_tokens
+from tests.ops.gumbel_reference import (
+    gumbel_fp32,
+    noise_uniform_fp32,
+    reference_tokens,
+    request_key,
+)
 from tests.ops.noises import NOISES
 from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin.ops import gumbel
@@ -161,6 +167,42 @@ def test_nan_never_wins_and_inf_wins(device, noise):
         **noise,
     )
     assert got.tolist() == [0, 0, 6, 9]
+
+
+# (seed, position, token) whose FP32 noise uniform lies below 2**-24, where
+# float32 cannot hold 1 - u: found by a search with the NumPy model (the test
+# re-checks it). The first is in [2**-25, 2**-24), where -log(1 - u) in float32
+# caps the noise near 16.6; the second is below 2**-25, where it gives +inf.
+RARE_UNIFORMS = [(2026, 9779, 2825), (2026, 45848, 406)]
+
+
+@pytest.mark.parametrize("seed, position, rare", RARE_UNIFORMS, ids=["capped", "infinite"])
+def test_fp32_noise_tail_beyond_the_float32_grid_near_one(device, seed, position, rare):
+    """The FP32 noise of a token whose uniform is below 2**-24 is
+    ``-log(-log1p(-u))``, about ``-log(u)`` (the series branch of
+    ``ops/random.py``): placed 0.25 above (below) the best other score, the
+    rare token must win (lose). Noise computed as ``-log(-log(1 - u))`` in
+    float32 is 16.6 or +inf there, and one of the two rows comes out wrong."""
+    vocab_size = 4096
+    key = request_key(seed, position)
+    u = float(noise_uniform_fp32(key, [rare])[0])
+    assert u < 2.0**-24
+    noise = gumbel_fp32(key, vocab_size).astype(np.float64)
+    best_other = np.delete(noise, rare).max()
+    logits = torch.zeros(2, vocab_size)
+    for row, offset in enumerate([0.25, -0.25]):
+        logits[row, rare] = float(best_other - noise[rare] + offset)
+    batch = dict(
+        logits=logits,
+        idx_mapping=torch.zeros(2, dtype=torch.int32),
+        temperature=torch.ones(1),
+        seeds=torch.tensor([seed]),
+        pos=torch.tensor([position, position]),
+    )
+    expected = reference_tokens(**batch, apply_temperature=False, use_fp64=False)
+    assert expected[0] == rare and expected[1] != rare
+    got = call({k: v.to(device) for k, v in batch.items()}, apply_temperature=False)
+    assert got.tolist() == expected
 
 
 def test_empty_batch(device):
