@@ -35,6 +35,7 @@ COPIED = (PACKAGE, "tests", "pyproject.toml")
 REJECTION_REFERENCE = "tests/ops/test_rejection.py::test_matches_independent_reference"
 GUMBEL_REFERENCE = "tests/ops/test_gumbel.py::test_matches_independent_reference"
 TOP_K_TOP_P_REFERENCE = "tests/ops/test_topk_topp.py::test_matches_independent_reference"
+TOP_K_TOP_P_CUTS = "tests/ops/test_topk_topp.py::test_cut_tokens_are_drawn_as_the_model_draws_them"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +81,14 @@ MUTANTS = [
         f"{PACKAGE}/ops/topk_topp/row.py",
         "keep = listed & (num_above < top_k)",
         "keep = listed & (num_above <= top_k)",
-        (TOP_K_TOP_P_REFERENCE,),
+        (TOP_K_TOP_P_CUTS, TOP_K_TOP_P_REFERENCE),
     ),
     Mutant(
         "top_p_keeps_one_token_too_few",
         f"{PACKAGE}/ops/topk_topp/row.py",
         "keep = keep & (mass_above < top_p_mass)",
         "keep = keep & (mass_above + mass < top_p_mass)",
-        (TOP_K_TOP_P_REFERENCE,),
+        (TOP_K_TOP_P_CUTS, TOP_K_TOP_P_REFERENCE),
     ),
     # The plugin has no min-p comparison of its own: vLLM's Sampler applies
     # min-p before the plugin's kernels draw. The plugin's min-p code is the
@@ -143,8 +144,7 @@ def make_copy(parent: Path) -> Path:
 
 
 def child_env(root: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
-    return env
+    return dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
 
 
 def assert_copy_is_imported(root: Path) -> None:

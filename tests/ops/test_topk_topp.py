@@ -137,6 +137,32 @@ def test_matches_independent_reference(device, tuning, noise):
         assert {PATH_SHORT_LIST, PATH_COLLECTED, PATH_EXACT} <= set(paths.tolist())
 
 
+def test_cut_tokens_are_drawn_as_the_model_draws_them(device):
+    """Rows whose last kept token is likely, at three temperatures and many
+    seeds: top_p halfway through the second token's mass (it crosses p) or
+    top_k = 2. The draws equal the model's, which draws that second token; a
+    cut one token off on either side changes some of the draws."""
+    seeds_per_case = 12
+    cases = []
+    for temp in (0.7, 1.0, 1.5):
+        probs = np.sort(exact_probabilities(np.array(LOGITS_12) / temp, 0, 1.0))[::-1]
+        cases += [(temp, 0, float(probs[0] + probs[1] / 2)), (temp, 2, 1.0)]
+    temperature, top_k, top_p = (
+        [value for value in column for _ in range(seeds_per_case)] for column in zip(*cases)
+    )
+    num_rows = len(temperature)
+    logits = torch.tensor([LOGITS_12]).expand(num_rows, -1).contiguous().to(device)
+    seeds = [31 * row + 5 for row in range(num_rows)]
+    pos = [row % seeds_per_case for row in range(num_rows)]
+    got = run(logits, temperature, top_k, top_p, seeds, pos)
+    want = independent_reference(logits, temperature, top_k, top_p, seeds, pos)
+    assert got.tolist() == want
+    second = int(np.argsort(LOGITS_12)[-2])
+    for case in range(len(cases)):
+        drawn = want[case * seeds_per_case : (case + 1) * seeds_per_case]
+        assert second in drawn and set(drawn) <= {second, int(np.argmax(LOGITS_12))}
+
+
 def test_paths_report_the_deciding_step(device):
     """Crafted rows land on the step documented for them."""
     vocab_size = 600  # above the default short list: two chunks of 512
