@@ -12,6 +12,7 @@ from tests.ops.gumbel_reference import (
     reference_tokens,
     request_key,
 )
+from tests.integration.helpers import run_python
 from tests.ops.noises import NOISES
 from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin.ops import gumbel
@@ -292,6 +293,54 @@ def test_fp64_equals_stock_vllm(num_tokens, max_num_reqs, vocab_size, dtype, app
     )
     assert torch.equal(got, expected)
     assert torch.equal(our_processed, stock_processed)
+
+
+# Without CUDA, vLLM replaces Triton with a placeholder unless no device is
+# visible at all; with CUDA_VISIBLE_DEVICES="" its kernels run under the
+# interpreter like the plugin's. A fresh interpreter, so that this process's
+# vLLM is left as it is.
+STOCK_ON_CPU_ENV = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+
+
+@needs_vllm_line("0.20", why="the reference is 0.20's FP64 Gumbel kernel")
+def test_fp64_equals_stock_vllm_on_cpu():
+    """use_fp64=True gives vLLM 0.20's own tokens and processed logits, on CPU:
+    batches mapped into larger request state, greedy rows, float32 and
+    bfloat16 logits, several tiles and chunks per row."""
+    run_python(
+        """
+        import torch
+        from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
+        from vllm_sampling_plugin.ops.gumbel import gumbel_sample
+
+        for num_tokens, max_num_reqs, vocab_size in [(1, 4, 301), (12, 16, 3000)]:
+            for dtype in (torch.float32, torch.bfloat16):
+                for apply_temperature in (False, True):
+                    gen = torch.Generator().manual_seed(vocab_size + num_tokens)
+                    logits = (torch.randn(num_tokens, vocab_size, generator=gen) * 4).to(dtype)
+                    idx_mapping = torch.randperm(max_num_reqs, generator=gen)[:num_tokens]
+                    idx_mapping = idx_mapping.to(torch.int32)
+                    temperature = torch.rand(max_num_reqs, generator=gen) * 1.5 + 0.01
+                    temperature[::7] = 0.0
+                    seeds = torch.randint(-(2**63), 2**63 - 1, (max_num_reqs,), generator=gen)
+                    pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen)
+                    stock_processed = torch.full((max_num_reqs, vocab_size), 7.0)
+                    our_processed = stock_processed.clone()
+                    expected = stock_gumbel_sample(
+                        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
+                        processed_logits_out=stock_processed,
+                    )
+                    got = gumbel_sample(
+                        logits, idx_mapping, temperature, seeds, pos,
+                        apply_temperature=apply_temperature, use_fp64=True,
+                        processed_logits_out=our_processed,
+                    )
+                    case = (num_tokens, vocab_size, dtype, apply_temperature)
+                    assert torch.equal(got, expected), (case, got, expected)
+                    assert torch.equal(our_processed, stock_processed), case
+        """,
+        env=STOCK_ON_CPU_ENV,
+    )
 
 
 @pytest.mark.gpu

@@ -18,7 +18,9 @@ import pytest
 import torch
 from scipy import stats
 
+from tests.integration.helpers import run_python
 from tests.ops.rejection_reference import reference_rejection
+from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin.ops import (
     rejection_sample,
     rejection_sample_packed,
@@ -731,6 +733,45 @@ def test_large_vocabulary_greedy_gpu(num_drafts):
             drafts[b, prefix] = (argmax[b, prefix] + 1 + 977 * b) % _LARGE_VOCAB
     out, num = _call(target_logits, drafts, None, 0.0)
     assert _emitted(out.cpu(), num.cpu()) == _greedy_reference(target_logits.cpu(), drafts.cpu())
+
+
+@needs_vllm_line("0.20", why="the reference is 0.20's FP64 Gumbel kernel")
+def test_fp64_bonus_token_is_stock_vllm_sample_on_cpu():
+    """q == p accepts every draft; the bonus is then what vLLM 0.20's sampler
+    draws there. vLLM's kernel runs under the interpreter once no CUDA device
+    is visible (in a fresh interpreter: this process's vLLM is left alone)."""
+    run_python(
+        """
+        import torch
+        from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
+        from vllm_sampling_plugin.ops import rejection_sample_packed
+
+        num_reqs, num_spec, vocab = 6, 2, 700
+        generator = torch.Generator().manual_seed(31)
+        num_logits = num_reqs * (num_spec + 1)
+        target_logits = torch.randn(num_logits, vocab, generator=generator) * 3
+        rows = target_logits.view(num_reqs, num_spec + 1, vocab)
+        draft_tokens = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32)
+        draft_tokens[:, 1:] = torch.randint(0, vocab, (num_reqs, num_spec), generator=generator)
+        idx_mapping = torch.arange(num_reqs, dtype=torch.int32)
+        pos = torch.randint(0, 1 << 30, (num_logits,), generator=generator)
+        temperature = torch.ones(num_reqs)
+        seeds = torch.randint(-(2**63), 2**63 - 1, (num_reqs,), generator=generator)
+        sampled, num = rejection_sample_packed(
+            target_logits, draft_tokens.view(-1),
+            torch.arange(num_reqs + 1, dtype=torch.int32) * (num_spec + 1), idx_mapping, pos,
+            temperature, seeds, num_spec, rows[:, :num_spec].contiguous(), use_fp64=True,
+        )
+        assert (num == num_spec + 1).all(), num
+        bonus_rows = torch.arange(num_reqs) * (num_spec + 1) + num_spec
+        expected = stock_gumbel_sample(
+            target_logits[bonus_rows], idx_mapping, temperature, seeds, pos[bonus_rows],
+            apply_temperature=False,
+        )
+        assert torch.equal(sampled[:, num_spec], expected), (sampled, expected)
+        """,
+        env={"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"},
+    )
 
 
 @pytest.mark.gpu
