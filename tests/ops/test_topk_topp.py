@@ -218,31 +218,37 @@ def test_apply_temperature_false_takes_divided_logits(device):
     assert by_kernel.tolist() == pre_divided.tolist()
 
 
-# (name, logits, top_k, top_p, use_fp64, draws); the kept sets have 5 to 9
-# tokens.
+# (name, logits, temperature, top_k, top_p, use_fp64, draws); the kept sets
+# have 2 to 9 tokens. These few hundred draws catch a token drawn outside the
+# kept set and gross errors of weight; that the law holds to within 10% of
+# the temperature and one token of the cut, at 99% power, is shown on the
+# NumPy model (test_references.py), which this kernel equals token for token.
 LOGITS_12 = [3.0, 2.5, 2.0, 1.9, 1.0, 0.5, 0.0, -1.0, 2.2, 1.5, -3.0, 0.8]
 FALLING_12 = [1.0, 0.8, 0.5, 0.3, 0.0, -0.5, -1.0, -2.0, -4.0, -6.0, -7.0, -9.0]
 DISTRIBUTIONS = [
-    ("top_k", LOGITS_12, 5, 1.0, False, 200),
-    ("top_p", LOGITS_12, 0, 0.8, False, 200),
-    ("top_k_top_p", LOGITS_12, 6, 0.85, False, 300),
-    ("top_k_top_p_fp64", LOGITS_12, 6, 0.85, True, 200),
-    ("top_p_near_1", FALLING_12, 0, 0.995, False, 200),
+    ("top_k", LOGITS_12, 0.7, 5, 1.0, False, 200),
+    ("top_p", LOGITS_12, 1.5, 0, 0.8, False, 200),
+    ("top_k_top_p", LOGITS_12, 1.0, 6, 0.85, False, 300),
+    ("top_k_top_p_fp64", LOGITS_12, 0.6, 6, 0.85, True, 200),
+    ("top_p_near_1", FALLING_12, 1.3, 0, 0.995, False, 200),
 ]
 
 
 @pytest.mark.parametrize(
-    "name, logits_row, top_k, top_p, use_fp64, draws",
+    "name, logits_row, temperature, top_k, top_p, use_fp64, draws",
     DISTRIBUTIONS,
     ids=[d[0] for d in DISTRIBUTIONS],
 )
-def test_distribution_chi_square(device, name, logits_row, top_k, top_p, use_fp64, draws):
+def test_distribution_chi_square(
+    device, name, logits_row, temperature, top_k, top_p, use_fp64, draws
+):
     """``draws`` positions of one request: counts match the exact distribution."""
-    probs = exact_probabilities(np.array(logits_row), top_k, top_p)
+    scaled = np.float32(logits_row) / np.float32(temperature)  # as the kernel divides
+    probs = exact_probabilities(scaled, top_k, top_p)
     logits = torch.tensor([logits_row], device=DEVICE).expand(draws, -1).contiguous().to(device)
     tokens = run(
         logits,
-        [1.0],
+        [temperature],
         [top_k],
         [top_p],
         [1234],
