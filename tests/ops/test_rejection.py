@@ -8,6 +8,12 @@ a chi-square p-value drops below ``P_MIN`` or a binomial count leaves
 ``Z_MAX`` standard deviations around its expectation. Many rows with distinct
 seeds in one launch give many samples per launch (the Triton interpreter
 costs tens of milliseconds per program on CPU).
+
+On the CPU those few hundred rows catch gross errors only. The exact law is
+pinned in two steps: ``test_matches_independent_reference`` shows that every
+token equals the NumPy model's (``rejection_reference.py``), and
+``test_references.py`` shows, with draws sized for 99% power, that the
+model's tokens follow the target law (not, say, the residual replaced by p).
 """
 
 import dataclasses
