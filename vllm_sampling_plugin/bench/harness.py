@@ -139,6 +139,15 @@ class Timers:
     copy_bandwidth_gbps: Callable[[], float] = timing.copy_bandwidth_gbps
 
 
+def require_gpu(benchmark: str) -> None:
+    """Exit with one line, before any work, where torch sees no CUDA GPU."""
+    if not torch.cuda.is_available():
+        raise SystemExit(
+            f"the {benchmark} benchmark needs a CUDA GPU and torch sees none: "
+            "run it on a machine with an NVIDIA GPU (docs/benchmarks.md)"
+        )
+
+
 def run_header(benchmark: str, **settings: Any) -> dict:
     """The fields a report starts with: ``benchmark``, ``gpu`` (the device's
     name), ``torch`` and ``triton`` versions, then ``settings`` as given."""
@@ -219,7 +228,9 @@ class Area:
     tune: Callable[[argparse.Namespace, Timers], dict] | None = None
 
     def parser(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(description=self.description)
+        parser = argparse.ArgumentParser(
+            prog=f"vllm-sampling-plugin bench {self.name}", description=self.description
+        )
         parser.add_argument("--out", default=f"bench-results/{self.name}", help="output directory")
         parser.add_argument(
             "--columns", nargs="+", default=list(self.candidates), choices=list(self.candidates)
@@ -245,8 +256,7 @@ class Area:
         Tests pass fake ``timers`` (which lift the need for a GPU)."""
         args = self.parser().parse_args(argv)
         if timers is None:
-            if not torch.cuda.is_available():
-                raise SystemExit(f"the {self.name} benchmark needs a CUDA GPU")
+            require_gpu(self.name)
             timers = Timers()
         os.makedirs(args.out, exist_ok=True)
         bandwidth = timers.copy_bandwidth_gbps()

@@ -79,6 +79,12 @@ from vllm_sampling_plugin.bench.harness import (
     summarize_repeats,
 )
 from vllm_sampling_plugin.integration import parts
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_32,
+    LINE_0_33,
+    installed_vllm_version,
+    release_line,
+)
 
 TOP_K, TOP_P = 50, 0.9
 MIN_N, MAX_N = 2, 3
@@ -736,6 +742,20 @@ def installed(dist: str) -> str:
         return "not installed"
 
 
+def require_upstream_line(vllm_version: str | None) -> None:
+    """Exit with one line, before any work, unless the installed vLLM has the
+    0.32/0.33 internals the upstream side of every row calls."""
+    if release_line(vllm_version) in (LINE_0_32, LINE_0_33):
+        return
+    found = f"vLLM {vllm_version} is installed" if vllm_version else "vLLM is not installed"
+    raise SystemExit(
+        f"bench upstream times the plugin against vLLM 0.32's and 0.33's own kernels, but "
+        f"{found}: install vLLM 0.32 or 0.33 "
+        "(ci/constraints-0.32.txt), or on 0.20 run `vllm-sampling-plugin bench sampler` "
+        "(or topk_topp, rejection, ngram), which time stock vLLM 0.20"
+    )
+
+
 def prepare_cpu() -> None:
     """Let vLLM's Triton kernels run on CPU tensors in the interpreter
     (``--device cpu``: a check of the plumbing, never a timing).
@@ -831,10 +851,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, text in parts_ratios(json.load(f)).items():
                 print(f"{name}: {text}")
         return 0
+    vllm_version = installed_vllm_version()
+    require_upstream_line(vllm_version)
     if args.device == "cpu":
         prepare_cpu()
     elif not torch.cuda.is_available():
-        raise SystemExit("bench upstream needs a CUDA GPU (or --device cpu --small)")
+        raise SystemExit(
+            "bench upstream needs a CUDA GPU and torch sees none: run it on a machine "
+            "with an NVIDIA GPU (--device cpu --small checks the plumbing, not speed)"
+        )
     device = torch.device(args.device)
     if args.repeats is None:
         args.repeats = 5 if args.device == "cuda" else 2
@@ -846,9 +871,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         timer = one_call_us
 
-    from vllm_sampling_plugin.integration.version import release_line
-
-    vllm_version = installed("vllm")
     header = run_header(
         "upstream",
         vllm=vllm_version,
@@ -894,6 +916,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"\nwrote {path} and upstream.md ({len(rows)} rows, {failed} failed) in "
         f"{time.monotonic() - start:.0f} s"
     )
+    if failed:
+        print(
+            f"bench upstream: {failed} of {len(rows)} rows failed (their ERROR notes above; "
+            "--traceback prints where)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

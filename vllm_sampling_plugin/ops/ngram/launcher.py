@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..checks import check_kernels_run_on
 from ..host_math import cdiv, next_power_of_2
 
 # Candidate positions one scan iteration tests.
@@ -361,6 +362,7 @@ def ngram_propose(
     device = _device_of("token_ids", token_ids)
     _check_tensor("token_ids", token_ids, 2, _INT_DTYPES, device)
     _check_tensor("seq_lens", seq_lens, 1, _INT_DTYPES, device)
+    check_kernels_run_on("token_ids", device)
     num_rows, max_len = token_ids.shape
     if seq_lens.shape[0] != num_rows:
         raise ValueError(
