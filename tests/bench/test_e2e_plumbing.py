@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.commands import last_line, run_cli
 from vllm_sampling_plugin.bench.e2e import engine, hooks, report, run, workload
 
 
@@ -518,3 +519,22 @@ def test_fp64_flag_reaches_every_engine_that_has_the_setting(monkeypatch):
     spec = engine.EngineSpec("stock", "/m", 64, 0.4, 400, use_fp64_gumbel=True)
     assert spec.llm_kwargs()["use_fp64_gumbel"] is True
     assert "use_fp64_gumbel" not in engine.EngineSpec("stock", "/m", 64, 0.4, 400).llm_kwargs()
+
+
+def test_without_a_gpu_the_command_fails_in_one_line_before_writing_a_checkpoint(tmp_path):
+    proc = run_cli("bench", "e2e", "--models", "tiny:2048", "--out", str(tmp_path / "out"),
+                   "--checkpoint-dir", str(tmp_path / "checkpoints"),
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 1
+    assert last_line(proc.stderr) == (
+        "the e2e benchmark needs a CUDA GPU and torch sees none: run it on a machine with an "
+        "NVIDIA GPU (docs/benchmarks.md)"
+    )
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_checkpoint_dir_help_states_the_default(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--help"])
+    assert "default /tmp/e2e-checkpoints" in " ".join(capsys.readouterr().out.split())

@@ -39,7 +39,6 @@ def _check_inputs(
         )
     if logits.shape[1] == 0:
         raise ValueError("logits must have a non-empty vocabulary (vocab_size >= 1)")
-    check_kernels_run_on("logits", logits.device)
     batch_size = logits.shape[0]
     rows = {"temperature": temperature, "seeds": seeds, "positions": positions}
     if top_k is not None:
@@ -69,6 +68,7 @@ def _check_inputs(
         raise ValueError("temperature must be finite in float32 and >= 0 (0 means greedy)")
     if bad_top_p:
         raise ValueError("top_p must be in (0, 1] (values >= 1 turn top-p off)")
+    check_kernels_run_on("logits", logits.device)
 
 
 def sample(

@@ -362,7 +362,6 @@ def ngram_propose(
     device = _device_of("token_ids", token_ids)
     _check_tensor("token_ids", token_ids, 2, _INT_DTYPES, device)
     _check_tensor("seq_lens", seq_lens, 1, _INT_DTYPES, device)
-    check_kernels_run_on("token_ids", device)
     num_rows, max_len = token_ids.shape
     if seq_lens.shape[0] != num_rows:
         raise ValueError(
@@ -380,6 +379,7 @@ def ngram_propose(
                 f"seq_lens must lie in [0, {max_len}] (columns of token_ids), "
                 f"got values in [{int(lo)}, {int(hi)}]"
             )
+    check_kernels_run_on("token_ids", device)
 
     drafts = torch.empty(num_rows, k, dtype=torch.int64, device=device)
     num_drafts = torch.empty(num_rows, dtype=torch.int32, device=device)

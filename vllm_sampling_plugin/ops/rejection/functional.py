@@ -168,7 +168,6 @@ def rejection_sample(
         )
     batch_size, num_logits_per_row, vocab_size = target_logits.shape
     device = target_logits.device
-    check_kernels_run_on("target_logits", device)
     if vocab_size == 0 or vocab_size > MAX_VOCAB_SIZE:
         raise ValueError(
             f"target_logits: vocabulary size must be in [1, {MAX_VOCAB_SIZE}], got {vocab_size}"
@@ -222,6 +221,7 @@ def rejection_sample(
             "draft_probs must be finite and >= 0 (each row is a distribution, "
             "normalised here; zeros allowed)"
         )
+    check_kernels_run_on("target_logits", device)
 
     conditional_rates = None
     if rates is not None:
