@@ -95,8 +95,22 @@ def commands_dir(tmp_path_factory) -> Path:
     return directory
 
 
+# A shell snippet that would change this machine or run for long is never
+# run, marker or not: one left unmarked fails here instead of installing
+# packages, starting servers or writing gigabytes of checkpoints.
+NEVER_RUN = re.compile(
+    r"\bpip install\b|\bvenv\b|\bpytest\b|\bvllm serve\b|\bsoak\b|\bcheckpoint\b"
+    r"|\bbench(\.| )(sampler|topk_topp|rejection|ngram|upstream)\b|\bbench(\.| )e2e\b(?!.*--render)"
+)
+
+
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=[s.where for s in RUNNABLE])
 def test_snippet_runs(snippet, commands_dir):
+    if snippet.language == "bash":
+        for line in snippet.code.splitlines():
+            if found := NEVER_RUN.search(line.split("#", 1)[0]):
+                pytest.fail(f"{snippet.where} runs {found.group(0)!r}: mark it "
+                            "<!-- snippet: gpu --> or <!-- snippet: not run: REASON -->")
     env = environment({"TRITON_INTERPRET": None})
     env["PATH"] = f"{commands_dir}:{env['PATH']}"
     command = (["bash", "-euo", "pipefail", "-c", snippet.code] if snippet.language == "bash"

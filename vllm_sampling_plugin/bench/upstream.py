@@ -74,9 +74,9 @@ import torch
 from vllm_sampling_plugin.bench import report, timing
 from vllm_sampling_plugin.bench.harness import (
     ERROR_CHARS,
-    repeat_pairs,
+    Ratio,
+    measure_interleaved,
     run_header,
-    summarize_repeats,
 )
 from vllm_sampling_plugin.integration import parts
 from vllm_sampling_plugin.integration.version import (
@@ -586,40 +586,26 @@ PART_NAMES = {part.name: part.parts_name for part in PARTS}
 
 # Measuring.
 
-
-def one_call_us(call: Callable[[], object]) -> float:
-    """Wall time of one call (CPU mode: the interpreter's time, not a speed)."""
-    start = time.perf_counter()
-    call()
-    return (time.perf_counter() - start) * 1e6
+# A row's ``ratio``: above 1, the plugin is faster.
+UPSTREAM_OVER_PLUGIN = Ratio("ratio", "upstream", "plugin")
+# What identifies a row, the first columns of its table.
+ROW_KEYS = ("part", "variant", "shape")
 
 
 def measure(pair: Pair, timer: Callable[[Callable[[], object]], float], repeats: int) -> dict:
-    """The row fields of ``pair``: per side ``<side>_us`` (median of the
-    rounds), ``_min``, ``_max``, ``_spread_pct``, ``_samples``; ``ratio``; and
-    the checks, run on the outputs of the first (compiling) calls, upstream's
-    first, so a failure names the side that failed after the other ran."""
-    calls = {"upstream": pair.upstream, "plugin": pair.plugin}
-    outputs = {}
-    for side, call in calls.items():
-        try:
-            outputs[side] = report.host_copy(call())
-        except Exception as exc:
-            raise RuntimeError(f"{side}: {type(exc).__name__}: {exc}") from exc
-    if pair.overhead is not None:
-        pair.overhead()
-        calls["overhead"] = pair.overhead
-    samples = repeat_pairs(
-        {name: (lambda c=call: timer(c)) for name, call in calls.items()}, repeats
+    """The row fields of ``pair``: ``harness.measure_interleaved``'s (per side
+    ``<side>_us``, the median of the rounds, ``_min``, ``_max``,
+    ``_spread_pct``, ``_samples``; upstream net of the pair's overhead;
+    ``ratio``) and the checks, run on the outputs of the first (compiling)
+    calls, upstream's first, so a failure names the side that failed after
+    the other ran."""
+    row, outputs = measure_interleaved(
+        {"upstream": pair.upstream, "plugin": pair.plugin},
+        timer,
+        repeats,
+        overhead=None if pair.overhead is None else ("upstream", pair.overhead),
+        ratios=(UPSTREAM_OVER_PLUGIN,),
     )
-    if pair.overhead is not None:
-        samples["upstream_gross"] = samples["upstream"]
-        samples["upstream"] = [
-            gross - copy
-            for gross, copy in zip(samples["upstream_gross"], samples["overhead"], strict=True)
-        ]
-    row = summarize_repeats(samples)
-    row["ratio"] = row["upstream_us"] / row["plugin_us"]
     if pair.check is not None:
         try:
             row.update(pair.check(outputs["plugin"], outputs["upstream"]))
@@ -665,37 +651,9 @@ def run_part(
 # Reports.
 
 
-def shape_text(shape: dict) -> str:
-    return " ".join(f"{key}={value}" for key, value in shape.items())
-
-
-def side_text(row: dict, side: str) -> str:
-    if f"{side}_us" not in row:
-        return "-"
-    return f"{row[f'{side}_us']:.1f} (spread {row[f'{side}_us_spread_pct']:.0f}%)"
-
-
 def markdown_table(rows: Sequence[dict]) -> str:
-    """The rows as a Markdown table: median us and the spread of the rounds
-    ((max - min) / median), upstream / plugin, and the note, error or skip
-    reason."""
-    lines = [
-        "| part | variant | shape | plugin us | upstream us | upstream/plugin | note |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "-"
-        note = row.get("error") or row.get("skipped") or row.get("note", "")
-        if "error" in row:
-            note = f"ERROR: {note}"
-        elif "skipped" in row:
-            note = f"skipped: {note}"
-        lines.append(
-            f"| {row['part']} | {row['variant']} | {shape_text(row['shape'])} | "
-            f"{side_text(row, 'plugin')} | {side_text(row, 'upstream')} | {ratio} | "
-            f"{note.replace('|', '/')} |"
-        )
-    return "\n".join(lines)
+    """The rows as a Markdown table (``report.paired_markdown_table``)."""
+    return report.paired_markdown_table(rows, ROW_KEYS, ("plugin", "upstream"), "upstream/plugin")
 
 
 def _span(values: Sequence) -> str:
@@ -869,7 +827,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def timer(call):
             return timing.median_us(call, args.rep_ms, args.warmup_ms)
     else:
-        timer = one_call_us
+        timer = timing.one_call_us
 
     header = run_header(
         "upstream",
@@ -902,7 +860,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 path, {**header, "elapsed_s": time.monotonic() - start, "results": rows}
             )
             outcome = row.get("error") or row.get("skipped") or f"{row['ratio']:.2f}x"
-            print(f"{part.name} {row['variant']} {shape_text(row['shape'])}: {outcome}", flush=True)
+            print(f"{part.name} {row['variant']} {report.key_text(row['shape'])}: {outcome}",
+                  flush=True)
     table = (
         f"{header['gpu']}, vLLM {vllm_version}, torch {header['torch']}, triton "
         f"{header['triton']}; median us of {args.repeats} interleaved rounds "
