@@ -2,9 +2,9 @@
 shell and Python snippet of README.md and docs/ that runs without a GPU.
 
 A fenced snippet names its language. ``bash`` and ``python`` snippets run
-as they stand, in the repository root, in a fresh environment without
-``TRITON_INTERPRET`` (as a user's shell has it), unless the line before the
-fence says otherwise:
+as they stand (where vLLM 0.20, the README's line, is installed), in the
+repository root, in an environment without ``TRITON_INTERPRET`` (as a
+user's shell has it), unless the line before the fence says otherwise:
 
     <!-- snippet: gpu -->                  needs a CUDA GPU
     <!-- snippet: not run: REASON -->      e.g. installs packages, or a sketch with placeholders
@@ -30,6 +30,7 @@ import pytest
 
 from tests.commands import environment
 from tests.integration.helpers import REPO_ROOT
+from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin import ops
 
 DOCUMENTS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
@@ -104,6 +105,7 @@ NEVER_RUN = re.compile(
 )
 
 
+@needs_vllm_line("0.20", why="the README's set-up installs it: where a newcomer runs the snippets")
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=[s.where for s in RUNNABLE])
 def test_snippet_runs(snippet, commands_dir):
     if snippet.language == "bash":
@@ -145,14 +147,29 @@ def first_docstring_line(function) -> str:
     return inspect.getdoc(function).splitlines()[0].replace("``", "`")
 
 
-def test_api_md_signatures_and_summaries_are_the_codes():
-    rows = {name: (signature, what) for name, signature, what
-            in API_ROW.findall((REPO_ROOT / "docs" / "api.md").read_text())}
+def api_rows() -> dict[str, tuple[str, str]]:
+    text = (REPO_ROOT / "docs" / "api.md").read_text()
+    return {name: (signature, what) for name, signature, what in API_ROW.findall(text)}
+
+
+def test_api_md_signatures_are_the_codes():
+    rows = api_rows()
     assert sorted(rows) == sorted(PUBLIC_OPS)
-    for name, (signature, what) in rows.items():
-        function = getattr(ops, name)
-        assert f"ops.{name}{signature}" == f"ops.{name}{documented_signature(function)}"
-        assert what.startswith(first_docstring_line(function)), name
+    for name, (signature, _) in rows.items():
+        real = documented_signature(getattr(ops, name))
+        assert f"ops.{name}{signature}" == f"ops.{name}{real}", "docs/api.md must show the code's"
+
+
+def test_api_md_summaries_start_with_the_docstrings_first_lines():
+    for name, (_, what) in api_rows().items():
+        assert what.startswith(first_docstring_line(getattr(ops, name))), name
+
+
+def test_documented_signature_marks_keyword_only_and_quotes_strings():
+    def op(a, b=None, *, c=False, d="x"):
+        pass
+
+    assert documented_signature(op) == '(a, b=None, *, c=False, d="x")'
 
 
 def test_api_md_launcher_names_exist():

@@ -538,3 +538,13 @@ def test_checkpoint_dir_help_states_the_default(capsys):
     with pytest.raises(SystemExit):
         run.parse_args(["--help"])
     assert "default /tmp/e2e-checkpoints" in " ".join(capsys.readouterr().out.split())
+
+
+def test_render_of_a_missing_report_is_a_one_line_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run.parse_args(["--render", str(tmp_path / "e2e.json")])
+    assert exit_info.value.code == 2
+    assert last_line(capsys.readouterr().err) == (
+        f"vllm-sampling-plugin bench e2e: error: argument --render: cannot read the report "
+        f"{tmp_path / 'e2e.json'}: [Errno 2] No such file or directory: '{tmp_path / 'e2e.json'}'"
+    )

@@ -165,3 +165,14 @@ def test_a_failed_row_makes_the_command_fail(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == (
         "bench upstream: 1 of 1 rows failed (their ERROR notes above; --traceback prints where)\n"
     )
+
+
+def test_ratios_of_a_malformed_report_is_a_one_line_usage_error(tmp_path, capsys):
+    path = tmp_path / "upstream.json"
+    path.write_text("{not json")
+    with pytest.raises(SystemExit) as exit_info:
+        upstream.main(["--ratios", str(path)])
+    assert exit_info.value.code == 2
+    assert last_line(capsys.readouterr().err).startswith(
+        f"vllm-sampling-plugin bench upstream: error: argument --ratios: cannot read the report {path}: "
+    )

@@ -13,6 +13,7 @@ Importing this module needs neither a GPU nor matplotlib.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,6 +96,16 @@ def write_json(path: str, report: dict) -> None:
     """``report`` as indented JSON at ``path``."""
     with open(path, "w") as f:
         json.dump(report, f, indent=2)
+
+
+def read_json_argument(path: str) -> dict:
+    """A report named on the command line (an argparse ``type``): a missing or
+    malformed file is a one-line usage error, not a traceback."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read the report {path}: {exc}") from exc
 
 
 def host_copy(output: object) -> object:

@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import json
 import os
 import sys
 import time
@@ -796,7 +795,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--traceback", action="store_true", help="print the traceback of errors")
     p.add_argument(
-        "--ratios", metavar="FILE", help="print the parts.py ratio strings of a report and exit"
+        "--ratios",
+        metavar="FILE",
+        type=report.read_json_argument,
+        help="print the parts.py ratio strings of a report and exit",
     )
     return p
 
@@ -805,9 +807,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     args = parser().parse_args(argv)
     if args.ratios:
-        with open(args.ratios) as f:
-            for name, text in parts_ratios(json.load(f)).items():
-                print(f"{name}: {text}")
+        for name, text in parts_ratios(args.ratios).items():
+            print(f"{name}: {text}")
         return 0
     vllm_version = installed_vllm_version()
     require_upstream_line(vllm_version)

@@ -12,6 +12,7 @@ import time
 from vllm_sampling_plugin.bench.e2e import checkpoint, copying, report, workload
 from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
 from vllm_sampling_plugin.bench.harness import require_gpu
+from vllm_sampling_plugin.bench.report import read_json_argument
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
     installed_vllm_version,
@@ -105,8 +106,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
                         help="start no new cell after this many seconds (engines are "
                              "still closed cleanly); default: no limit")
-    parser.add_argument("--render", metavar="JSON",
-                        help="print the markdown tables of an e2e.json and exit")
+    parser.add_argument("--render", metavar="JSON", type=read_json_argument,
+                        help="print the markdown tables of an e2e.json and exit (no GPU needed)")
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
@@ -396,8 +397,7 @@ class Run:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        with open(args.render) as f:
-            print(report.render_markdown(json.load(f)))
+        print(report.render_markdown(args.render))
         return 0
     # Before any checkpoint is written: an 8B one takes minutes and many GB.
     require_gpu("e2e")
