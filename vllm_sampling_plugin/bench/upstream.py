@@ -1,4 +1,4 @@
-"""The plugin's ops against vLLM 0.32's own code for the same job, side by side on one GPU.
+"""The plugin's ops against vLLM 0.32's or 0.33's own code for the same job, on one GPU.
 
     vllm-sampling-plugin bench upstream --out bench-results/upstream
     TRITON_INTERPRET=1 vllm-sampling-plugin bench upstream --device cpu --small --out /tmp/upstream
@@ -41,9 +41,11 @@ the overhead), with ``triton.testing.do_bench`` (median over ``--rep-ms``,
 L2 flushed before every call), so drift hits both alike. A row keeps, per
 side, the median of the rounds and their min, max and spread, and ``ratio`` =
 upstream / plugin (above 1: the plugin is faster). A case that fails (a
-signature mismatch, an OOM) becomes a row with ``error`` and the rest run;
-once ``--budget-s`` seconds have passed the remaining cases are skipped
-rows. The JSON (``upstream.json``) is rewritten after every row, so a run cut
+signature mismatch, an OOM) becomes a row with ``error`` and the rest run,
+and the command then exits 1; once ``--budget-s`` seconds have passed the
+remaining cases are skipped rows (not failures). On a vLLM line without
+0.32's or 0.33's internals (0.20) the command stops before any work, in one
+line. The JSON (``upstream.json``) is rewritten after every row, so a run cut
 short keeps what it measured; the Markdown table is printed at the end and
 written to ``upstream.md``.
 
