@@ -3,7 +3,8 @@
 # Usage: scripts/gpu-check.sh STEP...   STEP: ops | ngram | rejection | topk | e2e | cold-start |
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
-#        e2e-8b-all | e2e-8b-fp64 | robust | soak | upstream | ops-upstream | e2e-upstream
+#        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | robust | soak | upstream |
+#        ops-upstream | e2e-upstream
 #        (the last three: vLLM 0.32/0.33)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
@@ -55,6 +56,16 @@ for step in "$@"; do
     e2e-ngram) run e2e-ngram python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
         --mixes ngram --max-num-seqs 64,256 --pairs 3 --num-requests 512 --output-len 256 \
         --identity-requests 256 --breakdown-mixes ngram ${E2E_ARGS:-} --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
+    e2e-spec-1b | e2e-spec-8b)
+      # n-gram speculation, adaptive against none and against fixed k, on the
+      # four workloads of the copy checkpoint (bench/e2e/copying.py). The 1B
+      # run takes about 8 minutes on an H100: STEP_TIMEOUT=540; the 8B one
+      # narrows --spec-workloads through E2E_ARGS to fit.
+      if [ "$step" = e2e-spec-1b ]; then model=1b:128256; else model=8b:151936; fi
+      run "$step" python3 -m vllm_sampling_plugin.cli bench e2e --models "$model" \
+        --mixes ngram --max-num-seqs 64,256 --pairs 2 --num-requests 256 --output-len 256 \
+        --identity-requests 64 --breakdown-mixes none --gpu-memory-utilization 0.42 \
+        ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step" ;;
     e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
         --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \

@@ -12,11 +12,16 @@ from vllm_sampling_plugin.bench.e2e import checkpoint, copying
 VOCAB = 4096
 
 
-def test_cycles_are_a_permutation_of_the_words_in_short_cycles():
+def test_cycles_are_a_permutation_of_the_words_in_cycles_of_three_lengths():
     all_cycles = copying.cycles(VOCAB)
     words = sorted(t for c in all_cycles for t in c)
     assert words == list(range(copying.FIRST_WORD_ID, VOCAB))
-    assert all(copying.CYCLE_LEN <= len(c) < 2 * copying.CYCLE_LEN for c in all_cycles)
+    by_length = copying.cycles_by_length(VOCAB)
+    assert list(by_length) == [16, 128, 1024]
+    for length, group in by_length.items():
+        assert all(length <= len(c) < 2 * length for c in group)
+    # Half the words in short cycles, a quarter in each longer length.
+    assert sum(map(len, by_length[16])) == (VOCAB - copying.FIRST_WORD_ID) // 2
     successor = copying.successors(VOCAB)
     assert successor[: copying.FIRST_WORD_ID].tolist() == [-1] * copying.FIRST_WORD_ID
     cycle = all_cycles[5]
@@ -30,6 +35,42 @@ def test_prompts_repeat_one_cycle_after_a_random_prefix():
         assert len(prompt) == 64
         body = prompt[16:]
         assert all(int(successor[a]) == b for a, b in zip(body, body[1:]))
+
+
+def _greedy_walk(prompt: list[int], successor: torch.Tensor, steps: int) -> list[int]:
+    text = list(prompt)
+    for _ in range(steps):
+        text.append(int(successor[text[-1]]))
+    return text
+
+
+def _first_repeat(text: list[int], prompt_len: int) -> int | None:
+    """The first generated position whose preceding bigram occurred before:
+    where an n-gram proposer (n >= 2) first finds a match."""
+    for i in range(prompt_len + 2, len(text)):
+        bigram = (text[i - 2], text[i - 1])
+        if any((text[j], text[j + 1]) == bigram for j in range(i - 2)):
+            return i - prompt_len
+    return None
+
+
+@pytest.mark.parametrize("name, first_repeat", [
+    ("accepting", 2), ("nonrepeating", None), ("switching", copying.SWITCH_CYCLE_LEN + 1)])
+def test_workloads_repeat_where_their_names_say(name, first_repeat):
+    """Greedy walks of 256 tokens: an accepting prompt matches at once, a
+    non-repeating one never, a switching one only after its cycle's length."""
+    successor = copying.successors(VOCAB)
+    for prompt in copying.workload_prompts(name, 4, 64, VOCAB, seed=3):
+        assert _first_repeat(_greedy_walk(prompt, successor, 256), 64) == first_repeat
+
+
+def test_mixed_workload_alternates_accepting_and_nonrepeating_requests():
+    successor = copying.successors(VOCAB)
+    repeats = [_first_repeat(_greedy_walk(p, successor, 256), 64)
+               for p in copying.workload_prompts("mixed", 6, 64, VOCAB, seed=3)]
+    assert repeats == [2, None] * 3
+    with pytest.raises(ValueError, match="unknown workload"):
+        copying.workload_prompts("repeating", 1, 8, VOCAB)
 
 
 def test_lm_head_rows_point_from_each_word_to_its_successor():

@@ -302,6 +302,10 @@ def _sample_results():
         "speedup": 1.8, "acceptance": report.acceptance({"drafts": 4, "drafted": 12,
                                                          "accepted": 9}),
         "identity": report.identity_report([[1]], [[1]])})
+    results["speculation"].append(report.speculation_cell(
+        "1b-v128256-copy", "mixed", 256, 3, "adaptive", "nospec", [], [100.0, 110.0],
+        [150.0, 154.0], {"drafts": 4, "drafted": 9, "accepted": 6},
+        report.identity_report([[1], [2]], [[1], [2]]), report.identity_report([[3]], [[4]])))
     results["cold_start"].append({"model": "8b-v151936", "role": "plugin",
                                   "order": ["greedy", "topk_topp", "seeded_topp"],
                                   "ttft_ms": [30.0, 21.0, 22.5], "warm_ttft_ms": 20.0,
@@ -335,6 +339,9 @@ def test_markdown_tables_show_every_section():
     assert ("| 8b-v151936 | topk_topp | 256 | stock | 3 | 11.000 | 1.000 | 12.1% | 3.000 | "
             "0.200 | 11.500 |") in text
     assert "| 1b-v128256 | 64 | 3 | 100 (0.0%) | 180 (0.0%) | 1.80 | 3.250 | 1/1 | yes |" in text
+    # Pair ratios 1.5 and 1.4: their median 1.45; 9 drafts verified, 6 accepted.
+    assert ("| 1b-v128256-copy | mixed | 256 | 3 | adaptive vs nospec | 105 (9.5%) | "
+            "152 (2.6%) | 1.450 [1.400, 1.500] | 9 / 6 | 2/2 (0/1) |") in text
     assert ("| 8b-v151936 | plugin | greedy 30.0, topk_topp 21.0, seeded_topp 22.5 | 20.0 | "
             "1.50 | - |") in text
     assert ("| 8b-v151936 | stock | greedy 900.0, topk_topp 25.0, seeded_topp 20.0 | 20.0 | "
@@ -346,7 +353,8 @@ def test_json_round_trip_and_render_command(tmp_path, capsys):
     loaded = json.loads(open(path).read())
     assert loaded["schema"] == report.SCHEMA_VERSION
     assert set(loaded) >= {"gpu", "vllm", "torch", "args", "models", "engines", "cells",
-                           "breakdown", "ngram", "cold_start", "profiles"}
+                           "breakdown", "speculation", "ngram", "cold_start",
+                           "profiles"}
     from vllm_sampling_plugin import cli
 
     assert cli.main(["bench", "e2e", "--render", path]) == 0
@@ -449,7 +457,8 @@ class RecordingRun(run.Run):
         return f"{shape}-{kind}", f"/ckpt/{kind}"
 
     def start_engine(self, spec, model):
-        self.log.append(("start", spec.role, spec.model, spec.ngram_k, spec.cold_start_first))
+        self.log.append(("start", spec.role, spec.model, spec.ngram_k, spec.cold_start_first,
+                         spec.speculation_policy))
         log = self.log
 
         class Handle:
@@ -469,32 +478,59 @@ class RecordingRun(run.Run):
     def profiles(self, model, vocab, engines):
         pass
 
-    def ngram_cells(self, model, vocab, nospec, spec):
-        self.log.append(("ngram", model))
+    def ngram_cells(self, model, vocab, engines, policy, baseline):
+        self.log.append(("ngram", model, policy, baseline, tuple(engines)))
 
 
 def test_ngram_runs_on_the_copy_checkpoint_after_the_peaked_engines_are_closed(tmp_path):
     bench = RecordingRun(run.parse_args(["--mixes", "greedy,ngram", "--out", str(tmp_path)]))
     bench.model("1b", 128256)
     assert bench.log == [
-        ("start", "stock", "/ckpt/peaked", 0, "greedy"),
-        ("start", "plugin", "/ckpt/peaked", 0, "greedy"),
+        ("start", "stock", "/ckpt/peaked", 0, "greedy", None),
+        ("start", "plugin", "/ckpt/peaked", 0, "greedy", None),
         ("peakedness", "1b-peaked"),
         ("cells", "1b-peaked", ("stock", "plugin")),
         ("close", "/ckpt/peaked", 0), ("close", "/ckpt/peaked", 0),
         # The fresh engine whose first request is top-k/top-p (cold-start split).
-        ("start", "plugin", "/ckpt/copy", 0, "topk_topp"),
-        ("start", "plugin", "/ckpt/copy", 3, "greedy"),
+        ("start", "plugin", "/ckpt/copy", 0, "topk_topp", None),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
         ("peakedness", "1b-copy"),
-        ("ngram", "1b-copy"),
-        ("close", "/ckpt/copy", 0), ("close", "/ckpt/copy", 3),
+        ("ngram", "1b-copy", "adaptive", "nospec", ("nospec", "adaptive")),
+        # At most two engines: the fixed-k engine replaces the one without speculation.
+        ("close", "/ckpt/copy", 0),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "fixed"),
+        ("ngram", "1b-copy", "adaptive", "fixed", ("adaptive", "fixed")),
+        ("close", "/ckpt/copy", 3), ("close", "/ckpt/copy", 3),
     ]
 
 
 def test_ngram_alone_starts_no_peaked_engine(tmp_path):
     bench = RecordingRun(run.parse_args(["--mixes", "ngram", "--out", str(tmp_path)]))
     bench.model("1b", 128256)
-    assert [entry[2] for entry in bench.log if entry[0] == "start"] == ["/ckpt/copy"] * 2
+    assert [entry[2] for entry in bench.log if entry[0] == "start"] == ["/ckpt/copy"] * 3
+
+
+def test_one_policy_is_measured_against_no_speculation_alone(tmp_path):
+    bench = RecordingRun(run.parse_args(["--mixes", "ngram", "--spec-policies", "fixed",
+                                         "--out", str(tmp_path)]))
+    bench.model("1b", 128256)
+    assert [e for e in bench.log if e[0] == "ngram"] == [
+        ("ngram", "1b-copy", "fixed", "nospec", ("nospec", "fixed"))]
+
+
+def test_speculation_flags_are_checked():
+    args = run.parse_args([])
+    assert args.spec_workloads == ["accepting", "nonrepeating", "mixed", "switching"]
+    assert args.spec_policies == ["adaptive", "fixed"]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--spec-policies", "greedy"])
+    with pytest.raises(SystemExit):
+        run.parse_args(["--spec-workloads", "repeating"])
+    spec = engine.EngineSpec("plugin", "/m", 64, 0.4, 400, ngram_k=3, speculation_policy="fixed")
+    assert spec.llm_kwargs()["speculation_policy"] == "fixed"
+    assert spec.label == "plugin+ngram3-fixed"
+    assert "speculation_policy" not in engine.EngineSpec("plugin", "/m", 64, 0.4, 400,
+                                                         ngram_k=3).llm_kwargs()
 
 
 def test_ngram_engine_captures_its_verification_steps():

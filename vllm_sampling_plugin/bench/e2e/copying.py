@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import torch
@@ -50,29 +51,58 @@ from vllm_sampling_plugin.bench.e2e.workload import FIRST_WORD_ID
 COPY_LOGIT = 16.0
 # Scale of o_proj and down_proj relative to the peaked checkpoint's.
 RESIDUAL_SCALE = 1.0 / 64
+# Cycle lengths, each over a share of the words (shares in quarters of the
+# vocabulary). A prompt's last token picks the cycle greedy then walks:
+# - 16: the walk repeats after 16 tokens, and prompts repeating one such
+#   cycle let the n-gram proposer match from the first step (``accepting``);
+# - 128: nothing repeats for the first 128 generated tokens, then everything
+#   does (``switching``: half-way through the default 256 output tokens);
+# - 1024: longer than prompt and output together, so nothing ever repeats
+#   (``nonrepeating``).
 CYCLE_LEN = 16
+SWITCH_CYCLE_LEN = 128
+LONG_CYCLE_LEN = 1024
+CYCLE_SHARES = ((CYCLE_LEN, 2), (SWITCH_CYCLE_LEN, 1), (LONG_CYCLE_LEN, 1))
 # The cycles depend on the vocabulary only, so the workload can rebuild them
 # without reading the checkpoint.
 PERMUTATION_SEED = 12
 CHECK_FILE = "copy_check.json"
+# The workloads of the speculation cells (``workload_prompts``).
+SPEC_WORKLOADS = ("accepting", "nonrepeating", "mixed", "switching")
 
 
-def cycles(vocab: int) -> list[list[int]]:
-    """The word ids ``FIRST_WORD_ID .. vocab - 1`` in a fixed random order, cut
-    into cycles of ``CYCLE_LEN`` (the remainder joins the last cycle).
+def _cut(words: list[int], length: int) -> list[list[int]]:
+    """``words`` cut into cycles of ``length`` (the remainder joins the last)."""
+    count = max(1, len(words) // length)
+    result = [words[i * length:(i + 1) * length] for i in range(count)]
+    result[-1] = words[(count - 1) * length:]
+    return result
+
+
+def cycles_by_length(vocab: int) -> dict[int, list[list[int]]]:
+    """The word ids ``FIRST_WORD_ID .. vocab - 1`` in a fixed random order,
+    shared out to the lengths of ``CYCLE_SHARES`` and cut into cycles.
 
     Example::
 
-        >>> [len(c) for c in cycles(3 + 40)]
-        [16, 24]
+        >>> {n: [len(c) for c in cs] for n, cs in cycles_by_length(3 + 40).items()}
+        {16: [20], 128: [10], 1024: [10]}
     """
     generator = torch.Generator().manual_seed(PERMUTATION_SEED)
     words = (torch.randperm(vocab - FIRST_WORD_ID, generator=generator)
              + FIRST_WORD_ID).tolist()
-    count = max(1, len(words) // CYCLE_LEN)
-    result = [words[i * CYCLE_LEN:(i + 1) * CYCLE_LEN] for i in range(count)]
-    result[-1] = words[(count - 1) * CYCLE_LEN:]
+    total = sum(share for _, share in CYCLE_SHARES)
+    result, start = {}, 0
+    for i, (length, share) in enumerate(CYCLE_SHARES):
+        end = len(words) if i == len(CYCLE_SHARES) - 1 else start + len(words) * share // total
+        result[length] = _cut(words[start:end], length)
+        start = end
     return result
+
+
+def cycles(vocab: int) -> list[list[int]]:
+    """Every cycle of the permutation, shortest lengths first."""
+    return [c for group in cycles_by_length(vocab).values() for c in group]
 
 
 def successors(vocab: int) -> torch.Tensor:
@@ -98,12 +128,11 @@ def lm_head(embedding: torch.Tensor) -> torch.Tensor:
 
 def prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
     """``count`` prompts of ``length`` tokens: a quarter random words, then one
-    cycle from a random offset, repeated to the end (so from the second pass
-    on every suffix has a match earlier in the prompt)."""
-    import random
+    short cycle from a random offset, repeated to the end (so from the second
+    pass on every suffix has a match earlier in the prompt)."""
 
     rng = random.Random(seed)
-    all_cycles = cycles(vocab)
+    all_cycles = cycles_by_length(vocab)[CYCLE_LEN]
     result = []
     for _ in range(count):
         prefix = [rng.randrange(FIRST_WORD_ID, vocab) for _ in range(length // 4)]
@@ -112,6 +141,50 @@ def prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[list[int
         body = [cycle[(offset + i) % len(cycle)] for i in range(length - len(prefix))]
         result.append(prefix + body)
     return result
+
+
+def walking_prompts(count: int, length: int, vocab: int, cycle_len: int,
+                    seed: int = 0) -> list[list[int]]:
+    """``count`` prompts of ``length`` random words whose last word lies on a
+    cycle of ``cycle_len``: greedy walks that cycle, so the output repeats
+    nothing (and the n-gram proposer finds nothing) for ``cycle_len`` tokens.
+    The longer last cycle (the remainder of the share) is left out where a
+    cycle of exactly ``cycle_len`` exists."""
+    rng = random.Random(seed)
+    group = cycles_by_length(vocab)[cycle_len]
+    exact = [c for c in group if len(c) == cycle_len] or group
+    walk_words = [t for c in exact for t in c]
+    return [[rng.randrange(FIRST_WORD_ID, vocab) for _ in range(length - 1)]
+            + [rng.choice(walk_words)] for _ in range(count)]
+
+
+def workload_prompts(workload: str, count: int, length: int, vocab: int,
+                     seed: int = 0) -> list[list[int]]:
+    """Prompts of a speculation workload (``SPEC_WORKLOADS``), all for greedy:
+
+    - ``accepting``: repeated short cycles (``prompts``), drafts right from
+      the first step;
+    - ``nonrepeating``: random words, then a walk longer than the output;
+    - ``mixed``: accepting and non-repeating requests alternating;
+    - ``switching``: random words, then a walk that starts repeating after
+      ``SWITCH_CYCLE_LEN`` generated tokens.
+
+    Example::
+
+        >>> len(workload_prompts("mixed", 4, 32, 4096))
+        4
+    """
+    if workload == "accepting":
+        return prompts(count, length, vocab, seed)
+    if workload == "nonrepeating":
+        return walking_prompts(count, length, vocab, LONG_CYCLE_LEN, seed)
+    if workload == "switching":
+        return walking_prompts(count, length, vocab, SWITCH_CYCLE_LEN, seed)
+    if workload == "mixed":
+        accepting = prompts(count, length, vocab, seed)
+        other = walking_prompts(count, length, vocab, LONG_CYCLE_LEN, seed)
+        return [accepting[i] if i % 2 == 0 else other[i] for i in range(count)]
+    raise ValueError(f"unknown workload {workload!r}; known: {SPEC_WORKLOADS}")
 
 
 def bf16_spacing(x: torch.Tensor) -> torch.Tensor:

@@ -73,6 +73,9 @@ class EngineSpec:
     max_cudagraph_capture_size: int | None = None  # None: vLLM's choice
     cold_start_first: str = "greedy"  # the mix of COLD_START_MIXES sent first
     use_fp64_gumbel: bool = False  # pass use_fp64_gumbel=True to LLM(...)
+    # With ngram_k: the plugin's speculation_policy ("adaptive" or "fixed");
+    # None leaves the engine's default.
+    speculation_policy: str | None = None
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -98,11 +101,16 @@ class EngineSpec:
                 "method": "ngram", "num_speculative_tokens": self.ngram_k,
                 "prompt_lookup_min": 2, "prompt_lookup_max": 4,
             }
+            if self.speculation_policy:
+                kwargs["speculation_policy"] = self.speculation_policy
         return kwargs
 
     @property
     def label(self) -> str:
-        return f"{self.role}+ngram{self.ngram_k}" if self.ngram_k else self.role
+        if not self.ngram_k:
+            return self.role
+        policy = f"-{self.speculation_policy}" if self.speculation_policy else ""
+        return f"{self.role}+ngram{self.ngram_k}{policy}"
 
 
 def child_env(spec: EngineSpec, triton_cache: str) -> dict[str, str]:
@@ -260,13 +268,13 @@ class _EngineServer:
         return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds}
 
     def greedy_tokens(self, prompts: list[list[int]], output_len: int,
-                      with_probabilities: bool = False) -> dict:
-        """Greedy continuations and the speculative-decoding counters' change
-        over the call; with ``with_probabilities`` also the probability of
-        every generated (top-1) token, from the raw logits."""
+                      with_probabilities: bool = False, mix: str = "greedy") -> dict:
+        """Greedy (or ``mix``'s) continuations and the speculative-decoding
+        counters' change over the call; with ``with_probabilities`` also the
+        probability of every generated token, from the raw logits."""
         before = self._spec_counters()
         extra = {"logprobs": 0} if with_probabilities else {}
-        outputs = self._generate(prompts, self._params("greedy", len(prompts), output_len,
+        outputs = self._generate(prompts, self._params(mix, len(prompts), output_len,
                                                        **extra))
         after = self._spec_counters()
         top1 = [math.exp(position[token].logprob)

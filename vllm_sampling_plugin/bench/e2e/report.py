@@ -16,13 +16,23 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
       "breakdown": [{"model", "mix", "max_num_seqs", "role", "steps", "step_gpu_ms",
                      "sampling_gpu_ms", "host_ms", "sampling_host_ms", "period_ms",
                      "sampling_share"}],
+      "speculation": [{"model", "workload" (copying.SPEC_WORKLOADS), "max_num_seqs", "k",
+                       "policy": the speculation policy measured, "against": "nospec" or
+                       another policy, "orders", "base_tok_s": [...], "spec_tok_s": [...],
+                       "base": DIST, "spec": DIST, "pair_ratios", "paired": DIST,
+                       "acceptance": {...} (the policy engine's counters over its greedy
+                       identity requests: "drafted" counts verified draft tokens),
+                       "identity": {...} (greedy, policy vs against),
+                       "seeded_identity": {...} or null (seeded top-p, against nospec)}],
       "ngram": [{"model", "max_num_seqs", "k", "nospec_tok_s": [...], "spec_tok_s": [...],
                  "nospec": DIST, "spec": DIST, "speedup",
                  "acceptance": {"drafts", "drafted", "accepted", "acceptance_rate",
                                 "mean_acceptance_length"},
                  "identity": {"requests", "identical", "fraction", "all_differences_near_ties",
                               "differences": [{"request", "position", "nospec_top2",
-                                               "spec_top2", "near_tie"}]}}],
+                                               "spec_top2", "near_tie"}]}}]
+               (files written before the speculation policies; the accepting workload
+               against no speculation, the policy fixed),
       "profiles": [{"model", "mix", "max_num_seqs", "role", "steps",
                     "device": [[kernel or operator, calls, self GPU ms], ...],
                     "host": [[operator, calls, self host ms], ...]}],
@@ -94,6 +104,22 @@ def acceptance(counters: dict) -> dict:
     return {**counters,
             "acceptance_rate": accepted / drafted if drafted else None,
             "mean_acceptance_length": 1 + accepted / drafts if drafts else None}
+
+
+def speculation_cell(model: str, workload: str, max_num_seqs: int, k: int, policy: str,
+                     against: str, orders: list, base_tok_s: list[float],
+                     spec_tok_s: list[float], counters: dict, identity: dict,
+                     seeded_identity: dict | None) -> dict:
+    """One cell of ``speculation`` (see the schema): ``policy`` against
+    ``against``, interleaved pairs, with acceptance and identity."""
+    pair_ratios = [s / b for b, s in zip(base_tok_s, spec_tok_s)]
+    return {"model": model, "workload": workload, "max_num_seqs": max_num_seqs, "k": k,
+            "policy": policy, "against": against, "orders": [list(o) for o in orders],
+            "base_tok_s": list(base_tok_s), "spec_tok_s": list(spec_tok_s),
+            "base": distribution(base_tok_s), "spec": distribution(spec_tok_s),
+            "pair_ratios": pair_ratios, "paired": distribution(pair_ratios),
+            "acceptance": acceptance(counters), "identity": identity,
+            "seeded_identity": seeded_identity}
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -191,7 +217,7 @@ def quantiles(values: Sequence[float]) -> dict:
 def new_results(args: dict) -> dict:
     return {"schema": SCHEMA_VERSION, "gpu": None, "vllm": None, "torch": None,
             "args": args, "models": {}, "engines": [], "cells": [], "breakdown": [],
-            "ngram": [], "cold_start": [], "profiles": []}
+            "speculation": [], "ngram": [], "cold_start": [], "profiles": []}
 
 
 def write_json(results: dict, out_dir: str) -> str:
@@ -295,6 +321,24 @@ def render_markdown(results: dict) -> str:
             lines += [f"| {c['model']} | {c['mix']} | {c['max_num_seqs']} | "
                       f"{c['expected']:.3f} | {c['ceiling']:.3f} |" for c in ceilings]
             lines.append("")
+    if results.get("speculation"):
+        lines += ["| model | workload | max_num_seqs | k | policy vs baseline | baseline tok/s "
+                  "(spread) | policy tok/s (spread) | policy/baseline, median of pairs "
+                  "[min, max] | verified / accepted drafts | identical greedy (seeded) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for c in results["speculation"]:
+            paired, acc, ident = c["paired"], c["acceptance"], c["identity"]
+            seeded = c["seeded_identity"]
+            seeded_text = f" ({seeded['identical']}/{seeded['requests']})" if seeded else ""
+            lines.append(
+                f"| {c['model']} | {c['workload']} | {c['max_num_seqs']} | {c['k']} | "
+                f"{c['policy']} vs {c['against']} | "
+                f"{c['base']['median']:.0f} ({100 * c['base']['spread']:.1f}%) | "
+                f"{c['spec']['median']:.0f} ({100 * c['spec']['spread']:.1f}%) | "
+                f"{paired['median']:.3f} [{paired['min']:.3f}, {paired['max']:.3f}] | "
+                f"{acc['drafted']} / {acc['accepted']} | "
+                f"{ident['identical']}/{ident['requests']}{seeded_text} |")
+        lines.append("")
     if results["ngram"]:
         lines += ["| model | max_num_seqs | k | tok/s without (spread) | tok/s with n-gram "
                   "(spread) | speedup | mean acceptance length | identical greedy | "

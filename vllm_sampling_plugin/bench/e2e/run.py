@@ -13,6 +13,7 @@ from vllm_sampling_plugin.bench.e2e import checkpoint, copying, report, workload
 from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
 from vllm_sampling_plugin.bench.harness import require_gpu
 from vllm_sampling_plugin.bench.report import read_json_argument
+from vllm_sampling_plugin.config import SPECULATION_POLICIES as SPEC_POLICIES
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
     installed_vllm_version,
@@ -43,6 +44,16 @@ def _mix_list(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown mixes {unknown}; known: {workload.MIXES}")
     return mixes
+
+
+def _choice_list(known: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        values = text.split(",")
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {unknown}; known: {','.join(known)}")
+        return values
+    return parse
 
 
 def _int_list(text: str) -> list[int]:
@@ -81,8 +92,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="A/A run: a second stock engine takes the plugin's place, so "
                              "the cells show what the method resolves (ratios near 1)")
     parser.add_argument("--ngram-k", type=int, default=3)
+    parser.add_argument("--spec-workloads", type=_choice_list(copying.SPEC_WORKLOADS),
+                        default=list(copying.SPEC_WORKLOADS),
+                        help="workloads of the ngram cells, comma list of "
+                             f"{','.join(copying.SPEC_WORKLOADS)} (default all)")
+    parser.add_argument("--spec-policies", type=_choice_list(SPEC_POLICIES),
+                        default=list(SPEC_POLICIES),
+                        help="speculation policies of the ngram cells: the first is measured "
+                             "against no speculation, then against each other one "
+                             "(default adaptive,fixed)")
     parser.add_argument("--identity-requests", type=int, default=256,
-                        help="greedy requests compared with and without speculation")
+                        help="greedy (and seeded) requests compared with and without speculation")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
                         help="per engine; two engines share the GPU")
     parser.add_argument("--attention-backend", default=None,
@@ -284,45 +304,62 @@ class Run:
                  f"{summary.get('p10', 0):.3f}/{summary.get('p50', 0):.3f}/"
                  f"{summary.get('p90', 0):.3f}")
 
-    def ngram_cells(self, model: str, vocab: int, nospec: Engine, spec: Engine) -> None:
+    def identity(self, engines: dict[str, Engine], baseline: str, policy: str,
+                 prompts: list[list[int]]) -> tuple[dict, dict, dict | None]:
+        """Greedy tokens of both engines compared (differences probed for near
+        ties), the policy engine's spec-decode counters over that call, and,
+        against no speculation, seeded top-p tokens compared as well."""
         a = self.args
-        engines = {"nospec": nospec, "spec": spec}
-        for wave in a.max_num_seqs:
-            if self.out_of_time(f"{model} ngram B={wave}"):
-                return
-            prompts = copying.prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
-            orders, tok_s = self.measure_pairs(engines, ("nospec", "spec"), "ngram",
-                                               prompts, wave)
-            identity_prompts = prompts[:a.identity_requests]
-            base = nospec.call("greedy_tokens", prompts=identity_prompts,
-                               output_len=a.output_len)
-            drafted = spec.call("greedy_tokens", prompts=identity_prompts,
-                                output_len=a.output_len)
-            differing = [(p, b, report.first_difference(b, d))
-                         for p, b, d in zip(identity_prompts, base["tokens"], drafted["tokens"])]
-            probes = [p + b[:pos] for p, b, pos in differing if pos is not None]
-            top2 = {role: engines[role].call("top2_logits", prompts=probes)["top2"]
-                    for role in engines} if probes else {"nospec": None, "spec": None}
-            cell = {"model": model, "max_num_seqs": wave, "k": a.ngram_k,
-                    "orders": [list(o) for o in orders],
-                    "nospec_tok_s": tok_s["nospec"], "spec_tok_s": tok_s["spec"],
-                    "nospec": report.distribution(tok_s["nospec"]),
-                    "spec": report.distribution(tok_s["spec"]),
-                    "acceptance": report.acceptance(drafted["spec"]),
-                    "identity": report.identity_report(base["tokens"], drafted["tokens"],
-                                                       top2["nospec"], top2["spec"])}
-            cell["speedup"] = cell["spec"]["median"] / cell["nospec"]["median"]
-            if "ngram" in a.breakdown_mixes:
-                self.breakdowns(model, vocab, engines, ["ngram"], waves=[wave],
-                                prompts=prompts)
-            self.results["ngram"].append(cell)
-            self.save()
-            ident = cell["identity"]
-            self.say(f"{model} ngram k={a.ngram_k} B={wave}: {cell['nospec']['median']:.0f} -> "
-                     f"{cell['spec']['median']:.0f} tok/s ({cell['speedup']:.2f}x), mean "
-                     f"acceptance length {cell['acceptance']['mean_acceptance_length']}, "
-                     f"identical {ident['identical']}/{ident['requests']}, differences all "
-                     f"near ties: {ident['all_differences_near_ties']}")
+        base = engines[baseline].call("greedy_tokens", prompts=prompts, output_len=a.output_len)
+        drafted = engines[policy].call("greedy_tokens", prompts=prompts, output_len=a.output_len)
+        differing = [(p, b, report.first_difference(b, d))
+                     for p, b, d in zip(prompts, base["tokens"], drafted["tokens"])]
+        probes = [p + b[:pos] for p, b, pos in differing if pos is not None]
+        top2 = {role: engines[role].call("top2_logits", prompts=probes)["top2"]
+                for role in (baseline, policy)} if probes else {baseline: None, policy: None}
+        greedy = report.identity_report(base["tokens"], drafted["tokens"],
+                                        top2[baseline], top2[policy])
+        seeded = None
+        if baseline == "nospec":
+            runs = [engines[role].call("greedy_tokens", prompts=prompts, output_len=a.output_len,
+                                       mix="seeded_topp")["tokens"] for role in (baseline, policy)]
+            seeded = report.identity_report(*runs)
+        return greedy, drafted["spec"], seeded
+
+    def ngram_cells(self, model: str, vocab: int, engines: dict[str, Engine], policy: str,
+                    baseline: str) -> None:
+        """Every workload and batch size: the ``policy`` engine against the
+        ``baseline`` one (no speculation or another policy), interleaved pairs,
+        then greedy (and seeded) identity and the spec-decode counters."""
+        a = self.args
+        pair = {baseline: engines[baseline], policy: engines[policy]}
+        for name in a.spec_workloads:
+            for wave in a.max_num_seqs:
+                if self.out_of_time(f"{model} {name} {policy} vs {baseline} B={wave}"):
+                    return
+                prompts = copying.workload_prompts(name, a.num_requests, a.prompt_len, vocab,
+                                                   seed=wave)
+                orders, tok_s = self.measure_pairs(pair, (baseline, policy), "ngram", prompts,
+                                                   wave)
+                greedy, counters, seeded = self.identity(pair, baseline, policy,
+                                                         prompts[:a.identity_requests])
+                cell = report.speculation_cell(model, name, wave, a.ngram_k, policy, baseline,
+                                               orders, tok_s[baseline], tok_s[policy],
+                                               counters, greedy, seeded)
+                if "ngram" in a.breakdown_mixes:
+                    self.breakdowns(model, vocab, pair, ["ngram"], waves=[wave],
+                                    prompts=prompts)
+                self.results["speculation"].append(cell)
+                self.save()
+                paired, acc = cell["paired"], cell["acceptance"]
+                self.say(f"{model} {name} B={wave} k={a.ngram_k}: {baseline} "
+                         f"{cell['base']['median']:.0f} -> {policy} {cell['spec']['median']:.0f} "
+                         f"tok/s, pairs {paired['median']:.3f} [{paired['min']:.3f}, "
+                         f"{paired['max']:.3f}]; verified {acc['drafted']}, accepted "
+                         f"{acc['accepted']}; greedy identical {greedy['identical']}/"
+                         f"{greedy['requests']}"
+                         + (f", seeded {seeded['identical']}/{seeded['requests']}"
+                            if seeded else ""))
 
     def checkpoint(self, shape: str, vocab: int, kind: str) -> tuple[str, str]:
         """Name and path of a written (and, for the copy kind, checked) checkpoint."""
@@ -338,27 +375,24 @@ class Run:
 
     def model(self, shape: str, vocab: int) -> None:
         """The sampling mixes, stock against plugin, on the peaked checkpoint;
-        then n-gram speculation, plugin without and with, on the copy one.
-
-        Cold start: every engine times its first greedy, top-k/top-p and
-        seeded top-p requests; the plugin engine without speculation on the
-        copy checkpoint sends top-k/top-p first, the others greedy, so a
-        full run shows whether a first request's cost is the engine's or the
-        sampling route's without starting an extra engine.
-        """
+        then n-gram speculation on the copy one (``speculation``). Every
+        engine times its first greedy, top-k/top-p and seeded top-p requests
+        (cold start)."""
         a = self.args
         plain = [m for m in a.mixes if m != "ngram"]
         max_model_len = a.prompt_len + a.output_len + a.ngram_k + 16
 
         def spec_for(role: str, path: str, ngram_k: int = 0,
-                     cold_start_first: str = "greedy") -> EngineSpec:
+                     cold_start_first: str = "greedy",
+                     speculation_policy: str | None = None) -> EngineSpec:
             return EngineSpec(role=role, model=path, max_num_seqs=max(a.max_num_seqs),
                               gpu_memory_utilization=a.gpu_memory_utilization,
                               max_model_len=max_model_len, ngram_k=ngram_k,
                               attention_backend=a.attention_backend,
                               max_cudagraph_capture_size=capture_size(a, ngram_k),
                               cold_start_first=cold_start_first,
-                              use_fp64_gumbel=fp64_kwarg(a, role))
+                              use_fp64_gumbel=fp64_kwarg(a, role),
+                              speculation_policy=speculation_policy)
 
         engines: dict[str, Engine] = {}
         try:
@@ -376,15 +410,41 @@ class Run:
             if "ngram" in a.mixes and not self.out_of_time(f"{shape} ngram engines"):
                 while engines:
                     engines.popitem()[1].close()
-                name, path = self.checkpoint(shape, vocab, "copy")
-                engines["nospec"] = self.start_engine(
-                    spec_for("plugin", path, cold_start_first="topk_topp"), name)
-                engines["spec"] = self.start_engine(spec_for("plugin", path, a.ngram_k), name)
-                self.peakedness(name, vocab, engines["nospec"])
-                self.ngram_cells(name, vocab, engines["nospec"], engines["spec"])
+                self.speculation(shape, vocab, engines, spec_for)
         finally:
             for engine in engines.values():
                 engine.close()
+
+    def speculation(self, shape: str, vocab: int, engines: dict[str, Engine],
+                    spec_for) -> None:
+        """n-gram speculation on the copy checkpoint: the first policy of
+        ``--spec-policies`` against no speculation, then against each other
+        policy. Two engines at a time (three 8B engines do not fit one GPU
+        with room for 256 sequences each): each other policy's engine takes
+        the place of the previous baseline.
+
+        Cold start: the engine without speculation sends top-k/top-p first,
+        the others greedy, so a full run shows whether a first request's cost
+        is the engine's or the sampling route's without an extra engine.
+        """
+        a = self.args
+        name, path = self.checkpoint(shape, vocab, "copy")
+        policy, *others = a.spec_policies
+        engines["nospec"] = self.start_engine(
+            spec_for("plugin", path, cold_start_first="topk_topp"), name)
+        engines[policy] = self.start_engine(
+            spec_for("plugin", path, a.ngram_k, speculation_policy=policy), name)
+        self.peakedness(name, vocab, engines["nospec"])
+        self.ngram_cells(name, vocab, engines, policy, "nospec")
+        baseline = "nospec"
+        for other in others:
+            if self.out_of_time(f"{name} {policy} vs {other}"):
+                return
+            engines.pop(baseline).close()
+            engines[other] = self.start_engine(
+                spec_for("plugin", path, a.ngram_k, speculation_policy=other), name)
+            self.ngram_cells(name, vocab, engines, policy, other)
+            baseline = other
 
     def finish(self) -> None:
         self.save()
