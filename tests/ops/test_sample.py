@@ -263,6 +263,8 @@ def _good_args():
         ("top_p", torch.ones(3, dtype=torch.int64)),
         ("top_p", torch.tensor([0.5, 0.0, 0.9])),
         ("top_p", torch.tensor([0.5, float("nan"), 0.9])),
+        ("use_fp64", "yes"),
+        ("fp64_stream", "pcg"),
     ],
 )
 def test_bad_input_raises_value_error_before_any_kernel(name, value, monkeypatch):
