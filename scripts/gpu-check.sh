@@ -103,7 +103,7 @@ for step in "$@"; do
       # A bounded load against vllm serve (docs/troubleshooting.md, "Soak run")
       # on the tiny test checkpoint, FP64 Gumbel and n-gram speculation on.
       python3 -c "from tests.tiny_model import write_tiny_llama; write_tiny_llama('/tmp/soak-model', 2048)"
-      VLLM_USE_V2_MODEL_RUNNER=1 run soak python3 scripts/soak.py --launch /tmp/soak-model \
+      VLLM_USE_V2_MODEL_RUNNER=1 run soak python3 -m vllm_sampling_plugin.cli soak --launch /tmp/soak-model \
         --requests "${SOAK_REQUESTS:-2000}" --concurrency 64 -- --load-format dummy \
         --max-model-len 512 --use-fp64-gumbel \
         --speculative-config '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}' \

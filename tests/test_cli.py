@@ -1,21 +1,14 @@
 """The ``vllm-sampling-plugin`` command."""
 
+import os
 import subprocess
-import sys
 
 import pytest
 
+from tests.commands import CLI, environment, last_line, run_cli
 from tests.vllm_lines import needs_vllm_line
-
-
-def run_cli(*args, env=None):
-    import os
-
-    full_env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "vllm_sampling_plugin.cli", *args],
-        capture_output=True, text=True, env=full_env, timeout=300,
-    )
+from vllm_sampling_plugin import __version__
+from vllm_sampling_plugin.cli import BENCH_AREAS, main
 
 
 @needs_vllm_line("0.20")
@@ -82,3 +75,61 @@ def test_info_markdown_renders_the_compatibility_table():
     proc = run_cli("info", "--markdown")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("| vLLM | draw shape | plugin owns |")
+
+
+def test_version():
+    proc = run_cli("--version")
+    assert (proc.returncode, proc.stdout) == (0, f"vllm-sampling-plugin {__version__}\n")
+
+
+def test_output_into_a_closed_pipe_ends_quietly_with_sigpipes_status():
+    # `vllm-sampling-plugin info --markdown | head -1`, with the reader gone
+    # before the first write so that the outcome does not depend on timing.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([*CLI, "info", "--markdown"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, env=environment(), timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
+
+
+def test_bench_help_says_a_gpu_is_needed():
+    proc = run_cli("bench", "--help")
+    assert proc.returncode == 0
+    assert "Every area needs a CUDA GPU" in proc.stdout
+
+
+def test_bench_area_help_names_the_whole_command():
+    proc = run_cli("bench", "sampler", "--help")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: vllm-sampling-plugin bench sampler ")
+
+
+@pytest.mark.parametrize("area", BENCH_AREAS)
+def test_every_bench_area_usage_names_the_whole_command(area, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", area, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: vllm-sampling-plugin bench {area} ")
+
+
+def test_info_with_the_flashinfer_variable_unset_warns_of_nothing():
+    proc = run_cli("info", env={"VLLM_USE_FLASHINFER_SAMPLER": None})
+    assert proc.returncode == 0, proc.stderr
+    assert "VLLM_USE_FLASHINFER_SAMPLER  unset" in proc.stdout
+    assert "warning" not in proc.stdout.lower()
+
+
+def test_soak_is_a_command():
+    proc = run_cli("soak", "--help")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: vllm-sampling-plugin soak ")
+    proc = run_cli("soak", "--url", "http://127.0.0.1:1")
+    assert proc.returncode == 2
+    assert last_line(proc.stderr) == (
+        "vllm-sampling-plugin soak: error: --vocab-size is needed unless --launch names "
+        "a local model directory"
+    )

@@ -298,14 +298,9 @@ def test_loop_reports_out_of_vocabulary_tokens():
 
 
 @pytest.mark.parametrize("argv", [["--url", "http://127.0.0.1:1"], []])
-def test_cli_needs_a_target_and_a_vocabulary(argv):
-    import importlib.util
-    from pathlib import Path
+def test_command_needs_a_target_and_a_vocabulary(argv):
+    from vllm_sampling_plugin.soak.command import parse_args
 
-    spec = importlib.util.spec_from_file_location(
-        "soak_cli", Path(__file__).resolve().parents[1] / "scripts" / "soak.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
     with pytest.raises(SystemExit) as info:
-        cli.parse_args(argv)
+        parse_args(argv)
     assert info.value.code == 2

@@ -2,9 +2,12 @@
 
     vllm-sampling-plugin info                 versions, registration, settings, parts
     vllm-sampling-plugin info --markdown      the release x part table of docs/compatibility.md
-    vllm-sampling-plugin bench AREA [ARGS]    AREA: sampler, topk_topp, rejection, ngram, e2e,
-                                              upstream (the plugin's ops against vLLM 0.32's)
     vllm-sampling-plugin demo                 sample a few tokens with the functional API
+                                              (no GPU needed)
+    vllm-sampling-plugin bench AREA [ARGS]    a CUDA GPU benchmark; AREA: sampler, topk_topp,
+                                              rejection, ngram, e2e, upstream (the plugin's
+                                              ops against vLLM 0.32's or 0.33's)
+    vllm-sampling-plugin soak [ARGS]          a bounded mixed load against a `vllm serve`
 """
 
 from __future__ import annotations
@@ -148,26 +151,68 @@ def demo() -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+BENCH_DESCRIPTION = """\
+Time the plugin's kernels against stock vLLM's. Every area needs a CUDA GPU and
+says so in one line without one (`bench upstream --device cpu --small` is the
+exception: it checks its plumbing through Triton's interpreter). Options of an
+area: vllm-sampling-plugin bench AREA --help. Results and what each area
+measures: docs/benchmarks.md.
+"""
+
+
+def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="vllm-sampling-plugin", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     info_parser = sub.add_parser("info", help="versions, registration, settings, parts")
     info_parser.add_argument(
         "--markdown", action="store_true",
         help="print the release x part table of docs/compatibility.md instead",
     )
-    bench = sub.add_parser("bench", help="run a GPU benchmark")
+    bench = sub.add_parser("bench", help="run a benchmark (needs a CUDA GPU)",
+                           description=BENCH_DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_argument("area", choices=BENCH_AREAS)
-    bench.add_argument("args", nargs=argparse.REMAINDER)
-    sub.add_parser("demo", help="sample a few tokens with the functional API")
-    args = parser.parse_args(argv)
+    bench.add_argument("args", nargs=argparse.REMAINDER,
+                       help="the area's options (bench AREA --help lists them)")
+    sub.add_parser("demo", help="sample a few tokens with the functional API (no GPU needed)")
+    # Its own parser reads every argument, --help included.
+    sub.add_parser("soak", help="a bounded mixed load against a vllm serve (soak --help)",
+                   add_help=False)
+    args, soak_args = parser.parse_known_args(argv)
+    if args.command == "soak":
+        from vllm_sampling_plugin.soak.command import main as soak_main
+
+        return soak_main(soak_args)
+    if soak_args:
+        parser.error(f"unrecognized arguments: {' '.join(soak_args)}")
     if args.command == "info":
         return markdown() if args.markdown else info()
     if args.command == "demo":
         return demo()
     module = importlib.import_module(f"vllm_sampling_plugin.bench.{args.area}")
     return module.main(args.args) or 0
+
+
+# What a shell reports for a command that SIGPIPE ended (`yes | head -1`).
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script. When the reader of stdout goes away (`info | head -1`)
+    it stops quietly with status 141, as Unix tools do, instead of a traceback."""
+    try:
+        status = _run(argv)
+        # Flushed here, inside the try: a closed pipe would otherwise surface
+        # in the interpreter's own flush at exit, as "Exception ignored".
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Nothing more can be written there, and the interpreter flushes stdout
+        # once more on exit: point it at /dev/null so that flush succeeds.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    return status
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ worker from the resolved ``VLLM_USE_FLASHINFER_SAMPLER`` and the hardware.
 | 0                  | (not probed)      | plugin path, one INFO line          |
 | unset or 1         | import fails      | plugin path, one INFO line          |
 | 1                  | GPU unsupported   | RuntimeError naming the variable    |
-| unset              | GPU unsupported   | plugin path, one WARNING line       |
+| unset              | GPU unsupported   | plugin path, one INFO line          |
 | 1                  | yes               | FlashInfer, one INFO line           |
 | unset              | yes               | plugin's fused kernel, one INFO line|
 
@@ -66,12 +66,13 @@ def decide_flashinfer(
                 f"{support.reason}. Unset {FLASHINFER_ENV} (or set it to 0) to "
                 f"use the plugin's Triton sampler.",
             )
+        # Nothing is lost: unset, the plugin's fused kernel would take these
+        # batches even where FlashInfer runs.
         return FlashInferDecision(
             False,
-            logging.WARNING,
-            f"FlashInfer top-k/top-p sampling is not used: {support.reason}; "
-            f"falling back to the plugin's Triton sampler. Set "
-            f"{FLASHINFER_ENV}=0 to silence this warning.",
+            logging.INFO,
+            f"FlashInfer top-k/top-p sampling is not used ({how}): {support.reason}; "
+            f"the plugin's fused top-k/top-p kernel, the default, takes those batches.",
         )
     if setting is None:
         return FlashInferDecision(

@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from tests.commands import last_line, run_cli
 from vllm_sampling_plugin.bench.e2e import engine, hooks, report, run, workload
 
 
@@ -591,3 +592,32 @@ def test_continuous_batching_keeps_at_most_the_wave_in_flight_and_refills():
     assert tokens == 5 * 3
     assert server.llm.llm_engine.most_in_flight == 2
     assert server.request_counter == 5 and not server.llm.llm_engine.running
+
+
+def test_without_a_gpu_the_command_fails_in_one_line_before_writing_a_checkpoint(tmp_path):
+    proc = run_cli("bench", "e2e", "--models", "tiny:2048", "--out", str(tmp_path / "out"),
+                   "--checkpoint-dir", str(tmp_path / "checkpoints"),
+                   env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 1
+    assert last_line(proc.stderr) == (
+        "the e2e benchmark needs a CUDA GPU and torch sees none: run it on a machine with an "
+        "NVIDIA GPU (docs/benchmarks.md)"
+    )
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_checkpoint_dir_help_states_the_default(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--help"])
+    assert "default /tmp/e2e-checkpoints" in " ".join(capsys.readouterr().out.split())
+
+
+def test_render_of_a_missing_report_is_a_one_line_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run.parse_args(["--render", str(tmp_path / "e2e.json")])
+    assert exit_info.value.code == 2
+    assert last_line(capsys.readouterr().err) == (
+        f"vllm-sampling-plugin bench e2e: error: argument --render: cannot read the report "
+        f"{tmp_path / 'e2e.json'}: [Errno 2] No such file or directory: '{tmp_path / 'e2e.json'}'"
+    )

@@ -6,8 +6,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from tests.commands import last_line, run_cli
 from tests.integration.helpers import QUIET_ENV, REPO_ROOT
-from tests.vllm_lines import needs_vllm_line
+from tests.vllm_lines import INSTALLED_LINE, INSTALLED_VERSION, needs_vllm_line
 from vllm_sampling_plugin.bench import upstream
 from vllm_sampling_plugin.integration import parts
 
@@ -133,3 +136,43 @@ def test_cpu_run_checks_every_signature_against_the_installed_line(tmp_path):
         parts.REJECTION,
         parts.NGRAM,
     }
+
+
+@pytest.mark.skipif(INSTALLED_LINE in ("0.32", "0.33"), reason="vLLM 0.32 or 0.33 is installed")
+def test_on_a_line_without_upstreams_kernels_the_command_fails_in_one_line(tmp_path):
+    proc = run_cli("bench", "upstream", "--device", "cpu", "--small",
+                   "--out", str(tmp_path / "out"), env={"TRITON_INTERPRET": "1"})
+    assert proc.returncode == 1
+    assert last_line(proc.stderr) == (
+        "bench upstream times the plugin against vLLM 0.32's and 0.33's own kernels, but "
+        f"vLLM {INSTALLED_VERSION} is installed: install vLLM 0.32 or 0.33 "
+        "(ci/constraints-0.32.txt), or on 0.20 run `vllm-sampling-plugin bench sampler` "
+        "(or topk_topp, rejection, ngram), which time stock vLLM 0.20"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_row_makes_the_command_fail(tmp_path, monkeypatch, capsys):
+    def build_fails(variant, shape, device):
+        raise ImportError("cannot import name 'Sampler'")
+
+    part = upstream.Part("gumbel", parts.GUMBEL, lambda shapes: [("fp32", {"B": 4})], build_fails)
+    monkeypatch.setattr(upstream, "PARTS", (part,))
+    monkeypatch.setattr(upstream, "require_upstream_line", lambda version: None)
+    monkeypatch.setattr(upstream, "prepare_cpu", lambda: None)
+    status = upstream.main(["--device", "cpu", "--small", "--out", str(tmp_path)])
+    assert status == 1
+    assert capsys.readouterr().err == (
+        "bench upstream: 1 of 1 rows failed (their ERROR notes above; --traceback prints where)\n"
+    )
+
+
+def test_ratios_of_a_malformed_report_is_a_one_line_usage_error(tmp_path, capsys):
+    path = tmp_path / "upstream.json"
+    path.write_text("{not json")
+    with pytest.raises(SystemExit) as exit_info:
+        upstream.main(["--ratios", str(path)])
+    assert exit_info.value.code == 2
+    assert last_line(capsys.readouterr().err).startswith(
+        f"vllm-sampling-plugin bench upstream: error: argument --ratios: cannot read the report {path}: "
+    )

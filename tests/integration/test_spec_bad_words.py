@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import DEVICE
 from tests.vllm_lines import skip_module_unless_line
 
 skip_module_unless_line("0.20")
@@ -28,7 +29,7 @@ A, B, C, Z = 10, 11, 12, 40
 
 
 def _state_with_output(bad_words: list[list[int]]) -> DraftAlignedBadWordsState:
-    device = torch.device("cuda")
+    device = DEVICE
     all_token_ids = torch.zeros(1, 32, dtype=torch.int32, device=device)
     tokens = PROMPT + [A]
     all_token_ids[0, : len(tokens)] = torch.tensor(tokens)
@@ -48,7 +49,7 @@ def _state_with_output(bad_words: list[list[int]]) -> DraftAlignedBadWordsState:
 
 
 def _banned(state, input_ids: list[int]) -> list[list[int]]:
-    device = torch.device("cuda")
+    device = DEVICE
     num_logits = len(input_ids)
     logits = torch.zeros(num_logits, VOCAB, device=device)
     state.apply_bad_words(

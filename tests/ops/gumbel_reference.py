@@ -46,12 +46,31 @@ def request_key(seed: int, pos: int) -> int:
     return int(philox4x32(counter, (seed_bits & 0xFFFFFFFF, seed_bits >> 32))[0])
 
 
-def gumbel_fp64(key: int, vocab_size: int) -> np.ndarray:
-    tokens = np.arange(vocab_size, dtype=np.uint64)
-    lo, hi, _, _ = philox4x32([tokens, 0, 0, 0], (key, 0))
+def uniform_fp64(key: int, counters) -> np.ndarray:
+    """``uniform_fp64(key, counters)``: 64 bits of ``philox(key, counter)``, kept in (0, 1)."""
+    lo, hi, _, _ = philox4x32([np.asarray(counters, dtype=np.uint64), 0, 0, 0], (key, 0))
     u = ((hi << np.uint64(32)) | lo).astype(np.float64) * 2.0**-64
-    u = np.clip(u, np.finfo(np.float64).tiny, np.nextafter(1.0, 0.0))
-    return -np.log(-np.log(u))
+    return np.clip(u, np.finfo(np.float64).tiny, np.nextafter(1.0, 0.0))
+
+
+def uniform_fp32(key: int, counters) -> np.ndarray:
+    """``uniform_fp32(key, counters)``: word 0 of 10-round ``philox(key, counter)``."""
+    bits = philox4x32([np.asarray(counters, dtype=np.uint64), 0, 0, 0], (key, 0))[0]
+    return _bits_to_uniform_fp32(bits)
+
+
+def _bits_to_uniform_fp32(bits: np.ndarray) -> np.ndarray:
+    u = bits.astype(np.float32) * np.float32(2.0**-32) + np.float32(2.0**-33)
+    return np.minimum(u, np.nextafter(np.float32(1.0), np.float32(0.0)))
+
+
+def gumbel_fp64_at(key: int, tokens) -> np.ndarray:
+    """FP64 Philox noise of the counters ``tokens``."""
+    return -np.log(-np.log(uniform_fp64(key, tokens)))
+
+
+def gumbel_fp64(key: int, vocab_size: int) -> np.ndarray:
+    return gumbel_fp64_at(key, np.arange(vocab_size))
 
 
 def _rotl32(x: np.ndarray, shift: int) -> np.ndarray:
@@ -84,17 +103,29 @@ def gumbel_fp64_murmur3(seed: int, pos: int, vocab_size: int) -> np.ndarray:
     return -np.log(-np.log(u))
 
 
-def gumbel_fp32(key: int, vocab_size: int) -> np.ndarray:
-    tokens = np.arange(vocab_size, dtype=np.uint64)
-    # The FP32 noise words use 7 rounds (ops/random.py: FP32_NOISE_ROUNDS).
+def noise_uniform_fp32(key: int, tokens) -> np.ndarray:
+    """The uniform behind the FP32 noise of counters ``tokens``: word ``t % 4``
+    of 7-round ``philox(key, t // 4)`` (ops/random.py: FP32_NOISE_ROUNDS)."""
+    tokens = np.asarray(tokens, dtype=np.uint64)
     words = philox4x32([tokens // np.uint64(4), 0, 0, 0], (key, 0), rounds=7)
-    bits = np.choose((tokens % np.uint64(4)).astype(np.int64), words)
-    u = bits.astype(np.float32) * np.float32(2.0**-32) + np.float32(2.0**-33)
-    u = np.minimum(u, np.nextafter(np.float32(1.0), np.float32(0.0)))
+    return _bits_to_uniform_fp32(np.choose((tokens % np.uint64(4)).astype(np.int64), words))
+
+
+def gumbel_fp32_from_uniform(u: np.ndarray) -> np.ndarray:
+    """``-log(-log1p(-u))`` as the kernel computes it: a series below 2**-6."""
     series = u * (1 + u * (np.float32(0.5) + u * (np.float32(1 / 3) + u * (np.float32(0.25) + u * np.float32(0.2)))))
     with np.errstate(divide="ignore"):
         neg_log1p_neg = np.where(u < np.float32(2.0**-6), series, -np.log(np.float32(1.0) - u))
     return (-np.log(neg_log1p_neg)).astype(np.float32)
+
+
+def gumbel_fp32_at(key: int, tokens) -> np.ndarray:
+    """FP32 noise of the counters ``tokens``."""
+    return gumbel_fp32_from_uniform(noise_uniform_fp32(key, tokens))
+
+
+def gumbel_fp32(key: int, vocab_size: int) -> np.ndarray:
+    return gumbel_fp32_at(key, np.arange(vocab_size))
 
 
 def first_argmax(scores: np.ndarray) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import missing_tool
 from tests.ops import compile_sm90
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def sm90_build(tmp_path_factory) -> dict:
         )
     result = json.loads(result_path.read_text())
     if "skip" in result:
-        pytest.skip(result["skip"])
+        missing_tool(result["skip"])
     return result
 
 

@@ -22,8 +22,8 @@ import torch
 from scipy import stats
 
 from tests.ops.interpreter_warnings import IGNORE_MASKED_ARITHMETIC
+from tests.ops.topk_topp_reference import kept_set
 from vllm_sampling_plugin.ops import rejection_sample, sample
-from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 
 pytestmark = IGNORE_MASKED_ARITHMETIC
 
@@ -64,9 +64,9 @@ def _apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
 
 def _target_probs(num_finite: int, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
     """The distribution the sampler must draw: softmax after min-p, top-k, top-p."""
-    scaled = _apply_min_p(_row(num_finite)[None] / TEMPERATURE, min_p)
-    masked = mask_top_k_top_p_(scaled.clone(), torch.tensor([top_k]), torch.tensor([top_p]))
-    return masked[0].double().softmax(dim=-1)
+    scaled = _apply_min_p(_row(num_finite)[None] / TEMPERATURE, min_p)[0]
+    keep = torch.from_numpy(kept_set(scaled.numpy(), top_k, top_p).keep)
+    return scaled.double().masked_fill(~keep, float("-inf")).softmax(dim=-1)
 
 
 def _assert_follows(tokens: torch.Tensor, probs: torch.Tensor) -> None:

@@ -2,10 +2,17 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from tests.ops.gumbel_reference import reference_tokens
+from tests.ops.gumbel_reference import (
+    gumbel_fp32,
+    noise_uniform_fp32,
+    reference_tokens,
+    request_key,
+)
+from tests.integration.helpers import run_python
 from tests.ops.noises import NOISES
 from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin.ops import gumbel
@@ -163,6 +170,42 @@ def test_nan_never_wins_and_inf_wins(device, noise):
     assert got.tolist() == [0, 0, 6, 9]
 
 
+# (seed, position, token) whose FP32 noise uniform lies below 2**-24, where
+# float32 cannot hold 1 - u: found by a search with the NumPy model (the test
+# re-checks it). The first is in [2**-25, 2**-24), where -log(1 - u) in float32
+# caps the noise near 16.6; the second is below 2**-25, where it gives +inf.
+RARE_UNIFORMS = [(2026, 9779, 2825), (2026, 45848, 406)]
+
+
+@pytest.mark.parametrize("seed, position, rare", RARE_UNIFORMS, ids=["capped", "infinite"])
+def test_fp32_noise_tail_beyond_the_float32_grid_near_one(device, seed, position, rare):
+    """The FP32 noise of a token whose uniform is below 2**-24 is
+    ``-log(-log1p(-u))``, about ``-log(u)`` (the series branch of
+    ``ops/random.py``): placed 0.25 above (below) the best other score, the
+    rare token must win (lose). Noise computed as ``-log(-log(1 - u))`` in
+    float32 is 16.6 or +inf there, and one of the two rows comes out wrong."""
+    vocab_size = 4096
+    key = request_key(seed, position)
+    u = float(noise_uniform_fp32(key, [rare])[0])
+    assert u < 2.0**-24
+    noise = gumbel_fp32(key, vocab_size).astype(np.float64)
+    best_other = np.delete(noise, rare).max()
+    logits = torch.zeros(2, vocab_size)
+    for row, offset in enumerate([0.25, -0.25]):
+        logits[row, rare] = float(best_other - noise[rare] + offset)
+    batch = dict(
+        logits=logits,
+        idx_mapping=torch.zeros(2, dtype=torch.int32),
+        temperature=torch.ones(1),
+        seeds=torch.tensor([seed]),
+        pos=torch.tensor([position, position]),
+    )
+    expected = reference_tokens(**batch, apply_temperature=False, use_fp64=False)
+    assert expected[0] == rare and expected[1] != rare
+    got = call({k: v.to(device) for k, v in batch.items()}, apply_temperature=False)
+    assert got.tolist() == expected
+
+
 def test_empty_batch(device):
     got = gumbel_sample(
         torch.empty(0, 10, device=device),
@@ -250,6 +293,54 @@ def test_fp64_equals_stock_vllm(num_tokens, max_num_reqs, vocab_size, dtype, app
     )
     assert torch.equal(got, expected)
     assert torch.equal(our_processed, stock_processed)
+
+
+# Without CUDA, vLLM replaces Triton with a placeholder unless no device is
+# visible at all; with CUDA_VISIBLE_DEVICES="" its kernels run under the
+# interpreter like the plugin's. A fresh interpreter, so that this process's
+# vLLM is left as it is.
+STOCK_ON_CPU_ENV = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+
+
+@needs_vllm_line("0.20", why="the reference is 0.20's FP64 Gumbel kernel")
+def test_fp64_equals_stock_vllm_on_cpu():
+    """use_fp64=True gives vLLM 0.20's own tokens and processed logits, on CPU:
+    batches mapped into larger request state, greedy rows, float32 and
+    bfloat16 logits, several tiles and chunks per row."""
+    run_python(
+        """
+        import torch
+        from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
+        from vllm_sampling_plugin.ops.gumbel import gumbel_sample
+
+        for num_tokens, max_num_reqs, vocab_size in [(1, 4, 301), (12, 16, 3000)]:
+            for dtype in (torch.float32, torch.bfloat16):
+                for apply_temperature in (False, True):
+                    gen = torch.Generator().manual_seed(vocab_size + num_tokens)
+                    logits = (torch.randn(num_tokens, vocab_size, generator=gen) * 4).to(dtype)
+                    idx_mapping = torch.randperm(max_num_reqs, generator=gen)[:num_tokens]
+                    idx_mapping = idx_mapping.to(torch.int32)
+                    temperature = torch.rand(max_num_reqs, generator=gen) * 1.5 + 0.01
+                    temperature[::7] = 0.0
+                    seeds = torch.randint(-(2**63), 2**63 - 1, (max_num_reqs,), generator=gen)
+                    pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen)
+                    stock_processed = torch.full((max_num_reqs, vocab_size), 7.0)
+                    our_processed = stock_processed.clone()
+                    expected = stock_gumbel_sample(
+                        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
+                        processed_logits_out=stock_processed,
+                    )
+                    got = gumbel_sample(
+                        logits, idx_mapping, temperature, seeds, pos,
+                        apply_temperature=apply_temperature, use_fp64=True,
+                        processed_logits_out=our_processed,
+                    )
+                    case = (num_tokens, vocab_size, dtype, apply_temperature)
+                    assert torch.equal(got, expected), (case, got, expected)
+                    assert torch.equal(our_processed, stock_processed), case
+        """,
+        env=STOCK_ON_CPU_ENV,
+    )
 
 
 @pytest.mark.gpu

@@ -11,11 +11,16 @@ import numpy as np
 import pytest
 import torch
 
+from tests.conftest import missing_tool
 from vllm_sampling_plugin.ops import ngram_propose, ngram_propose_into, ngram_scratch
 from vllm_sampling_plugin.ops.ngram import NGRAM_MAX_SPLITS
 
-ngram_cpu = pytest.importorskip("vllm.v1.spec_decode.ngram_proposer")
-cpu_propose = ngram_cpu._find_longest_matched_ngram_and_propose_tokens
+try:
+    from vllm.v1.spec_decode.ngram_proposer import (
+        _find_longest_matched_ngram_and_propose_tokens as cpu_propose,
+    )
+except ImportError as error:  # numba, which vLLM's CPU proposer needs, is missing
+    missing_tool(f"vLLM's CPU n-gram proposer does not import: {error}", module_level=True)
 
 # A max_model_len that never caps anything (the CPU function needs one).
 NO_CAP = 2**30

@@ -36,6 +36,10 @@ Every area gets ``--out``, ``--columns`` and ``--dump-tokens``; ``--tune``
 where it declares ``tune`` (see ``bench/tuning.py``), ``--profile`` where a
 candidate profiles.
 
+Calls timed against each other on the same inputs (``bench upstream``):
+``measure_interleaved`` runs each once (outputs for checks), then
+interleaved rounds, net of any overhead the bench adds, into one row.
+
 Pairing repeated measurements (an end-to-end benchmark): ``repeat_pairs``
 runs each named measurement N times, interleaved so that drift hits stock
 and plugin alike; ``summarize_repeats`` turns the samples into a row
@@ -139,6 +143,15 @@ class Timers:
     copy_bandwidth_gbps: Callable[[], float] = timing.copy_bandwidth_gbps
 
 
+def require_gpu(benchmark: str) -> None:
+    """Exit with one line, before any work, where torch sees no CUDA GPU."""
+    if not torch.cuda.is_available():
+        raise SystemExit(
+            f"the {benchmark} benchmark needs a CUDA GPU and torch sees none: "
+            "run it on a machine with an NVIDIA GPU (docs/benchmarks.md)"
+        )
+
+
 def run_header(benchmark: str, **settings: Any) -> dict:
     """The fields a report starts with: ``benchmark``, ``gpu`` (the device's
     name), ``torch`` and ``triton`` versions, then ``settings`` as given."""
@@ -184,6 +197,47 @@ def summarize_repeats(samples: dict[str, list[float]], unit: str = "us") -> dict
     return row
 
 
+def measure_interleaved(
+    calls: dict[str, Callable[[], object]],
+    timer: Callable[[Callable[[], object]], float],
+    repeats: int,
+    *,
+    overhead: tuple[str, Callable[[], object]] | None = None,
+    ratios: Iterable[Ratio] = (),
+) -> tuple[dict, dict[str, object]]:
+    """Time ``calls`` against each other on the same inputs: ``(row, host outputs)``.
+
+    Each call runs once first (it compiles; its output, copied to the host,
+    is returned for the caller's checks; a failure raises naming the call),
+    then ``repeats`` rounds of every call in turn (``repeat_pairs``), which
+    ``summarize_repeats`` turns into the row; ``ratios`` are recorded on it.
+    ``overhead = (name, call)``: work the bench adds to call ``name`` only
+    (a copy an in-place op needs here but not in the runner), timed alone in
+    the same rounds as ``overhead`` and subtracted: ``<name>_us`` is net,
+    ``<name>_gross_us`` the time measured.
+    """
+    outputs = {}
+    for name, call in calls.items():
+        try:
+            outputs[name] = report.host_copy(call())
+        except Exception as exc:
+            raise RuntimeError(f"{name}: {type(exc).__name__}: {exc}") from exc
+    timed = dict(calls)
+    if overhead is not None:
+        overhead[1]()
+        timed["overhead"] = overhead[1]
+    samples = repeat_pairs({name: (lambda c=call: timer(c)) for name, call in timed.items()},
+                           repeats)
+    if overhead is not None:
+        name = overhead[0]
+        samples[f"{name}_gross"] = samples[name]
+        samples[name] = [gross - extra for gross, extra
+                         in zip(samples[f"{name}_gross"], samples["overhead"], strict=True)]
+    row = summarize_repeats(samples)
+    record_ratios(row, ratios)
+    return row, outputs
+
+
 @dataclasses.dataclass(frozen=True)
 class Area:
     """A benchmark area: its cases and candidates (see the module docstring).
@@ -219,7 +273,9 @@ class Area:
     tune: Callable[[argparse.Namespace, Timers], dict] | None = None
 
     def parser(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(description=self.description)
+        parser = argparse.ArgumentParser(
+            prog=f"vllm-sampling-plugin bench {self.name}", description=self.description
+        )
         parser.add_argument("--out", default=f"bench-results/{self.name}", help="output directory")
         parser.add_argument(
             "--columns", nargs="+", default=list(self.candidates), choices=list(self.candidates)
@@ -245,8 +301,7 @@ class Area:
         Tests pass fake ``timers`` (which lift the need for a GPU)."""
         args = self.parser().parse_args(argv)
         if timers is None:
-            if not torch.cuda.is_available():
-                raise SystemExit(f"the {self.name} benchmark needs a CUDA GPU")
+            require_gpu(self.name)
             timers = Timers()
         os.makedirs(args.out, exist_ok=True)
         bandwidth = timers.copy_bandwidth_gbps()

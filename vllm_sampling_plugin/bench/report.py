@@ -5,11 +5,15 @@ A report is ``{"benchmark", "gpu", "copy_bandwidth_gbps", ..., "notes",
 "results"}``; every ``results`` row is a flat dict: the case's keys (``B``,
 ``V``, ...), ``<column>_us`` and ``<column>_pct_copy_bw`` per timed column
 (``<column>_error`` when timing it failed), then the area's checks, ratios
-and annotations. Importing this module needs neither a GPU nor matplotlib.
+and annotations. ``bench upstream``'s rows (``harness.measure_interleaved``)
+carry per side ``<side>_us`` and the spread of its rounds, a ``ratio``, and a
+``note``, ``error`` or ``skipped`` reason: ``paired_markdown_table``.
+Importing this module needs neither a GPU nor matplotlib.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,6 +96,16 @@ def write_json(path: str, report: dict) -> None:
     """``report`` as indented JSON at ``path``."""
     with open(path, "w") as f:
         json.dump(report, f, indent=2)
+
+
+def read_json_argument(path: str) -> dict:
+    """A report named on the command line (an argparse ``type``): a missing or
+    malformed file is a one-line usage error, not a traceback."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read the report {path}: {exc}") from exc
 
 
 def host_copy(output: object) -> object:
@@ -182,4 +196,40 @@ def markdown_table(report: dict, keys: Sequence[str], names: Sequence[str]) -> s
                 "-" if us is None else f"{us:.1f}" + ("" if pct is None else f" ({pct:.0f}%)")
             )
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def key_text(value: object) -> str:
+    """A key cell: a dict (a shape) as ``"B=4 V=1024"``, anything else as it prints."""
+    if isinstance(value, dict):
+        return " ".join(f"{key}={item}" for key, item in value.items())
+    return str(value)
+
+
+def spread_text(row: dict, side: str) -> str:
+    """``"12.3 (spread 4%)"``: a side's median us and its rounds' spread, or ``"-"``."""
+    if f"{side}_us" not in row:
+        return "-"
+    return f"{row[f'{side}_us']:.1f} (spread {row[f'{side}_us_spread_pct']:.0f}%)"
+
+
+def paired_markdown_table(
+    rows: Sequence[dict], keys: Sequence[str], sides: tuple[str, str], ratio_header: str
+) -> str:
+    """Rows of sides timed against each other as a Markdown table: the key
+    columns, median us and spread of the rounds ((max - min) / median) per
+    side, the ``ratio``, and the note, error or skip reason."""
+    lines = [
+        "| " + " | ".join([*keys, *(f"{side} us" for side in sides), ratio_header, "note"]) + " |",
+        "|" + "---|" * (len(keys) + len(sides) + 2),
+    ]
+    for row in rows:
+        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "-"
+        note = row.get("error") or row.get("skipped") or row.get("note", "")
+        if "error" in row:
+            note = f"ERROR: {note}"
+        elif "skipped" in row:
+            note = f"skipped: {note}"
+        cells = [key_text(row[key]) for key in keys] + [spread_text(row, side) for side in sides]
+        lines.append("| " + " | ".join([*cells, ratio, note.replace("|", "/")]) + " |")
     return "\n".join(lines)

@@ -2,8 +2,8 @@
 replay, per-kernel profiler times, host wall time, and the device-to-device
 copy bandwidth that every rate is a share of.
 
-Nothing here runs at import; every function but ``pct_of_copy_bandwidth``
-needs a CUDA GPU.
+Nothing here runs at import; every function but ``one_call_us`` and
+``pct_of_copy_bandwidth`` needs a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -83,6 +83,14 @@ def host_median_us(fn: Callable[[], object], max_reps: int = 20, budget_s: float
         fn()
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples) * 1e6
+
+
+def one_call_us(fn: Callable[[], object]) -> float:
+    """Wall time of one call of ``fn`` in microseconds (on the CPU, through
+    Triton's interpreter: the interpreter's time, not a speed)."""
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e6
 
 
 def pct_of_copy_bandwidth(bytes_read: int, us: float, bandwidth_gbps: float) -> float:

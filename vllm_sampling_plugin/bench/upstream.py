@@ -1,4 +1,4 @@
-"""The plugin's ops against vLLM 0.32's own code for the same job, side by side on one GPU.
+"""The plugin's ops against vLLM 0.32's or 0.33's own code for the same job, on one GPU.
 
     vllm-sampling-plugin bench upstream --out bench-results/upstream
     TRITON_INTERPRET=1 vllm-sampling-plugin bench upstream --device cpu --small --out /tmp/upstream
@@ -41,9 +41,11 @@ the overhead), with ``triton.testing.do_bench`` (median over ``--rep-ms``,
 L2 flushed before every call), so drift hits both alike. A row keeps, per
 side, the median of the rounds and their min, max and spread, and ``ratio`` =
 upstream / plugin (above 1: the plugin is faster). A case that fails (a
-signature mismatch, an OOM) becomes a row with ``error`` and the rest run;
-once ``--budget-s`` seconds have passed the remaining cases are skipped
-rows. The JSON (``upstream.json``) is rewritten after every row, so a run cut
+signature mismatch, an OOM) becomes a row with ``error`` and the rest run,
+and the command then exits 1; once ``--budget-s`` seconds have passed the
+remaining cases are skipped rows (not failures). On a vLLM line without
+0.32's or 0.33's internals (0.20) the command stops before any work, in one
+line. The JSON (``upstream.json``) is rewritten after every row, so a run cut
 short keeps what it measured; the Markdown table is printed at the end and
 written to ``upstream.md``.
 
@@ -59,7 +61,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import json
 import os
 import sys
 import time
@@ -75,11 +76,17 @@ import torch
 from vllm_sampling_plugin.bench import report, timing
 from vllm_sampling_plugin.bench.harness import (
     ERROR_CHARS,
-    repeat_pairs,
+    Ratio,
+    measure_interleaved,
     run_header,
-    summarize_repeats,
 )
 from vllm_sampling_plugin.integration import parts
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_32,
+    LINE_0_33,
+    installed_vllm_version,
+    release_line,
+)
 
 TOP_K, TOP_P = 50, 0.9
 MIN_N, MAX_N = 2, 3
@@ -581,40 +588,26 @@ PART_NAMES = {part.name: part.parts_name for part in PARTS}
 
 # Measuring.
 
-
-def one_call_us(call: Callable[[], object]) -> float:
-    """Wall time of one call (CPU mode: the interpreter's time, not a speed)."""
-    start = time.perf_counter()
-    call()
-    return (time.perf_counter() - start) * 1e6
+# A row's ``ratio``: above 1, the plugin is faster.
+UPSTREAM_OVER_PLUGIN = Ratio("ratio", "upstream", "plugin")
+# What identifies a row, the first columns of its table.
+ROW_KEYS = ("part", "variant", "shape")
 
 
 def measure(pair: Pair, timer: Callable[[Callable[[], object]], float], repeats: int) -> dict:
-    """The row fields of ``pair``: per side ``<side>_us`` (median of the
-    rounds), ``_min``, ``_max``, ``_spread_pct``, ``_samples``; ``ratio``; and
-    the checks, run on the outputs of the first (compiling) calls, upstream's
-    first, so a failure names the side that failed after the other ran."""
-    calls = {"upstream": pair.upstream, "plugin": pair.plugin}
-    outputs = {}
-    for side, call in calls.items():
-        try:
-            outputs[side] = report.host_copy(call())
-        except Exception as exc:
-            raise RuntimeError(f"{side}: {type(exc).__name__}: {exc}") from exc
-    if pair.overhead is not None:
-        pair.overhead()
-        calls["overhead"] = pair.overhead
-    samples = repeat_pairs(
-        {name: (lambda c=call: timer(c)) for name, call in calls.items()}, repeats
+    """The row fields of ``pair``: ``harness.measure_interleaved``'s (per side
+    ``<side>_us``, the median of the rounds, ``_min``, ``_max``,
+    ``_spread_pct``, ``_samples``; upstream net of the pair's overhead;
+    ``ratio``) and the checks, run on the outputs of the first (compiling)
+    calls, upstream's first, so a failure names the side that failed after
+    the other ran."""
+    row, outputs = measure_interleaved(
+        {"upstream": pair.upstream, "plugin": pair.plugin},
+        timer,
+        repeats,
+        overhead=None if pair.overhead is None else ("upstream", pair.overhead),
+        ratios=(UPSTREAM_OVER_PLUGIN,),
     )
-    if pair.overhead is not None:
-        samples["upstream_gross"] = samples["upstream"]
-        samples["upstream"] = [
-            gross - copy
-            for gross, copy in zip(samples["upstream_gross"], samples["overhead"], strict=True)
-        ]
-    row = summarize_repeats(samples)
-    row["ratio"] = row["upstream_us"] / row["plugin_us"]
     if pair.check is not None:
         try:
             row.update(pair.check(outputs["plugin"], outputs["upstream"]))
@@ -660,37 +653,9 @@ def run_part(
 # Reports.
 
 
-def shape_text(shape: dict) -> str:
-    return " ".join(f"{key}={value}" for key, value in shape.items())
-
-
-def side_text(row: dict, side: str) -> str:
-    if f"{side}_us" not in row:
-        return "-"
-    return f"{row[f'{side}_us']:.1f} (spread {row[f'{side}_us_spread_pct']:.0f}%)"
-
-
 def markdown_table(rows: Sequence[dict]) -> str:
-    """The rows as a Markdown table: median us and the spread of the rounds
-    ((max - min) / median), upstream / plugin, and the note, error or skip
-    reason."""
-    lines = [
-        "| part | variant | shape | plugin us | upstream us | upstream/plugin | note |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "-"
-        note = row.get("error") or row.get("skipped") or row.get("note", "")
-        if "error" in row:
-            note = f"ERROR: {note}"
-        elif "skipped" in row:
-            note = f"skipped: {note}"
-        lines.append(
-            f"| {row['part']} | {row['variant']} | {shape_text(row['shape'])} | "
-            f"{side_text(row, 'plugin')} | {side_text(row, 'upstream')} | {ratio} | "
-            f"{note.replace('|', '/')} |"
-        )
-    return "\n".join(lines)
+    """The rows as a Markdown table (``report.paired_markdown_table``)."""
+    return report.paired_markdown_table(rows, ROW_KEYS, ("plugin", "upstream"), "upstream/plugin")
 
 
 def _span(values: Sequence) -> str:
@@ -748,6 +713,20 @@ def installed(dist: str) -> str:
         return version(dist)
     except PackageNotFoundError:
         return "not installed"
+
+
+def require_upstream_line(vllm_version: str | None) -> None:
+    """Exit with one line, before any work, unless the installed vLLM has the
+    0.32/0.33 internals the upstream side of every row calls."""
+    if release_line(vllm_version) in (LINE_0_32, LINE_0_33):
+        return
+    found = f"vLLM {vllm_version} is installed" if vllm_version else "vLLM is not installed"
+    raise SystemExit(
+        f"bench upstream times the plugin against vLLM 0.32's and 0.33's own kernels, but "
+        f"{found}: install vLLM 0.32 or 0.33 "
+        "(ci/constraints-0.32.txt), or on 0.20 run `vllm-sampling-plugin bench sampler` "
+        "(or topk_topp, rejection, ngram), which time stock vLLM 0.20"
+    )
 
 
 def prepare_cpu() -> None:
@@ -832,7 +811,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--traceback", action="store_true", help="print the traceback of errors")
     p.add_argument(
-        "--ratios", metavar="FILE", help="print the parts.py ratio strings of a report and exit"
+        "--ratios",
+        metavar="FILE",
+        type=report.read_json_argument,
+        help="print the parts.py ratio strings of a report and exit",
     )
     p.add_argument(
         "--record",
@@ -847,17 +829,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     args = parser().parse_args(argv)
     if args.ratios:
-        with open(args.ratios) as f:
-            data = json.load(f)
-        for name, text in parts_ratios(data).items():
+        for name, text in parts_ratios(args.ratios).items():
             print(f"{name}: {text}")
         if args.record:
-            record_ratios(data)
+            record_ratios(args.ratios)
         return 0
+    vllm_version = installed_vllm_version()
+    require_upstream_line(vllm_version)
     if args.device == "cpu":
         prepare_cpu()
     elif not torch.cuda.is_available():
-        raise SystemExit("bench upstream needs a CUDA GPU (or --device cpu --small)")
+        raise SystemExit(
+            "bench upstream needs a CUDA GPU and torch sees none: run it on a machine "
+            "with an NVIDIA GPU (--device cpu --small checks the plumbing, not speed)"
+        )
     device = torch.device(args.device)
     if args.repeats is None:
         args.repeats = 5 if args.device == "cuda" else 2
@@ -867,11 +852,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         def timer(call):
             return timing.median_us(call, args.rep_ms, args.warmup_ms)
     else:
-        timer = one_call_us
+        timer = timing.one_call_us
 
-    from vllm_sampling_plugin.integration.version import release_line
-
-    vllm_version = installed("vllm")
     header = run_header(
         "upstream",
         vllm=vllm_version,
@@ -903,7 +885,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 path, {**header, "elapsed_s": time.monotonic() - start, "results": rows}
             )
             outcome = row.get("error") or row.get("skipped") or f"{row['ratio']:.2f}x"
-            print(f"{part.name} {row['variant']} {shape_text(row['shape'])}: {outcome}", flush=True)
+            print(f"{part.name} {row['variant']} {report.key_text(row['shape'])}: {outcome}",
+                  flush=True)
     table = (
         f"{header['gpu']}, vLLM {vllm_version}, torch {header['torch']}, triton "
         f"{header['triton']}; median us of {args.repeats} interleaved rounds "
@@ -920,6 +903,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"\nwrote {path} and upstream.md ({len(rows)} rows, {failed} failed) in "
         f"{time.monotonic() - start:.0f} s"
     )
+    if failed:
+        print(
+            f"bench upstream: {failed} of {len(rows)} rows failed (their ERROR notes above; "
+            "--traceback prints where)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -1,6 +1,32 @@
 """Input checks that more than one launcher makes, with one wording."""
 
 import torch
+import triton
+from triton.runtime.interpreter import InterpretedFunction
+
+from .random import FP64_STREAMS
+
+
+@triton.jit
+def _decoration_probe():
+    pass
+
+
+# Triton decides at decoration time, from TRITON_INTERPRET, whether a kernel
+# runs in its interpreter (on CPU tensors) or is compiled for the GPU; every
+# kernel of ``ops`` is decorated when ``ops`` is imported, as this one is.
+KERNELS_INTERPRETED = isinstance(_decoration_probe, InterpretedFunction)
+
+
+def check_kernels_run_on(name: str, device: torch.device) -> None:
+    """CPU tensors need kernels made for Triton's interpreter; without this
+    check Triton fails deep inside with "0 active drivers"."""
+    if device.type == "cpu" and not KERNELS_INTERPRETED:
+        raise ValueError(
+            f"{name} is on the CPU, but the kernels were compiled for the GPU: pass CUDA "
+            "tensors, or set TRITON_INTERPRET=1 in the environment before Python imports "
+            "vllm_sampling_plugin.ops to run them on the CPU (slow)"
+        )
 
 
 def check_same_device(device: torch.device, **tensors: torch.Tensor | None) -> None:
@@ -9,3 +35,12 @@ def check_same_device(device: torch.device, **tensors: torch.Tensor | None) -> N
     for name, tensor in tensors.items():
         if tensor is not None and tensor.device != device:
             raise ValueError(f"{name} is on {tensor.device} but logits are on {device}")
+
+
+def check_fp64_choice(use_fp64: object, fp64_stream: object = "philox") -> None:
+    """The public ops' ``use_fp64`` is a bool (a string such as "yes" would
+    otherwise index the launch tables); ``fp64_stream`` names a stream."""
+    if not isinstance(use_fp64, bool):
+        raise ValueError(f"use_fp64 must be True or False, got {use_fp64!r}")
+    if fp64_stream not in FP64_STREAMS:
+        raise ValueError(f"fp64_stream must be one of {sorted(FP64_STREAMS)}, got {fp64_stream!r}")

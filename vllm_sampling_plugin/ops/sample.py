@@ -6,7 +6,7 @@ fused top-k/top-p kernel otherwise.
 
 import torch
 
-from .checks import check_same_device
+from .checks import check_fp64_choice, check_kernels_run_on, check_same_device
 from .gumbel import gumbel_sample
 from .topk_topp import top_k_top_p_sample
 
@@ -68,6 +68,7 @@ def _check_inputs(
         raise ValueError("temperature must be finite in float32 and >= 0 (0 means greedy)")
     if bad_top_p:
         raise ValueError("top_p must be in (0, 1] (values >= 1 turn top-p off)")
+    check_kernels_run_on("logits", logits.device)
 
 
 def sample(
@@ -137,9 +138,10 @@ def sample(
     Raises
     ------
     ValueError
-        Naming the argument, before any kernel runs: logits not a 2-D floating
-        tensor, a length that differs from ``batch_size``, a wrong dtype, a
-        tensor on another device, a negative or non-finite temperature, a
+        Naming the argument, before any kernel runs: ``use_fp64`` not a bool,
+        an unknown ``fp64_stream``, logits not a 2-D floating tensor, a length
+        that differs from ``batch_size``, a wrong dtype, a tensor on another
+        device, CPU tensors without ``TRITON_INTERPRET=1`` set before import, a negative or non-finite temperature, a
         ``top_p`` that is NaN or ``<= 0``, top-k/top-p asked for on a
         vocabulary over 4,194,304 tokens (the fused kernel's limit). (Checking
         the values costs one device-to-host copy.)
@@ -160,6 +162,7 @@ def sample(
     >>> bool(tokens[0] == logits[0].argmax())
     True
     """
+    check_fp64_choice(use_fp64, fp64_stream)
     _check_inputs(logits, temperature, seeds, positions, top_k, top_p)
     batch_size, vocab_size = logits.shape
     device = logits.device

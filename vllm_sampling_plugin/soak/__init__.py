@@ -3,5 +3,5 @@
 ``mix`` draws the requests (every sampling field, structured outputs, client
 aborts, requests that must be refused), ``validate`` checks each answer,
 ``memory`` samples GPU and server host memory, ``summary`` counts and judges,
-``run`` drives the load and ``scripts/soak.py`` is the command line.
+``run`` drives the load and ``command`` is ``vllm-sampling-plugin soak``.
 """

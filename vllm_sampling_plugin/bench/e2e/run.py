@@ -11,6 +11,8 @@ import time
 
 from vllm_sampling_plugin.bench.e2e import checkpoint, copying, report, workload
 from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
+from vllm_sampling_plugin.bench.harness import require_gpu
+from vllm_sampling_plugin.bench.report import read_json_argument
 from vllm_sampling_plugin.config import SPECULATION_POLICIES as SPEC_POLICIES
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
@@ -116,13 +118,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="FP64 Gumbel noise in every engine: use_fp64_gumbel=True, "
                         "except for stock vLLM 0.20, which has no such setting and always "
                         "draws FP64 noise")
-    parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints")
-    parser.add_argument("--out", default="bench-results/e2e")
+    parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints",
+                        help="where the random checkpoints are written, and reused by later "
+                        "runs (an 8B one takes about 16 GB); default /tmp/e2e-checkpoints")
+    parser.add_argument("--out", default="bench-results/e2e",
+                        help="output directory (e2e.json, e2e.png); default bench-results/e2e")
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
                         help="start no new cell after this many seconds (engines are "
                              "still closed cleanly); default: no limit")
-    parser.add_argument("--render", metavar="JSON",
-                        help="print the markdown tables of an e2e.json and exit")
+    parser.add_argument("--render", metavar="JSON", type=read_json_argument,
+                        help="print the markdown tables of an e2e.json and exit (no GPU needed)")
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
@@ -457,9 +462,10 @@ class Run:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        with open(args.render) as f:
-            print(report.render_markdown(json.load(f)))
+        print(report.render_markdown(args.render))
         return 0
+    # Before any checkpoint is written: an 8B one takes minutes and many GB.
+    require_gpu("e2e")
     run = Run(args)
     try:
         for shape, vocab in args.models:

@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..checks import check_kernels_run_on
 from ..device import num_sms
 from ..host_math import cdiv, next_power_of_2
 
@@ -371,6 +372,7 @@ def ngram_propose(
                 f"seq_lens must lie in [0, {max_len}] (columns of token_ids), "
                 f"got values in [{int(lo)}, {int(hi)}]"
             )
+    check_kernels_run_on("token_ids", device)
 
     drafts = torch.empty(num_rows, k, dtype=torch.int64, device=device)
     num_drafts = torch.empty(num_rows, dtype=torch.int32, device=device)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..checks import check_fp64_choice, check_kernels_run_on
 from .draws import MAX_VOCAB_SIZE
 from .launcher import rejection_sample_packed
 
@@ -132,8 +133,12 @@ def rejection_sample(
 
     Raises:
         ValueError: naming the argument, before any kernel launch, for wrong
-            shapes, dtypes or devices, ``K = 0``, a negative or NaN
-            temperature, or synthetic rates outside ``[0, 1]`` or increasing.
+            shapes, dtypes or devices, CPU tensors without ``TRITON_INTERPRET=1``
+            set before import, ``K = 0``, a negative or NaN temperature,
+            ``draft_probs`` with a negative, NaN or infinite entry, a
+            ``use_fp64`` that is not a bool, or synthetic rates outside
+            ``[0, 1]`` or increasing. (The value checks cost one
+            device-to-host copy.)
 
     Example:
         >>> import torch
@@ -198,11 +203,25 @@ def rejection_sample(
         raise ValueError(f"temperature must be a float tensor, got {temperature.dtype}")
     _check_1d("seeds", seeds, batch_size, torch.int64, device)
     _check_1d("positions", positions, batch_size, torch.int64, device)
-    if not isinstance(use_fp64, bool):
-        raise ValueError(f"use_fp64 must be a bool, got {type(use_fp64).__name__}")
+    check_fp64_choice(use_fp64)
     rates = None if synthetic_rates is None else _check_synthetic_rates(synthetic_rates, num_drafts)
-    if bool(((temperature < 0) | temperature.isnan()).any()):
+    # One device-to-host copy for every value check, here in the public API
+    # only: the engine calls rejection_sample_packed, which makes none.
+    bad_temperature = ((temperature < 0) | temperature.isnan()).any()
+    bad_draft_probs = (
+        torch.zeros((), dtype=torch.bool, device=device)
+        if draft_probs is None
+        else ((draft_probs < 0) | ~draft_probs.isfinite()).any()
+    )
+    bad_temperature, bad_draft_probs = torch.stack([bad_temperature, bad_draft_probs]).tolist()
+    if bad_temperature:
         raise ValueError("temperature must be >= 0 (0 = greedy) and not NaN")
+    if bad_draft_probs:
+        raise ValueError(
+            "draft_probs must be finite and >= 0 (each row is a distribution, "
+            "normalised here; zeros allowed)"
+        )
+    check_kernels_run_on("target_logits", device)
 
     conditional_rates = None
     if rates is not None:

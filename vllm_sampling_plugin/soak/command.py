@@ -1,14 +1,13 @@
-#!/usr/bin/env python3
-"""Soak a ``vllm serve`` on 127.0.0.1 with the plugin: a bounded mixed load.
+"""``vllm-sampling-plugin soak``: a bounded mixed load against a ``vllm serve``.
 
 Against a running server:
 
-    python3 scripts/soak.py --url http://127.0.0.1:8000 --vocab-size 128256 \
+    vllm-sampling-plugin soak --url http://127.0.0.1:8000 --vocab-size 128256 \
         --server-pid $(pgrep -f 'vllm.entrypoints.cli.main serve' | head -1)
 
 Or start one (the flags after ``--`` go to ``vllm serve``):
 
-    python3 scripts/soak.py --launch /models/Llama-3.2-1B-Instruct --requests 3000 -- \
+    vllm-sampling-plugin soak --launch /models/Llama-3.2-1B-Instruct --requests 3000 -- \
         --speculative-config '{"method": "ngram", "num_speculative_tokens": 3, \
 "prompt_lookup_max": 3}' --max-model-len 2048
 
@@ -30,12 +29,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from vllm_sampling_plugin.soak.memory import sample_memory  # noqa: E402
-from vllm_sampling_plugin.soak.mix import make_request  # noqa: E402
-from vllm_sampling_plugin.soak.run import soak  # noqa: E402
-from vllm_sampling_plugin.soak.summary import render, verdict  # noqa: E402
+from vllm_sampling_plugin.soak.memory import sample_memory
+from vllm_sampling_plugin.soak.mix import make_request
+from vllm_sampling_plugin.soak.run import soak
+from vllm_sampling_plugin.soak.summary import render, verdict
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -43,7 +40,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if "--" in argv:
         split = argv.index("--")
         argv, serve_args = argv[:split], argv[split + 1:]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="vllm-sampling-plugin soak",
+                                     description=__doc__.split("\n\n")[0])
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="base URL of a running server")
     target.add_argument("--launch", metavar="MODEL", help="start vllm serve MODEL on 127.0.0.1")
@@ -95,8 +93,8 @@ def served_model(url: str) -> str:
         return json.load(response)["data"][0]["id"]
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     server = None
     url = args.url
     if args.launch:
@@ -133,4 +131,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
