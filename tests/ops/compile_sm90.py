@@ -222,7 +222,7 @@ def _rejection(
     max_num_reqs = num_reqs + 2
     num_logits = num_reqs * (NUM_SPEC_STEPS + 1)
     idx_mapping, temperature, seeds, _ = _request_state(num_reqs, max_num_reqs)
-    with mock.patch.object(rejection_kernel, "_num_sms", lambda device: H100_NUM_SMS):
+    with mock.patch.object(rejection_kernel, "num_sms", lambda device: H100_NUM_SMS):
         rejection_kernel.rejection_sample_packed(
             torch.empty(num_logits, VOCAB),
             torch.randint(0, VOCAB, (num_logits,)),

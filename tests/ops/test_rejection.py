@@ -441,7 +441,7 @@ def _plan_inputs(batch_size, num_drafts, vocab, generator, device):
 def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
     """Launch style, block, chunk, sampling chunk and warp count never change a token.
 
-    Runs on CPU with the GPU planner too (``_num_sms`` patched), so the plans
+    Runs on CPU with the GPU planner too (``num_sms`` patched), so the plans
     below are really different: the log-sum-exp is summed in different
     orders and pieces by each (exact fixed-point sums make it the same), and
     the Gumbel-max winners are found across different lanes and programs.
@@ -467,7 +467,7 @@ def test_every_launch_plan_gives_the_same_tokens(monkeypatch, device):
     ]:
         outputs = {}
         for name, (tuning, num_sms) in _PLAN_TUNINGS.items():
-            monkeypatch.setattr(rejection_kernel, "_num_sms", lambda device, n=num_sms: n)
+            monkeypatch.setattr(rejection_kernel, "num_sms", lambda device, n=num_sms: n)
             monkeypatch.setattr(
                 "vllm_sampling_plugin.ops.rejection.functional.rejection_sample_packed",
                 functools.partial(rejection_kernel.rejection_sample_packed, tuning=tuning),

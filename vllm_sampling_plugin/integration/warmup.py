@@ -60,11 +60,10 @@ from vllm_sampling_plugin.integration.compile_variants import (
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
 from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
 from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
-from vllm_sampling_plugin.ops.ngram import launcher as ngram_launcher
+from vllm_sampling_plugin.ops.ngram.launcher import scan_shape
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
-from vllm_sampling_plugin.ops.rejection import launcher as rejection_launcher
+from vllm_sampling_plugin.ops.rejection.launcher import device_plan
 from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
-from vllm_sampling_plugin.ops.rejection.plan import plan_launch as rejection_plan
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -84,13 +83,12 @@ def warming_up_sampling(dummy_sampler_run):
 def rejection_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):
     """The rejection launcher's plan for ``n`` requests: block, chunks, warps
     and launch style (the integration passes the default tuning)."""
-    num_sms = rejection_launcher._num_sms(device)
-    return rejection_plan(n, vocab_size, REJECTION_TUNING[use_fp64], num_sms)
+    return device_plan(n, vocab_size, REJECTION_TUNING[use_fp64], device)
 
 
 def ngram_variant(n: int, history_len: int, device: torch.device) -> tuple[int, str]:
     """The scan's block (a constexpr) and its split count (an integer argument)."""
-    block, num_splits = ngram_launcher._scan_shape(n, history_len, device)
+    block, num_splits = scan_shape(n, history_len, device)
     return block, integer_class(num_splits)
 
 

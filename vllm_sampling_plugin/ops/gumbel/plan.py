@@ -2,10 +2,10 @@
 tile, tiles per chunk and warps from the batch, the vocabulary and the SM count."""
 
 import dataclasses
-import functools
 
 import torch
 
+from ..device import num_sms
 from ..host_math import cdiv, next_power_of_2
 
 
@@ -49,21 +49,14 @@ class LaunchPlan:
     num_stages: int
 
 
-@functools.cache
-def num_sms_of(device: torch.device) -> int:
-    if device.type != "cuda":
-        # The interpreter runs programs one after another: fewer is faster.
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def plan_launch(
     num_tokens: int, vocab_size: int, use_fp64: bool, device: torch.device
 ) -> LaunchPlan:
     tuning = TUNING[use_fp64]
     tile = min(tuning.tile, max(next_power_of_2(vocab_size), _MIN_TILE))
     num_tiles = cdiv(vocab_size, tile)
-    target_programs = tuning.programs_per_sm * num_sms_of(device)
+    # The interpreter (no SM count) runs programs one after another: fewer is faster.
+    target_programs = tuning.programs_per_sm * (num_sms(device) or 1)
     tiles_per_chunk = (num_tokens * num_tiles) // target_programs
     tiles_per_chunk = max(1, min(tiles_per_chunk, tuning.max_tiles_per_chunk, num_tiles))
     return LaunchPlan(

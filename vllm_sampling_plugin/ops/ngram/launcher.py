@@ -28,13 +28,13 @@ Two kernels, no host synchronisation, fixed-shape outputs:
 
 from __future__ import annotations
 
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
 from ..checks import check_kernels_run_on
+from ..device import num_sms
 from ..host_math import cdiv, next_power_of_2
 
 # Candidate positions one scan iteration tests.
@@ -178,20 +178,13 @@ def _ngram_finalize_kernel(
     tl.store(num_drafts_ptr + batch_idx, num_drafts)
 
 
-@functools.cache
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        # The interpreter runs programs one after the other: fewer is faster.
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def _scan_shape(num_reqs: int, max_len: int, device: torch.device) -> tuple[int, int]:
+def scan_shape(num_reqs: int, max_len: int, device: torch.device) -> tuple[int, int]:
     """(block, splits): enough scan programs per request to fill the GPU, with
     the blocks of a full-length row spread evenly over them."""
     block = min(_SCAN_BLOCK, next_power_of_2(max(max_len, 16)))
     num_blocks = cdiv(max(max_len, 1), block)
-    target = _num_sms(device) * _PROGRAMS_PER_SM
+    # The interpreter (no SM count) runs programs one after the other: fewer is faster.
+    target = (num_sms(device) or 1) * _PROGRAMS_PER_SM
     splits = min(cdiv(target, max(num_reqs, 1)), num_blocks, NGRAM_MAX_SPLITS)
     blocks_per_split = cdiv(num_blocks, splits)
     return block, cdiv(num_blocks, blocks_per_split)
@@ -214,7 +207,7 @@ def _launch(
     """Launch both kernels on already validated arguments (no checks, no sync)."""
     if num_reqs == 0:
         return
-    block, num_splits = _scan_shape(num_reqs, token_ids.shape[1], token_ids.device)
+    block, num_splits = scan_shape(num_reqs, token_ids.shape[1], token_ids.device)
     k = drafts.shape[1]
     # A dummy pointer for the optional inputs: never read when its switch is off.
     unused = seq_lens

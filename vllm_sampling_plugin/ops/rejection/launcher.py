@@ -6,26 +6,34 @@ a request meet at per-request barriers); large ones run ``_rejection_step_kernel
 once per step and then ``_emit_kernel``. ``plan.plan_launch`` picks the style.
 """
 
-import functools
 
 import torch
 import triton
 import triton.language as tl
 
+from ..device import num_sms
 from ..host_math import cdiv, next_power_of_2
 from ..random import fp64_noise_code
 from .draws import MAX_VOCAB_SIZE
 from .emit import emit_row
-from .plan import TUNING, RejectionTuning, fixed_point_bits, plan_launch, stats_tile
+from .plan import (
+    TUNING,
+    LaunchPlan,
+    RejectionTuning,
+    fixed_point_bits,
+    plan_launch,
+    stats_tile,
+)
 from .step import rejection_step
 from .workspace import workspace_for
 
 
-@functools.cache
-def _num_sms(device: torch.device) -> int | None:
-    if device.type != "cuda":
-        return None
-    return torch.cuda.get_device_properties(device).multi_processor_count
+def device_plan(
+    num_reqs: int, vocab_size: int, tuning: RejectionTuning, device: torch.device
+) -> LaunchPlan:
+    """The launch plan ``rejection_sample_packed`` takes for ``num_reqs``
+    requests on ``device`` (the start-up warm-up plans with it too)."""
+    return plan_launch(num_reqs, vocab_size, tuning, num_sms(device))
 
 
 @triton.jit
@@ -385,7 +393,7 @@ def rejection_sample_packed(
     if draft_logits is not None and draft_logits.stride(2) != 1:
         draft_logits = draft_logits.contiguous()
 
-    plan = plan_launch(num_reqs, vocab_size, tuning or TUNING[use_fp64], _num_sms(device))
+    plan = device_plan(num_reqs, vocab_size, tuning or TUNING[use_fp64], device)
     tile = stats_tile(vocab_size)
     num_tiles = cdiv(vocab_size, tile)
     fixed_bits = fixed_point_bits(vocab_size)
