@@ -36,12 +36,12 @@ def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> Non
     engine_args_cls.use_fp64_gumbel = False
     engine_args_cls.speculation_policy = cfg.ADAPTIVE
     for cls in (engine_args_cls, async_engine_args_cls):
-        cls.__init__ = _accepting_fp64_keyword(cls.__dict__["__init__"])
+        cls.__init__ = _accepting_plugin_keywords(cls.__dict__["__init__"])
     engine_args_cls.add_cli_args = staticmethod(
-        _adding_fp64_flag(engine_args_cls.__dict__["add_cli_args"].__func__)
+        _adding_plugin_flags(engine_args_cls.__dict__["add_cli_args"].__func__)
     )
     engine_args_cls.from_cli_args = classmethod(
-        _carrying_fp64_flag(engine_args_cls.__dict__["from_cli_args"].__func__)
+        _carrying_plugin_flags(engine_args_cls.__dict__["from_cli_args"].__func__)
     )
     engine_args_cls.create_model_config = _storing_settings(
         engine_args_cls.__dict__["create_model_config"]
@@ -49,7 +49,7 @@ def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> Non
     setattr(engine_args_cls, _PATCHED, True)
 
 
-def _accepting_fp64_keyword(init):
+def _accepting_plugin_keywords(init):
     @functools.wraps(init)
     def __init__(
         self,
@@ -70,7 +70,7 @@ def _accepting_fp64_keyword(init):
     return __init__
 
 
-def _adding_fp64_flag(add_cli_args):
+def _adding_plugin_flags(add_cli_args):
     @functools.wraps(add_cli_args)
     def wrapper(parser):
         parser = add_cli_args(parser)
@@ -102,7 +102,7 @@ def _adding_fp64_flag(add_cli_args):
     return wrapper
 
 
-def _carrying_fp64_flag(from_cli_args):
+def _carrying_plugin_flags(from_cli_args):
     @functools.wraps(from_cli_args)
     def wrapper(cls, args: argparse.Namespace):
         engine_args = from_cli_args(cls, args)
