@@ -22,8 +22,7 @@ from typing import Any
 from vllm.config import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.integration.vllm_config import NGRAM_METHODS
+from vllm_sampling_plugin.integration.speculation_policy import is_adaptive
 
 
 def adding_single_token_decode_graphs(init_candidates):
@@ -39,14 +38,10 @@ def adding_single_token_decode_graphs(init_candidates):
 
 
 def needs_single_token_graphs(manager: Any) -> bool:
-    spec = manager.vllm_config.speculative_config
-    settings = cfg.settings_from_model_config(manager.vllm_config.model_config)
     return (
         manager.decode_query_len > 1
         and bool(manager._candidates)
-        and spec is not None
-        and spec.method in NGRAM_METHODS
-        and settings.speculation_policy == cfg.ADAPTIVE
+        and is_adaptive(manager.vllm_config)
         and manager.cudagraph_mode.separate_routine()
         and manager.cudagraph_mode.decode_mode() == CUDAGraphMode.FULL
     )

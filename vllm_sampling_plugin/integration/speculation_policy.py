@@ -40,6 +40,7 @@ from typing import Any
 
 from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin.integration.proposal_report import PROPOSED_ATTR
+from vllm_sampling_plugin.integration.vllm_config import NGRAM_METHODS
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -128,17 +129,27 @@ class AdaptiveSpeculation:
         self.last_log = now
 
 
+def runs_plugin_ngram(vllm_config: Any) -> bool:
+    """Whether ``vllm_config`` speculates with the plugin's n-gram proposer."""
+    spec = vllm_config.speculative_config
+    return spec is not None and spec.method in NGRAM_METHODS
+
+
+def is_adaptive(vllm_config: Any) -> bool:
+    """Whether the adaptive policy runs: the plugin's n-gram proposer under
+    ``speculation_policy="adaptive"`` (the scheduler's decisions, the
+    proposal reports and the one-token decode graphs all follow this)."""
+    settings = cfg.settings_from_model_config(vllm_config.model_config)
+    return runs_plugin_ngram(vllm_config) and settings.speculation_policy == cfg.ADAPTIVE
+
+
 def adaptive_speculation_for(vllm_config: Any) -> AdaptiveSpeculation | None:
     """The policy for a scheduler built from ``vllm_config``, or None (vLLM's
     behaviour): only for the plugin's n-gram speculator under ``adaptive``."""
-    from vllm_sampling_plugin.integration.vllm_config import NGRAM_METHODS
-
-    spec = vllm_config.speculative_config
-    if spec is None or spec.method not in NGRAM_METHODS:
+    if not runs_plugin_ngram(vllm_config):
         return None
-    settings = cfg.settings_from_model_config(vllm_config.model_config)
-    k = spec.num_speculative_tokens
-    if settings.speculation_policy != cfg.ADAPTIVE:
+    k = vllm_config.speculative_config.num_speculative_tokens
+    if not is_adaptive(vllm_config):
         logger.info(
             "vllm-sampling-plugin speculation policy: fixed (every request "
             "verifies %d n-gram draft tokens every step).", k,
