@@ -36,24 +36,20 @@ def _model_list(text: str) -> list[tuple[str, int]]:
     return models
 
 
-def _mix_list(text: str) -> list[str]:
-    if text == "none":
-        return []
-    mixes = text.split(",")
-    unknown = [m for m in mixes if m not in workload.MIXES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown mixes {unknown}; known: {workload.MIXES}")
-    return mixes
-
-
-def _choice_list(known: tuple[str, ...]):
+def _choice_list(kind: str, known: tuple[str, ...]):
+    """An argparse type: a comma list of names from ``known``."""
     def parse(text: str) -> list[str]:
         values = text.split(",")
         unknown = [v for v in values if v not in known]
         if unknown:
-            raise argparse.ArgumentTypeError(f"unknown {unknown}; known: {','.join(known)}")
+            raise argparse.ArgumentTypeError(f"unknown {kind} {unknown}; known: {known}")
         return values
     return parse
+
+
+def _mix_list(text: str) -> list[str]:
+    """Mixes, or none at all with ``none``."""
+    return [] if text == "none" else _choice_list("mixes", workload.MIXES)(text)
 
 
 def _int_list(text: str) -> list[int]:
@@ -92,11 +88,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="A/A run: a second stock engine takes the plugin's place, so "
                              "the cells show what the method resolves (ratios near 1)")
     parser.add_argument("--ngram-k", type=int, default=3)
-    parser.add_argument("--spec-workloads", type=_choice_list(copying.SPEC_WORKLOADS),
+    parser.add_argument("--spec-workloads", type=_choice_list("workloads", copying.SPEC_WORKLOADS),
                         default=list(copying.SPEC_WORKLOADS),
                         help="workloads of the ngram cells, comma list of "
                              f"{','.join(copying.SPEC_WORKLOADS)} (default all)")
-    parser.add_argument("--spec-policies", type=_choice_list(SPEC_POLICIES),
+    parser.add_argument("--spec-policies", type=_choice_list("policies", SPEC_POLICIES),
                         default=list(SPEC_POLICIES),
                         help="speculation policies of the ngram cells: the first is measured "
                              "against no speculation, then against each other one "
