@@ -14,6 +14,7 @@ from tests.ops.gumbel_reference import (
 )
 from tests.integration.helpers import run_python
 from tests.ops.noises import NOISES
+from tests.ops.stock_gumbel import assert_fp64_draw_is_stocks
 from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin.ops import gumbel
 from vllm_sampling_plugin.ops.gumbel import GumbelTuning, gumbel_sample
@@ -273,26 +274,11 @@ def gpu_stock_batch(num_tokens, max_num_reqs, vocab_size, dtype):
 @pytest.mark.parametrize("apply_temperature", [False, True])
 def test_fp64_equals_stock_vllm(num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature):
     """use_fp64=True gives vLLM 0.20's own tokens and processed logits."""
-    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
-
     logits, idx_mapping, temperature, seeds, pos = gpu_stock_batch(
         num_tokens, max_num_reqs, vocab_size, dtype
     )
-    idx_mapping = idx_mapping.to(torch.int32)
-    stock_processed = torch.full((max_num_reqs, vocab_size), 7.0, device="cuda")
-    our_processed = stock_processed.clone()
-
-    expected = stock_gumbel_sample(
-        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
-        processed_logits_out=stock_processed,
-    )
-    got = gumbel_sample(
-        logits, idx_mapping, temperature, seeds, pos,
-        apply_temperature=apply_temperature, use_fp64=True,
-        processed_logits_out=our_processed,
-    )
-    assert torch.equal(got, expected)
-    assert torch.equal(our_processed, stock_processed)
+    assert_fp64_draw_is_stocks(logits, idx_mapping.to(torch.int32), temperature, seeds, pos,
+                               apply_temperature)
 
 
 # Without CUDA, vLLM replaces Triton with a placeholder unless no device is
@@ -310,8 +296,7 @@ def test_fp64_equals_stock_vllm_on_cpu():
     run_python(
         """
         import torch
-        from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
-        from vllm_sampling_plugin.ops.gumbel import gumbel_sample
+        from tests.ops.stock_gumbel import assert_fp64_draw_is_stocks
 
         for num_tokens, max_num_reqs, vocab_size in [(1, 4, 301), (12, 16, 3000)]:
             for dtype in (torch.float32, torch.bfloat16):
@@ -324,20 +309,10 @@ def test_fp64_equals_stock_vllm_on_cpu():
                     temperature[::7] = 0.0
                     seeds = torch.randint(-(2**63), 2**63 - 1, (max_num_reqs,), generator=gen)
                     pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen)
-                    stock_processed = torch.full((max_num_reqs, vocab_size), 7.0)
-                    our_processed = stock_processed.clone()
-                    expected = stock_gumbel_sample(
+                    assert_fp64_draw_is_stocks(
                         logits, idx_mapping, temperature, seeds, pos, apply_temperature,
-                        processed_logits_out=stock_processed,
+                        case=(num_tokens, vocab_size, dtype, apply_temperature),
                     )
-                    got = gumbel_sample(
-                        logits, idx_mapping, temperature, seeds, pos,
-                        apply_temperature=apply_temperature, use_fp64=True,
-                        processed_logits_out=our_processed,
-                    )
-                    case = (num_tokens, vocab_size, dtype, apply_temperature)
-                    assert torch.equal(got, expected), (case, got, expected)
-                    assert torch.equal(our_processed, stock_processed), case
         """,
         env=STOCK_ON_CPU_ENV,
     )
