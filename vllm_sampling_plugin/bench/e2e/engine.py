@@ -68,7 +68,7 @@ class EngineSpec:
     max_num_seqs: int
     gpu_memory_utilization: float
     max_model_len: int
-    ngram_k: int = 0  # > 0: n-gram speculation with this many drafts (plugin only)
+    ngram_k: int = 0  # > 0: n-gram speculation with this many drafts
     attention_backend: str | None = None  # None: vLLM's choice
     max_cudagraph_capture_size: int | None = None  # None: vLLM's choice
     cold_start_first: str = "greedy"  # the mix of COLD_START_MIXES sent first
