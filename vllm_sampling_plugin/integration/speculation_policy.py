@@ -73,6 +73,13 @@ class AdaptiveSpeculation:
         if num_proposed is None:
             return
         scheduled_drafts = scheduler_output.scheduled_spec_decode_tokens
+        if not scheduled_drafts and not any(num_proposed):
+            # Nothing verified (no cap moves) and nothing proposed: every
+            # request verifies none next. On text that does not repeat this
+            # is every step, so it skips the per-request cap logic.
+            self.settle_unproposed(requests, output.req_ids)
+            self.log_stats()
+            return
         sampled = output.sampled_token_ids
         k = self.k
         placeholders = self.placeholders
@@ -103,6 +110,17 @@ class AdaptiveSpeculation:
         self.verified += verified
         self.accepted += accepted
         self.log_stats()
+
+    def settle_unproposed(self, requests: dict[str, Any], req_ids: list[str]) -> None:
+        """``observe`` for a step with no drafts verified and none proposed."""
+        empty = self.placeholders[0]
+        for req_id in req_ids:
+            request = requests.get(req_id)
+            if request is None:
+                continue
+            setattr(request, VERIFY_ATTR, 0)
+            if request.spec_token_ids:
+                request.spec_token_ids = empty
 
     def trim(self, requests: dict[str, Any], req_ids: list[str]) -> None:
         """Shorten drafts that synchronous scheduling handed over to the decision."""
