@@ -297,12 +297,28 @@ def test_every_token_is_in_the_allowed_set(runs, name):
         assert {t for row in result["chi_greedy"] for t in row} == {ALLOWED[-1]}
         assert outside(result["chi_top_k"], ALLOWED[-TOP_K:]) == 0
         assert outside(result["chi_top_p"], ALLOWED[-4:]) == 0
-    # Seeded requests repeat themselves; unseeded ones differ from them.
-    assert result["issue_t1_again"] == result["issue_t1"]
-    assert result["issue_unseeded"] != result["issue_t1"]
     if name.endswith("ngram"):
         # Verification ran, accepted drafts inside the set and rejected the others.
         assert result["drafts"] > 0 and 0 < result["accepted"] < result["drafts"]
+
+
+# On 0.32/0.33 a step whose batch carries drafts is drawn by upstream's
+# rejection sampler with its own FP32 noise, the others by the plugin's draw:
+# a seeded request's token then depends on its batch-mates
+# (docs/troubleshooting.md). Seen on an H100 with 0.33.0: one of 32 rows.
+SEEDED_REPEAT_KNOWN_FAILURE = pytest.mark.xfail(
+    INSTALLED_LINE != "0.20", strict=True,
+    reason="0.32/0.33: the plugin's FP32 draw and upstream's rejection sampler draw "
+           "different noise, so seeded requests with speculation depend on their batch")
+
+
+@pytest.mark.parametrize("name", [
+    "plugin", pytest.param("plugin_ngram", marks=SEEDED_REPEAT_KNOWN_FAILURE)])
+def test_seeded_requests_repeat_and_unseeded_ones_differ(runs, name):
+    result = runs[name]
+    assert "refused" not in result and "crashed" not in result, result
+    assert result["issue_t1_again"] == result["issue_t1"]
+    assert result["issue_unseeded"] != result["issue_t1"]
 
 
 @pytest.mark.parametrize("case", ["t1", "top_k", "top_p"])
