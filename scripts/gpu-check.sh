@@ -4,8 +4,8 @@
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
-#        ops-upstream | e2e-upstream
-#        (the last three: vLLM 0.32/0.33)
+#        ops-upstream | e2e-upstream | e2e-spec-033
+#        (the last four: vLLM 0.32/0.33; e2e-spec-033: 0.33)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -70,6 +70,18 @@ for step in "$@"; do
         --mixes ngram --max-num-seqs 64,256 --pairs 2 --num-requests 256 --output-len 256 \
         --identity-requests 64 --breakdown-mixes none --gpu-memory-utilization 0.42 \
         ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step" ;;
+    e2e-spec-033)
+      # The adaptive policy over upstream's n-gram proposer (vLLM 0.33 staged):
+      # plugin engines, adaptive against no speculation and against fixed k,
+      # on the copy checkpoint's four workloads, with the greedy and seeded
+      # identity checks. About 8 minutes on an H100: STEP_TIMEOUT=540.
+      if ! python3 -c 'import sys, vllm; sys.exit(not vllm.__version__.startswith("0.33."))'; then
+        echo "=== e2e-spec-033: vLLM 0.33 is not the installed vLLM; skipped"; continue
+      fi
+      run e2e-spec-033 python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
+        --mixes ngram --max-num-seqs 64,256 --pairs 2 --num-requests 256 --output-len 256 \
+        --identity-requests 64 --breakdown-mixes none --gpu-memory-utilization 0.42 \
+        ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/e2e-spec-033" ;;
     e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
         --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \
