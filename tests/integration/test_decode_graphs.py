@@ -65,7 +65,13 @@ def tiny_model(tmp_path_factory) -> str:
 
 
 def run(tiny_model: str, code: str):
-    out = run_python(prelude=CPU_DEVICE_SHIM + f"MODEL = {tiny_model!r}\n" + DISPATCH, code=code)
+    # vLLM 0.32 refuses the V2 runner without Triton; its triton_utils gives
+    # the real one on a machine without a GPU only with CUDA_VISIBLE_DEVICES empty.
+    out = run_python(
+        prelude=CPU_DEVICE_SHIM + f"MODEL = {tiny_model!r}\n" + DISPATCH,
+        code=code,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+    )
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -46,7 +46,8 @@ from vllm_sampling_plugin.integration.proposal_report import PROPOSED_ATTR
 def build(policy, async_scheduling):
     engine_args = EngineArgs(
         model=MODEL, load_format="dummy", max_model_len=256, max_num_seqs=8,
-        speculative_config={"method": "ngram", "num_speculative_tokens": K,
+        # "ngram_gpu": vLLM 0.32 refuses async scheduling with "ngram".
+        speculative_config={"method": "ngram_gpu", "num_speculative_tokens": K,
                             "prompt_lookup_min": 2, "prompt_lookup_max": 3},
         async_scheduling=async_scheduling, speculation_policy=policy,
         enable_prefix_caching=False,
@@ -101,11 +102,18 @@ def tiny_model(tmp_path_factory) -> str:
     return str(write_tiny_llama(tmp_path_factory.mktemp("tiny")))
 
 
+# vLLM 0.32 refuses the V2 runner without Triton, and its triton_utils gives
+# the real Triton on a machine without a GPU only with CUDA_VISIBLE_DEVICES
+# empty.
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
 def scheduled_drafts(tiny_model, policy, async_scheduling, names, plan, steps):
     out = run_python(
         prelude=CPU_DEVICE_SHIM,
         code=f"MODEL = {tiny_model!r}\nK = {K}\n" + DRIVER
         + f"drive({policy!r}, {async_scheduling!r}, {names!r}, {json.loads(json.dumps(plan))!r}, {steps})",
+        env=NO_GPU,
     )
     return json.loads(out.strip().splitlines()[-1])
 
