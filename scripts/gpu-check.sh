@@ -62,9 +62,10 @@ for step in "$@"; do
         --identity-requests 256 --breakdown-mixes ngram ${E2E_ARGS:-} --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
     e2e-spec-1b | e2e-spec-8b)
       # n-gram speculation, adaptive against none and against fixed k, on the
-      # four workloads of the copy checkpoint (bench/e2e/copying.py). The 1B
-      # run takes about 8 minutes on an H100: STEP_TIMEOUT=540; the 8B one
-      # narrows --spec-workloads through E2E_ARGS to fit.
+      # four workloads of the copy checkpoint (bench/e2e/copying.py), on any
+      # line the policy runs on (0.20: the plugin's proposer; 0.32/0.33:
+      # upstream's). The 1B run takes about 8 minutes on an H100:
+      # STEP_TIMEOUT=540; the 8B one narrows --spec-workloads through E2E_ARGS.
       if [ "$step" = e2e-spec-1b ]; then model=1b:128256; else model=8b:151936; fi
       run "$step" python3 -m vllm_sampling_plugin.cli bench e2e --models "$model" \
         --mixes ngram --max-num-seqs 64,256 --pairs 2 --num-requests 256 --output-len 256 \

@@ -1,5 +1,7 @@
 """The vLLM 0.32.x line: what register() patches and what it leaves alone,
-and the Sampler subclass built the way upstream's runner builds it.
+and the Sampler subclass built the way upstream's runner builds it. (The
+adaptive speculation policy's own tests run on this line too:
+test_speculation_policy.py, test_decode_graphs.py.)
 
 vLLM 0.32's own Triton kernels (temperature, penalties) do not run without a
 GPU, so the sampler tests call the overridden ``_sample_random`` with logits
@@ -22,7 +24,7 @@ from tests.vllm_lines import needs_vllm_line
 pytestmark = needs_vllm_line("0.32")
 
 
-def test_registration_patches_only_the_sampler_name():
+def test_registration_patches_the_sampler_name_and_the_policy_seams():
     out = run_python(
         """
         from vllm.plugins import load_general_plugins
@@ -41,12 +43,24 @@ def test_registration_patches_only_the_sampler_name():
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_draw
         assert mr.RejectionSampler is RejectionSampler
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
-        # Upstream owns use_fp64_gumbel on 0.32: nothing of the 0.20 line's
-        # EngineArgs, ModelConfig or VllmConfig patches is applied.
-        assert "_vllm_sampling_plugin_patched" not in EngineArgs.__dict__
+        # The adaptive speculation policy over upstream's n-gram proposer
+        # (adaptive_policy.py): the proposer reports its counts, the runner
+        # sends them, the scheduler reads them.
+        import vllm.v1.worker.gpu.spec_decode.ngram.speculator as ngram
+        from vllm.v1.core.sched.scheduler import Scheduler
+        assert ngram.NgramGPUSpeculator.__name__ == "ReportingNgramGPUSpeculator"
+        assert Scheduler.__dict__["_vllm_sampling_plugin_patched"]
+        assert mr.GPUModelRunner.sample_tokens.__code__.co_filename.endswith("proposal_report.py")
+        # Upstream owns use_fp64_gumbel on 0.32: EngineArgs learns only
+        # speculation_policy, as a keyword; ModelConfig and VllmConfig stay
+        # upstream's.
         assert "_vllm_sampling_plugin_patched" not in VllmConfig.__dict__
         assert not hasattr(ModelConfig, "flashinfer_sampler")
-        assert EngineArgs.__dataclass_fields__["use_fp64_gumbel"].default is False
+        fields = EngineArgs.__dataclass_fields__
+        assert fields["use_fp64_gumbel"].default is False
+        assert "speculation_policy" not in fields
+        args = EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="fixed")
+        assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "fixed")
         print("ok")
         """
     )

@@ -1,10 +1,11 @@
-"""Make ``EngineArgs`` accept ``use_fp64_gumbel`` before anyone can pass it.
+"""Make ``EngineArgs`` accept the plugin's keywords before anyone can pass them.
 
-``LLM(model=..., use_fp64_gumbel=True)`` hands its keywords to
+``LLM(model=..., speculation_policy="fixed")`` hands its keywords to
 ``EngineArgs(...)``, whose generated ``__init__`` rejects unknown keywords
-before ``__post_init__`` loads the general plugins (vLLM 0.20 only: later
-lines have the field upstream, and nothing is patched there). The only hook vLLM 0.20
-runs earlier is platform-plugin discovery, which happens on the first use of
+before ``__post_init__`` loads the general plugins (on 0.20 also
+``use_fp64_gumbel``; later lines have that field upstream, which
+engine_args.py leaves alone). The only hook vLLM runs earlier is
+platform-plugin discovery, which happens on the first use of
 ``vllm.platforms.current_platform`` while ``vllm.config`` is imported. This
 module is registered as a ``vllm.platform_plugins`` entry point for that reason
 alone: it always answers "not my platform" (returns None).
@@ -29,7 +30,6 @@ from types import ModuleType
 
 from vllm_sampling_plugin.integration.engine_args import patch_engine_args
 from vllm_sampling_plugin.integration.version import (
-    LINE_0_20,
     installed_vllm_version,
     release_line,
 )
@@ -42,9 +42,8 @@ ARG_UTILS = "vllm.engine.arg_utils"
 def teach_engine_args() -> None:
     """``vllm.platform_plugins`` entry point; returns None (no platform)."""
     try:
-        # Only 0.20 lacks the field; later lines have their own
-        # use_fp64_gumbel, which must not be shadowed.
-        if release_line(installed_vllm_version()) == LINE_0_20:
+        # Outside the supported lines the plugin stays inactive (register.py).
+        if release_line(installed_vllm_version()) is not None:
             when_arg_utils_ready(patch_engine_args)
     except Exception:  # vLLM swallows platform-plugin errors; say why here.
         logger.exception("vllm-sampling-plugin could not patch EngineArgs early")

@@ -1,13 +1,12 @@
 """Teach ``EngineArgs`` the plugin's ``use_fp64_gumbel`` and
 ``speculation_policy`` and carry the settings into ``ModelConfig``.
 
-vLLM 0.20 gives plugins no way to add an engine argument, so four methods are
+vLLM gives plugins no way to add an engine argument, so four methods are
 wrapped (each wrapper calls the original and adds one thing):
 
 * ``EngineArgs.__init__`` and ``AsyncEngineArgs.__init__`` (each dataclass has
-  its own generated ``__init__``) accept ``use_fp64_gumbel=`` and
-  ``speculation_policy=`` and store them as plain attributes, so
-  ``EngineArgs(...)`` and ``LLM(...)`` take the keywords;
+  its own generated ``__init__``) accept the plugin's keywords and store them
+  as plain attributes, so ``EngineArgs(...)`` and ``LLM(...)`` take them;
 * ``EngineArgs.add_cli_args`` (a staticmethod, also reached from
   ``AsyncEngineArgs.add_cli_args``) adds ``--use-fp64-gumbel`` /
   ``--no-use-fp64-gumbel`` to the ModelConfig group and
@@ -16,12 +15,19 @@ wrapped (each wrapper calls the original and adds one thing):
   otherwise drop because they are not dataclass fields;
 * ``EngineArgs.create_model_config`` stores the resolved settings on the
   ModelConfig it builds (see :mod:`vllm_sampling_plugin.config`).
+
+Only keywords the installed ``EngineArgs`` lacks are added (:func:`plugin_keywords`):
+vLLM 0.20 has neither; 0.32 and later have their own ``use_fp64_gumbel``
+field, flag and ModelConfig setting, which stay upstream's, so there the
+plugin adds ``speculation_policy`` alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
+
 from vllm_sampling_plugin import config as cfg
 
 _PATCHED = "_vllm_sampling_plugin_patched"
@@ -29,63 +35,74 @@ FP64_FLAG = "--use-fp64-gumbel"
 POLICY_FLAG = "--speculation-policy"
 
 
+def plugin_keywords(engine_args_cls: type) -> tuple[str, ...]:
+    """The plugin's settings that ``engine_args_cls`` has no field for."""
+    fields = {f.name for f in dataclasses.fields(engine_args_cls)}
+    return tuple(
+        name
+        for name in (cfg.FP64_ATTR, cfg.SPECULATION_POLICY_ATTR)
+        if name not in fields
+    )
+
+
 def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> None:
     """Apply the wrappers to ``EngineArgs``/``AsyncEngineArgs``; idempotent."""
     if engine_args_cls.__dict__.get(_PATCHED, False):
         return
-    engine_args_cls.use_fp64_gumbel = False
+    keywords = plugin_keywords(engine_args_cls)
+    if cfg.FP64_ATTR in keywords:
+        engine_args_cls.use_fp64_gumbel = False
     engine_args_cls.speculation_policy = cfg.ADAPTIVE
     for cls in (engine_args_cls, async_engine_args_cls):
-        cls.__init__ = _accepting_plugin_keywords(cls.__dict__["__init__"])
+        cls.__init__ = _accepting_plugin_keywords(cls.__dict__["__init__"], keywords)
     engine_args_cls.add_cli_args = staticmethod(
-        _adding_plugin_flags(engine_args_cls.__dict__["add_cli_args"].__func__)
+        _adding_plugin_flags(engine_args_cls.__dict__["add_cli_args"].__func__, keywords)
     )
     engine_args_cls.from_cli_args = classmethod(
-        _carrying_plugin_flags(engine_args_cls.__dict__["from_cli_args"].__func__)
+        _carrying_plugin_flags(engine_args_cls.__dict__["from_cli_args"].__func__, keywords)
     )
     engine_args_cls.create_model_config = _storing_settings(
-        engine_args_cls.__dict__["create_model_config"]
+        engine_args_cls.__dict__["create_model_config"], keywords
     )
     setattr(engine_args_cls, _PATCHED, True)
 
 
-def _accepting_plugin_keywords(init):
+def _accepting_plugin_keywords(init, keywords: tuple[str, ...]):
     @functools.wraps(init)
-    def __init__(
-        self,
-        *args,
-        use_fp64_gumbel: bool = False,
-        speculation_policy: str = cfg.ADAPTIVE,
-        **kwargs,
-    ):
-        if not isinstance(use_fp64_gumbel, bool):
-            raise TypeError(
-                f"use_fp64_gumbel must be a bool, got {type(use_fp64_gumbel).__name__}"
-            )
+    def __init__(self, *args, **kwargs):
         # Set before the original __init__, whose __post_init__ may look at them.
-        self.use_fp64_gumbel = use_fp64_gumbel
-        self.speculation_policy = cfg.check_speculation_policy(speculation_policy)
+        if cfg.FP64_ATTR in keywords:
+            use_fp64_gumbel = kwargs.pop(cfg.FP64_ATTR, False)
+            if not isinstance(use_fp64_gumbel, bool):
+                raise TypeError(
+                    f"use_fp64_gumbel must be a bool, got {type(use_fp64_gumbel).__name__}"
+                )
+            self.use_fp64_gumbel = use_fp64_gumbel
+        self.speculation_policy = cfg.check_speculation_policy(
+            kwargs.pop(cfg.SPECULATION_POLICY_ATTR, cfg.ADAPTIVE)
+        )
         init(self, *args, **kwargs)
 
     return __init__
 
 
-def _adding_plugin_flags(add_cli_args):
+def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...]):
     @functools.wraps(add_cli_args)
     def wrapper(parser):
         parser = add_cli_args(parser)
-        if any(FP64_FLAG in action.option_strings for action in parser._actions):
+        if any(POLICY_FLAG in action.option_strings for action in parser._actions):
             return parser
         group = next(
             (g for g in parser._action_groups if g.title == "ModelConfig"), parser
         )
-        group.add_argument(
-            FP64_FLAG,
-            dest="use_fp64_gumbel",
-            action=argparse.BooleanOptionalAction,
-            default=False,
-            help=cfg.FP64_HELP,
-        )
+        if cfg.FP64_ATTR in keywords:
+            group.add_argument(
+                FP64_FLAG,
+                dest="use_fp64_gumbel",
+                action=argparse.BooleanOptionalAction,
+                default=False,
+                help=cfg.FP64_HELP,
+            )
         spec_group = next(
             (g for g in parser._action_groups if g.title == "SpeculativeConfig"),
             group,
@@ -102,11 +119,12 @@ def _adding_plugin_flags(add_cli_args):
     return wrapper
 
 
-def _carrying_plugin_flags(from_cli_args):
+def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...]):
     @functools.wraps(from_cli_args)
     def wrapper(cls, args: argparse.Namespace):
         engine_args = from_cli_args(cls, args)
-        engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", False))
+        if cfg.FP64_ATTR in keywords:
+            engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", False))
         engine_args.speculation_policy = cfg.check_speculation_policy(
             getattr(args, "speculation_policy", cfg.ADAPTIVE)
         )
@@ -115,12 +133,15 @@ def _carrying_plugin_flags(from_cli_args):
     return wrapper
 
 
-def _storing_settings(create_model_config):
+def _storing_settings(create_model_config, keywords: tuple[str, ...]):
     @functools.wraps(create_model_config)
     def wrapper(self, *args, **kwargs):
         model_config = create_model_config(self, *args, **kwargs)
-        setattr(model_config, cfg.FP64_ATTR, bool(self.use_fp64_gumbel))
-        setattr(model_config, cfg.FLASHINFER_ATTR, cfg.parse_flashinfer_env())
+        if cfg.FP64_ATTR in keywords:
+            # The sampler settings are the plugin's only where upstream has
+            # no use_fp64_gumbel (0.20); later lines keep both upstream's.
+            setattr(model_config, cfg.FP64_ATTR, bool(self.use_fp64_gumbel))
+            setattr(model_config, cfg.FLASHINFER_ATTR, cfg.parse_flashinfer_env())
         setattr(model_config, cfg.SPECULATION_POLICY_ATTR, self.speculation_policy)
         return model_config
 

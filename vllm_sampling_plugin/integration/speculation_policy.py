@@ -1,6 +1,6 @@
 """Scheduler side of the adaptive speculation policy: verify what was proposed.
 
-vLLM 0.20 gives every decoding request ``num_speculative_tokens`` (k) draft
+vLLM gives every decoding request ``num_speculative_tokens`` (k) draft
 slots every step (``AsyncScheduler._update_after_schedule`` sets k
 placeholders; with synchronous scheduling ``take_draft_token_ids`` returns
 k placeholders), so each request runs 1 + k tokens through the model
@@ -19,7 +19,14 @@ step that accepted every verified draft and falls to one more than the
 accepted run after a step that rejected one. A request without a proposal therefore
 runs one token, as without speculation; one whose proposals are accepted
 keeps k. The scheduler already handles requests with fewer draft tokens than
-k (budget and max_model_len trims), so nothing downstream changes.
+k (budget and max_model_len trims), so nothing downstream changes. The
+scheduler methods wrapped here are the same on 0.20, 0.32 and 0.33 (0.33:
+``Scheduler.update_from_output`` / ``update_draft_token_ids``,
+``scheduler.py:2259, 2862``; ``AsyncScheduler._update_after_schedule`` sets the
+k placeholders, ``async_scheduler.py:24-49``), and so is the V2 runner's
+handling of fewer drafts than k: it sizes each request's logits from
+``len(scheduled_spec_decode_tokens[req])`` (0.33 ``model_runner.py:1345-1350,
+1427-1443``) and verifies the first that many of the drafts kept on the GPU.
 
 With async scheduling the step after the next is already scheduled when a
 step's output arrives, so a decision uses the proposal one step older than
@@ -147,24 +154,25 @@ class AdaptiveSpeculation:
         self.last_log = now
 
 
-def runs_plugin_ngram(vllm_config: Any) -> bool:
-    """Whether ``vllm_config`` speculates with the plugin's n-gram proposer."""
+def runs_ngram(vllm_config: Any) -> bool:
+    """Whether ``vllm_config`` speculates with n-gram proposals (the plugin's
+    proposer on 0.20, upstream's NgramGPUSpeculator on 0.32 and 0.33)."""
     spec = vllm_config.speculative_config
     return spec is not None and spec.method in NGRAM_METHODS
 
 
 def is_adaptive(vllm_config: Any) -> bool:
-    """Whether the adaptive policy runs: the plugin's n-gram proposer under
+    """Whether the adaptive policy runs: n-gram speculation under
     ``speculation_policy="adaptive"`` (the scheduler's decisions, the
     proposal reports and the one-token decode graphs all follow this)."""
     settings = cfg.settings_from_model_config(vllm_config.model_config)
-    return runs_plugin_ngram(vllm_config) and settings.speculation_policy == cfg.ADAPTIVE
+    return runs_ngram(vllm_config) and settings.speculation_policy == cfg.ADAPTIVE
 
 
 def adaptive_speculation_for(vllm_config: Any) -> AdaptiveSpeculation | None:
     """The policy for a scheduler built from ``vllm_config``, or None (vLLM's
-    behaviour): only for the plugin's n-gram speculator under ``adaptive``."""
-    if not runs_plugin_ngram(vllm_config):
+    behaviour): only for n-gram speculation under ``adaptive``."""
+    if not runs_ngram(vllm_config):
         return None
     k = vllm_config.speculative_config.num_speculative_tokens
     if not is_adaptive(vllm_config):

@@ -15,16 +15,10 @@ def apply() -> None:
     import vllm.engine.arg_utils as arg_utils
     import vllm.v1.worker.gpu.model_runner as model_runner
     from vllm.config import ModelConfig
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.request import Request
-    from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 
     from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration.decode_graphs import (
-        adding_single_token_decode_graphs,
-    )
+    from vllm_sampling_plugin.integration.adaptive_policy import patch_adaptive_policy
     from vllm_sampling_plugin.integration.engine_args import patch_engine_args
-    from vllm_sampling_plugin.integration.proposal_report import reporting_proposals
     from vllm_sampling_plugin.integration.rejection_sampler import (
         PluginRejectionSampler,
     )
@@ -33,7 +27,6 @@ def apply() -> None:
     from vllm_sampling_plugin.integration.spec_sampling_fields import (
         patch_spec_decode_validation,
     )
-    from vllm_sampling_plugin.integration.speculation_policy import patch_scheduler
     from vllm_sampling_plugin.integration.speculator import (
         connecting_speculator,
         init_speculator,
@@ -61,8 +54,4 @@ def apply() -> None:
     # The adaptive speculation policy: proposal counts go back with each
     # output, the scheduler verifies what was proposed, and steps without
     # drafts replay full decode graphs.
-    runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
-    patch_scheduler(Scheduler, Request)
-    ModelCudaGraphManager._init_candidates = adding_single_token_decode_graphs(
-        ModelCudaGraphManager._init_candidates
-    )
+    patch_adaptive_policy()

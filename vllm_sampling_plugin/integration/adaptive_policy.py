@@ -1,0 +1,52 @@
+"""Install the adaptive speculation policy; the same three patches on every line.
+
+* the V2 runner's ``sample_tokens`` sends the proposal counts with each
+  output (proposal_report.py), from whichever n-gram proposer the line runs:
+  the plugin's on 0.20 (ngram_speculator.py), upstream's on 0.32 and 0.33
+  (upstream_ngram.py, which the line's ``apply()`` patches in);
+* the scheduler verifies what was proposed (speculation_policy.py);
+* the target model's CUDA graph manager adds full one-token decode graphs
+  (decode_graphs.py).
+
+Each part acts only where ``is_adaptive`` holds for the engine's config.
+"""
+
+from __future__ import annotations
+
+
+def patch_adaptive_policy() -> None:
+    import vllm.v1.worker.gpu.model_runner as model_runner
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.request import Request
+    from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
+
+    from vllm_sampling_plugin.integration.decode_graphs import (
+        adding_single_token_decode_graphs,
+    )
+    from vllm_sampling_plugin.integration.proposal_report import reporting_proposals
+    from vllm_sampling_plugin.integration.speculation_policy import patch_scheduler
+
+    runner_cls = model_runner.GPUModelRunner
+    runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
+    patch_scheduler(Scheduler, Request)
+    ModelCudaGraphManager._init_candidates = adding_single_token_decode_graphs(
+        ModelCudaGraphManager._init_candidates
+    )
+
+
+def patch_policy_under_upstream_ngram() -> None:
+    """0.32 and 0.33: the policy over upstream's n-gram proposer.
+
+    Upstream keeps speculation there; the plugin adds only the
+    ``speculation_policy`` setting (engine_args.py leaves upstream's
+    ``use_fp64_gumbel`` alone), the proposal counts of upstream's proposer
+    (upstream_ngram.py) and the three patches above.
+    """
+    import vllm.engine.arg_utils as arg_utils
+
+    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
+    from vllm_sampling_plugin.integration.upstream_ngram import patch_upstream_ngram
+
+    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs)
+    patch_upstream_ngram()
+    patch_adaptive_policy()
