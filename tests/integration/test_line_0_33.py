@@ -76,12 +76,14 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         # The Sampler name, and the dummy sampler run, which now also warms
         # the plugin's draw kernels up (upstream_warmup.py); the adaptive
         # speculation policy's seams: the runner's output, the scheduler,
-        # the target model's graph candidates and the n-gram proposer's name
+        # the target model's graph candidates, the n-gram proposer's name and
+        # the line's default policy for ModelConfigs built elsewhere
         # (EngineArgs learned speculation_policy earlier, at platform
         # discovery: integration/early.py).
         assert changed == [
             "GPUModelRunner._dummy_sampler_run",
             "GPUModelRunner.sample_tokens",
+            "ModelConfig.speculation_policy",
             "ModelCudaGraphManager._init_candidates",
             "Request.vllm_sampling_plugin_verify_cap",
             "Request.vllm_sampling_plugin_verify_len",
@@ -108,8 +110,12 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         fields = arg_utils.EngineArgs.__dataclass_fields__
         assert fields["use_fp64_gumbel"].default is False
         assert "speculation_policy" not in fields
-        args = arg_utils.EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="fixed")
-        assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "fixed")
+        args = arg_utils.EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="adaptive")
+        assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "adaptive")
+        # The policy is opt-in on this line until measured on a GPU: unnamed,
+        # it is upstream's fixed k, for engines and for other ModelConfigs.
+        assert arg_utils.EngineArgs(model="m").speculation_policy == "fixed"
+        assert ModelConfig.speculation_policy == "fixed"
         print("ok")
         """,
         prelude=CPU_DEVICE_SHIM,

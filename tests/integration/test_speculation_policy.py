@@ -17,7 +17,8 @@ import pytest
 
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
-from tests.vllm_lines import needs_vllm_line
+from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
+from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
 
 pytestmark = needs_vllm_line("0.20", "0.32", "0.33")
 
@@ -185,7 +186,7 @@ def test_cli_flag_reaches_model_config(tiny_model):
                 continue
         make_arg_parser = cli_args.make_arg_parser
         parser = make_arg_parser(FlexibleArgumentParser())
-        for flags in ([], ["--speculation-policy", "fixed"]):
+        for flags in ([], ["--speculation-policy", "adaptive"], ["--speculation-policy", "fixed"]):
             args = parser.parse_args(["--model", {tiny_model!r}, "--load-format", "dummy"] + flags)
             model_config = AsyncEngineArgs.from_cli_args(args).create_model_config()
             print(pickle.loads(pickle.dumps(model_config)).speculation_policy)
@@ -196,7 +197,9 @@ def test_cli_flag_reaches_model_config(tiny_model):
         """,
     )
     lines = out.strip().splitlines()
-    assert lines[:2] == ["adaptive", "fixed"] and lines[-1] == "exit 2", out
+    # Unnamed: the line's default (adaptive where a GPU run measured it).
+    default = default_speculation_policy(INSTALLED_LINE)
+    assert lines[:3] == [default, "adaptive", "fixed"] and lines[-1] == "exit 2", out
 
 
 @needs_vllm_line("0.20", why="the plugin's own n-gram proposer checks its settings")

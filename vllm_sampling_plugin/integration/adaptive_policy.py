@@ -43,10 +43,17 @@ def patch_policy_under_upstream_ngram() -> None:
     (upstream_ngram.py) and the three patches above.
     """
     import vllm.engine.arg_utils as arg_utils
+    from vllm.config import ModelConfig
 
-    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
+    from vllm_sampling_plugin import config as cfg
+    from vllm_sampling_plugin.integration.engine_args import (
+        default_speculation_policy,
+        patch_engine_args,
+    )
     from vllm_sampling_plugin.integration.upstream_ngram import patch_upstream_ngram
 
     patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs)
+    # ModelConfigs built elsewhere (tests, draft models) read the line's default.
+    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, default_speculation_policy())
     patch_upstream_ngram()
     patch_adaptive_policy()

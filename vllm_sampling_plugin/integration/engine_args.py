@@ -29,6 +29,11 @@ import dataclasses
 import functools
 
 from vllm_sampling_plugin import config as cfg
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_20,
+    installed_vllm_version,
+    release_line,
+)
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 FP64_FLAG = "--use-fp64-gumbel"
@@ -45,29 +50,43 @@ def plugin_keywords(engine_args_cls: type) -> tuple[str, ...]:
     )
 
 
+# Lines where an H100 run measured the adaptive speculation policy, which is
+# their default (docs/benchmarks.md); elsewhere the default is upstream's
+# fixed k until a GPU run shows the policy there (--speculation-policy
+# adaptive opts in): 0.32/0.33 run it over upstream's proposer, unmeasured.
+ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20,)
+
+
+def default_speculation_policy(line: str | None = None) -> str:
+    """The ``speculation_policy`` of an engine that names none, on ``line``
+    (default: the installed vLLM's)."""
+    line = release_line(installed_vllm_version()) if line is None else line
+    return cfg.ADAPTIVE if line in ADAPTIVE_BY_DEFAULT_LINES else cfg.FIXED
+
+
 def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> None:
     """Apply the wrappers to ``EngineArgs``/``AsyncEngineArgs``; idempotent."""
     if engine_args_cls.__dict__.get(_PATCHED, False):
         return
+    default_policy = default_speculation_policy()
     keywords = plugin_keywords(engine_args_cls)
     if cfg.FP64_ATTR in keywords:
         engine_args_cls.use_fp64_gumbel = False
-    engine_args_cls.speculation_policy = cfg.ADAPTIVE
+    engine_args_cls.speculation_policy = default_policy
     for cls in (engine_args_cls, async_engine_args_cls):
-        cls.__init__ = _accepting_plugin_keywords(cls.__dict__["__init__"], keywords)
-    engine_args_cls.add_cli_args = staticmethod(
-        _adding_plugin_flags(engine_args_cls.__dict__["add_cli_args"].__func__, keywords)
-    )
-    engine_args_cls.from_cli_args = classmethod(
-        _carrying_plugin_flags(engine_args_cls.__dict__["from_cli_args"].__func__, keywords)
-    )
+        cls.__init__ = _accepting_plugin_keywords(
+            cls.__dict__["__init__"], keywords, default_policy)
+    engine_args_cls.add_cli_args = staticmethod(_adding_plugin_flags(
+        engine_args_cls.__dict__["add_cli_args"].__func__, keywords, default_policy))
+    engine_args_cls.from_cli_args = classmethod(_carrying_plugin_flags(
+        engine_args_cls.__dict__["from_cli_args"].__func__, keywords, default_policy))
     engine_args_cls.create_model_config = _storing_settings(
         engine_args_cls.__dict__["create_model_config"], keywords
     )
     setattr(engine_args_cls, _PATCHED, True)
 
 
-def _accepting_plugin_keywords(init, keywords: tuple[str, ...]):
+def _accepting_plugin_keywords(init, keywords: tuple[str, ...], default_policy: str):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         # Set before the original __init__, whose __post_init__ may look at them.
@@ -79,14 +98,14 @@ def _accepting_plugin_keywords(init, keywords: tuple[str, ...]):
                 )
             self.use_fp64_gumbel = use_fp64_gumbel
         self.speculation_policy = cfg.check_speculation_policy(
-            kwargs.pop(cfg.SPECULATION_POLICY_ATTR, cfg.ADAPTIVE)
+            kwargs.pop(cfg.SPECULATION_POLICY_ATTR, default_policy)
         )
         init(self, *args, **kwargs)
 
     return __init__
 
 
-def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...]):
+def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], default_policy: str):
     @functools.wraps(add_cli_args)
     def wrapper(parser):
         parser = add_cli_args(parser)
@@ -111,22 +130,22 @@ def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...]):
             POLICY_FLAG,
             dest="speculation_policy",
             choices=cfg.SPECULATION_POLICIES,
-            default=cfg.ADAPTIVE,
-            help=cfg.SPECULATION_POLICY_HELP,
+            default=default_policy,
+            help=f"{cfg.SPECULATION_POLICY_HELP} Default here: {default_policy!r}.",
         )
         return parser
 
     return wrapper
 
 
-def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...]):
+def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...], default_policy: str):
     @functools.wraps(from_cli_args)
     def wrapper(cls, args: argparse.Namespace):
         engine_args = from_cli_args(cls, args)
         if cfg.FP64_ATTR in keywords:
             engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", False))
         engine_args.speculation_policy = cfg.check_speculation_policy(
-            getattr(args, "speculation_policy", cfg.ADAPTIVE)
+            getattr(args, "speculation_policy", default_policy)
         )
         return engine_args
 
