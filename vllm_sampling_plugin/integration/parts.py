@@ -155,7 +155,8 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
         NGRAM: PartChoice(
             Owner.UPSTREAM,
             "upstream has its own GPU n-gram proposer; the plugin reads how many "
-            "drafts it found, for the adaptive speculation policy",
+            "drafts it found, for the adaptive speculation policy (opt-in here, "
+            "--speculation-policy adaptive; not yet run on a GPU)",
             f"the plugin's kernel 1.22x faster, R=256, L=8192, k=3-5 ({_BENCH_0_32})",
         ),
         FP64_SETTING: PartChoice(
@@ -205,7 +206,8 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
         NGRAM: PartChoice(
             Owner.UPSTREAM,
             "upstream has its own GPU n-gram proposer (spec_decode/ngram/); the "
-            "plugin reads how many drafts it found, for the adaptive speculation policy",
+            "plugin reads how many drafts it found, for the adaptive speculation policy "
+            "(opt-in here, --speculation-policy adaptive; not yet run on a GPU)",
             f"the plugin's kernel 0.55-0.76x upstream's, R=256, L=8192, one noisy run ({_BENCH_0_33})",
         ),
         FP64_SETTING: PartChoice(
