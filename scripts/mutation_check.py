@@ -110,6 +110,15 @@ MUTANTS = [
         (GUMBEL_REFERENCE,),
     ),
     Mutant(
+        # The top-k/top-p short lists draw noise at arbitrary ids (gumbel_at):
+        # there the FP32 murmur3 stream must be the one gumbel_block draws.
+        "fp32_murmur3_at_ids_unhashed",
+        f"{PACKAGE}/ops/topk_topp/select.py",
+        "        return gumbel_fp32_murmur3(key, token_ids)\n",
+        "        return gumbel_fp32_from_uniform(_bits_to_uniform_fp32(key ^ token_ids))\n",
+        (TOP_K_TOP_P_REFERENCE,),
+    ),
+    Mutant(
         "seed_ignored_for_one_row",
         f"{PACKAGE}/ops/gumbel/launcher.py",
         "key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), NOISE)",
