@@ -303,17 +303,11 @@ def test_every_token_is_in_the_allowed_set(runs, name):
 
 
 # On 0.32/0.33 a step whose batch carries drafts is drawn by upstream's
-# rejection sampler with its own FP32 noise, the others by the plugin's draw:
-# a seeded request's token then depends on its batch-mates
-# (docs/troubleshooting.md). Seen on an H100 with 0.33.0: one of 32 rows.
-SEEDED_REPEAT_KNOWN_FAILURE = pytest.mark.xfail(
-    INSTALLED_LINE != "0.20", strict=True,
-    reason="0.32/0.33: the plugin's FP32 draw and upstream's rejection sampler draw "
-           "different noise, so seeded requests with speculation depend on their batch")
-
-
-@pytest.mark.parametrize("name", [
-    "plugin", pytest.param("plugin_ngram", marks=SEEDED_REPEAT_KNOWN_FAILURE)])
+# rejection sampler, the others by the plugin's draw: both must draw the same
+# noise, or a seeded request's token depends on its batch-mates (seen on an
+# H100 with 0.33.0 before the plugin drew upstream's FP32 murmur3 stream on
+# speculating engines: one of 32 rows; docs/troubleshooting.md).
+@pytest.mark.parametrize("name", PLUGIN_RUNS)
 def test_seeded_requests_repeat_and_unseeded_ones_differ(runs, name):
     result = runs[name]
     assert "refused" not in result and "crashed" not in result, result

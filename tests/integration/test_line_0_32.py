@@ -197,6 +197,48 @@ def test_fp64_draw_is_upstreams_own():
     assert out.strip().splitlines()[-1] == "ok"
 
 
+@pytest.mark.parametrize("speculative", [False, True], ids=["no_speculation", "ngram"])
+def test_fp32_draw_is_upstreams_own_when_the_engine_speculates(speculative):
+    """FP32: with a speculative config (upstream's RejectionSampler then draws
+    the steps with drafts, with upstream's noise) the plugin's draw gives
+    upstream's own FP32 tokens; without one it keeps the plugin's Philox
+    stream, other tokens on these flat logits."""
+    out = run_python(
+        f"""
+        from vllm.config import SpeculativeConfig
+        from vllm.v1.worker.gpu.sample.sampler import Sampler
+        vllm_config = VllmConfig()
+        if {speculative}:
+            vllm_config.speculative_config = SpeculativeConfig(
+                method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
+                prompt_lookup_min=2,
+            )
+        sampler = build_sampler(vllm_config=vllm_config)
+        assert sampler.fp32_stream == ("murmur3" if {speculative} else "philox")
+        # Slot 0 greedy, the other seven seeded; temperature 1 (0.32's
+        # temperature kernel does not run on the CPU).
+        for slot in range(MAX_REQS):
+            sampler.add_request(
+                slot, SamplingParams(temperature=0.0 if slot == 0 else 1.0, seed=11 * slot)
+            )
+        sampler.apply_staged_writes()
+        slots, pos = list(range(MAX_REQS)), [5 + 3 * slot for slot in range(MAX_REQS)]
+        logits = LOGITS * 0.3  # flat: the noise decides
+        ours, _ = draw(sampler, logits.clone(), slots, pos)
+        theirs, _ = Sampler._sample_random(
+            sampler, logits.clone(), torch.tensor(slots, dtype=torch.int32), np.array(slots),
+            torch.tensor(pos, dtype=torch.int64), None, None, False,
+        )
+        assert (ours.tolist() == theirs.tolist()) is {speculative}, (ours, theirs)
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
 @pytest.mark.parametrize("fp64", [False, True])
 def test_warm_up_launches_every_compile_variant_of_the_draw(fp64):
     """The start-up warm-up runs both draw kernels at one batch size per

@@ -289,6 +289,70 @@ def test_seeded_top_k_top_p_batch_goes_to_the_fused_kernel_and_stays_batch_invar
     assert out.strip().splitlines()[-1] == "ok"
 
 
+@pytest.mark.parametrize("speculative", [False, True], ids=["no_speculation", "ngram"])
+def test_fp32_noise_is_upstreams_exactly_when_upstream_verifies_drafts(speculative):
+    """With a speculative config, upstream's RejectionSampler draws every row
+    of a step whose batch has drafts (``gumbel_block_argmax`` on the target
+    logits: upstream's FP32 ``gumbel_sample`` noise, same seed and position)
+    and the plugin's sampler the steps without. So there the plugin's FP32
+    draw must be upstream's, token for token, or a seeded request's tokens
+    would depend on its batch-mates' drafts. Without speculation the plugin
+    keeps its own (faster) Philox stream. The start-up line says which."""
+    out = run_python(
+        f"""
+        from vllm.config import SpeculativeConfig
+        from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as upstream_gumbel_sample
+        from vllm_sampling_plugin.ops.gumbel import gumbel_sample as plugin_gumbel_sample
+
+        vllm_config = VllmConfig()
+        if {speculative}:
+            vllm_config.speculative_config = SpeculativeConfig(
+                method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
+                prompt_lookup_min=2,
+            )
+        sampler = build_sampler(vllm_config=vllm_config)
+        slots = list(range(MAX_REQS))
+        for slot in slots:
+            sampler.add_request(slot, SamplingParams(temperature=1.0, seed=1000 + 7 * slot))
+        sampler.apply_staged_writes()
+        pos = [3 + 11 * slot for slot in slots]
+        # Flat logits: the noise decides, so the two streams give other tokens.
+        logits = LOGITS * 0.3
+        sampled, _ = sample(sampler, logits.clone(), slots, pos)
+        assert kernels() == ["gumbel_sample"], kernels()
+
+        states = sampler.sampling_states
+        rows, positions = torch.tensor(slots), torch.tensor(pos)
+        # The token upstream's verification draws for each row (a row without
+        # drafts in a step with drafts), and the plugin's Philox token.
+        upstream_tokens = upstream_gumbel_sample(
+            logits, rows, states.temperature.gpu, states.seeds.gpu, positions, False,
+            is_drafting=False, use_fp64=False,
+        )
+        philox_tokens = plugin_gumbel_sample(
+            logits, rows.to(torch.int32), states.temperature.gpu, states.seeds.gpu, positions,
+            apply_temperature=False,
+        )
+        assert not torch.equal(upstream_tokens, philox_tokens)
+        want = upstream_tokens if {speculative} else philox_tokens
+        assert torch.equal(sampled, want), (sampled, upstream_tokens, philox_tokens)
+        assert sampler.fp32_stream == ("murmur3" if {speculative} else "philox")
+        line = decision_line()
+        if {speculative}:
+            assert "FP32, upstream's murmur3 stream" in line, line
+        else:
+            assert "FP32, the plugin's Philox stream" in line, line
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE + flashinfer_decision_prelude(None),
+        # No visible device: vLLM keeps real Triton, so its own kernel runs
+        # in the interpreter too (tests/ops/test_gumbel.py, STOCK_ON_CPU_ENV).
+        env={**INTERPRET, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
 @pytest.mark.parametrize(
     "env_value, keeps_flashinfer, note", FLASHINFER_DECISIONS, ids=FLASHINFER_DECISION_IDS
 )

@@ -126,7 +126,9 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
             Owner.PLUGIN,
             "same algorithm (Gumbel-max, counter-based noise); FP64 draws "
             "upstream's own murmur3 noise, so --use-fp64-gumbel gives upstream's "
-            "tokens; the plugin must own it whenever it owns the seeded "
+            "tokens, and so does FP32 on engines that speculate (upstream's "
+            "RejectionSampler draws their steps with drafts); the plugin must "
+            "own it whenever it owns the seeded "
             "top-k/top-p draw, or a seeded request's noise would depend on its "
             "batch-mates",
             "upstream/plugin time: FP32 1.9-2.3x at B=256-1024, 0.96-1.69x at "
@@ -179,7 +181,8 @@ LINE_PARTS: dict[str, dict[str, PartChoice]] = {
             Owner.PLUGIN,
             "upstream's gumbel_sample is still Gumbel-max with counter-based "
             "noise (sample/gumbel.py; its FP64 murmur3 noise is 0.32's, which "
-            "the plugin draws); the plugin must own it whenever it owns "
+            "the plugin draws, as its FP32 noise on engines that speculate); "
+            "the plugin must own it whenever it owns "
             "the seeded top-k/top-p draw, or a seeded request's noise would "
             "depend on its batch-mates",
             f"upstream/plugin time: FP32 1.70-2.35x, FP64 1.06-1.12x, B=64-1024 ({_BENCH_0_33})",

@@ -24,13 +24,41 @@ releases have: ``sampling_states`` (temperature, seeds, top_k, top_p),
 Every non-FlashInfer row is drawn with the plugin's (seed, position) noise,
 so a seeded request gets the same token whatever route its batch-mates take.
 FP64 noise (``use_fp64_gumbel``) is upstream's own murmur3 stream, so
-``--use-fp64-gumbel`` gives upstream's tokens; FP32 noise is the plugin's.
+``--use-fp64-gumbel`` gives upstream's tokens. FP32 noise is chosen per
+engine (``fp32_stream_for``): upstream's murmur3 stream when the engine
+speculates, the plugin's own Philox stream otherwise.
+
+Why speculation needs upstream's FP32 noise: on these lines upstream's
+RejectionSampler verifies the drafts, and on a step whose batch carries any
+draft it draws *every* row, drafted or not, with upstream's ``gumbel.py``
+noise (``rejection_sample`` -> ``_resample_kernel`` -> ``gumbel_block_argmax``,
+keyed by the same (seed, position) and not salted for the target). Steps
+without drafts come here. If the two draws used different noise, a seeded
+request's token would depend on whether some batch-mate had drafts in that
+step (seen on an H100: tests/e2e/test_allowed_tokens.py, n-gram on 0.33, two
+identical seeded runs differed). With the same noise in both, the row's
+token is the same either way.
+
+Why not upstream's FP32 noise on every engine: it costs more GPU time and
+buys nothing without speculation. Host side the two streams are the same
+launch (one constexpr; measured on the CPU through Triton's binder, 21.8 and
+22.0 us a call). Device side, upstream's noise hashes every token and takes
+two accurate ``logf`` (libdevice, about 20 instructions each; bit-exactness
+rules out ``lg2.approx``) plus a degree-8 series, where the plugin's spends
+one 7-round Philox call on four tokens and two hardware ``lg2.approx``:
+compiled for sm_90, the Gumbel kernel's tile loop takes 88 SASS
+instructions a token against 32 (2.8x), in a kernel that is ALU-bound at
+production vocabularies (upstream's own FP32 kernel measured 2.1-2.35x the
+plugin's time at B >= 256 on an H100, docs/benchmarks.md). Without
+speculation no other draw shares a request's noise, so the faster stream
+stays (docs/architecture.md, "FP32 noise on 0.32 and 0.33").
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +72,19 @@ logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
 # The FP64 noise of 0.32's and 0.33's sample/gumbel.py (murmur3_uniform64).
 UPSTREAM_FP64_STREAM = "murmur3"
+# Their FP32 noise (murmur3_uniform32 and its log1p tail), and the plugin's.
+UPSTREAM_FP32_STREAM = "murmur3"
+PLUGIN_FP32_STREAM = "philox"
+
+
+def fp32_stream_for(vllm_config: Any) -> str:
+    """The FP32 noise of the plugin's draw on an engine with ``vllm_config``:
+    upstream's when it speculates (upstream's RejectionSampler then draws the
+    steps with drafts, and a seeded row must get the same token from both
+    draws), else the plugin's faster stream (module docstring)."""
+    if getattr(vllm_config, "speculative_config", None) is not None:
+        return UPSTREAM_FP32_STREAM
+    return PLUGIN_FP32_STREAM
 
 # Upstream's top-k/top-p mask, bound to one step's tensors and this release's
 # arguments: processed logits in, masked logits out.
@@ -57,6 +98,9 @@ class PluginDrawMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # Upstream's Sampler takes vllm_config first; the runner passes it by name.
+        vllm_config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+        self.fp32_stream = fp32_stream_for(vllm_config)
         # Upstream turned FlashInfer on where the GPU supports it; only an
         # explicit VLLM_USE_FLASHINFER_SAMPLER=1 keeps it (=0 already has it off).
         takes_flashinfer_batches = self.use_flashinfer and not envs.is_set(
@@ -72,10 +116,19 @@ class PluginDrawMixin:
             flashinfer_note = "FlashInfer batches stay upstream's (VLLM_USE_FLASHINFER_SAMPLER=1)"
         else:
             flashinfer_note = "FlashInfer is off; every top-k/top-p batch is the plugin's"
+        if self.use_fp64_gumbel:
+            noise = "FP64, upstream's murmur3 stream"
+        elif self.fp32_stream == UPSTREAM_FP32_STREAM:
+            noise = (
+                "FP32, upstream's murmur3 stream (speculative decoding: upstream's "
+                "RejectionSampler draws the steps with drafts, with the same noise)"
+            )
+        else:
+            noise = "FP32, the plugin's Philox stream (no speculative decoding)"
         logger.info(
             "vllm-sampling-plugin sampler: Gumbel-max noise in %s (upstream's "
             "use_fp64_gumbel); %s.",
-            "FP64, upstream's murmur3 stream" if self.use_fp64_gumbel else "FP32",
+            noise,
             flashinfer_note,
         )
 
@@ -128,6 +181,7 @@ class PluginDrawMixin:
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
             fp64_stream=UPSTREAM_FP64_STREAM,
+            fp32_stream=self.fp32_stream,
         )
 
     def draw_gumbel(
@@ -146,6 +200,7 @@ class PluginDrawMixin:
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
             fp64_stream=UPSTREAM_FP64_STREAM,
+            fp32_stream=self.fp32_stream,
         )
 
 
