@@ -64,31 +64,33 @@ def assert_noise_bits_are_upstreams(seeds: torch.Tensor, pos: torch.Tensor, voca
                                  ours[tuple(differ[:5].T)])
 
 
-def assert_fp32_murmur3_draw_is_upstreams(
+def assert_murmur3_draw_is_upstreams(
     logits: torch.Tensor,  # [num_tokens, vocab_size]
     idx_mapping: torch.Tensor,  # [num_tokens] int64, rows of the request state
     temperature: torch.Tensor,  # [max_num_reqs] fp32
     seeds: torch.Tensor,  # [max_num_reqs] int64
     pos: torch.Tensor,  # [num_tokens] int64
     apply_temperature: bool,
+    use_fp64: bool,
     case: object = None,
 ) -> None:
-    """``fp32_stream="murmur3"`` gives vLLM 0.32/0.33's
-    ``gumbel_sample(use_fp64=False)`` tokens (the draw of their Sampler and
-    of their RejectionSampler's target rows)."""
+    """The plugin's murmur3 stream in ``use_fp64``'s precision gives vLLM
+    0.32/0.33's ``gumbel_sample(use_fp64=...)`` tokens (the draw of their
+    Sampler and of their RejectionSampler's target rows)."""
     from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as upstream_gumbel_sample
 
     from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
     expected = upstream_gumbel_sample(
         logits, idx_mapping, temperature, seeds, pos, apply_temperature,
-        is_drafting=False, use_fp64=False,
+        is_drafting=False, use_fp64=use_fp64,
     )
     got = gumbel_sample(
         logits, idx_mapping.to(torch.int32), temperature, seeds, pos,
-        apply_temperature=apply_temperature, use_fp64=False, fp32_stream="murmur3",
+        apply_temperature=apply_temperature, use_fp64=use_fp64,
+        fp32_stream="murmur3", fp64_stream="murmur3",
     )
-    assert torch.equal(got, expected), (case, got, expected)
+    assert torch.equal(got, expected), (case, use_fp64, got, expected)
 
 
 def assert_fp32_murmur3_top_k_top_p_is_upstreams(

@@ -17,7 +17,7 @@ from tests.ops.gumbel_reference import (
 from tests.integration.helpers import run_python
 from tests.ops.noises import NOISES
 from tests.ops.stock_gumbel import (
-    assert_fp32_murmur3_draw_is_upstreams,
+    assert_murmur3_draw_is_upstreams,
     assert_fp32_murmur3_top_k_top_p_is_upstreams,
     assert_fp64_draw_is_stocks,
     assert_noise_bits_are_upstreams,
@@ -343,33 +343,6 @@ def test_fp64_equals_stock_vllm_on_cpu():
     )
 
 
-@pytest.mark.gpu
-@needs_vllm_line("0.32", "0.33", why="the reference is their FP64 Gumbel kernel, murmur3 noise")
-@pytest.mark.parametrize("num_tokens, max_num_reqs", [(1, 4), (96, 128), (1024, 1024)])
-@pytest.mark.parametrize("vocab_size", [32000, 151936])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("apply_temperature", [False, True])
-def test_fp64_murmur3_equals_upstream_vllm(
-    num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature
-):
-    """fp64_stream="murmur3" gives vLLM 0.32's and 0.33's own FP64 tokens."""
-    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as upstream_gumbel_sample
-
-    logits, idx_mapping, temperature, seeds, pos = gpu_stock_batch(
-        num_tokens, max_num_reqs, vocab_size, dtype
-    )
-
-    expected = upstream_gumbel_sample(
-        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
-        is_drafting=False, use_fp64=True,
-    )
-    got = gumbel_sample(
-        logits, idx_mapping.to(torch.int32), temperature, seeds, pos,
-        apply_temperature=apply_temperature, use_fp64=True, fp64_stream="murmur3",
-    )
-    assert torch.equal(got, expected)
-
-
 # The CPU twin's batches: (num_tokens, max_num_reqs, vocab_size, logits
 # scale). Small logit scales leave the noise to decide, so a wrong noise bit
 # pattern shows as another token; 1025 and 3000 split rows over several of
@@ -389,7 +362,7 @@ def test_fp32_murmur3_equals_upstream_vllm_on_cpu():
         f"""
         import torch
         from tests.ops.stock_gumbel import (
-            assert_fp32_murmur3_draw_is_upstreams,
+            assert_murmur3_draw_is_upstreams,
             assert_fp32_murmur3_top_k_top_p_is_upstreams,
             assert_noise_bits_are_upstreams,
         )
@@ -412,8 +385,9 @@ def test_fp32_murmur3_equals_upstream_vllm_on_cpu():
                     seeds = torch.randint(-(2**63), 2**63 - 1, (max_num_reqs,), generator=gen)
                     pos = torch.randint(0, 1 << 40, (num_tokens,), generator=gen)
                     case = (num_tokens, vocab_size, dtype, apply_temperature)
-                    assert_fp32_murmur3_draw_is_upstreams(
-                        logits, idx_mapping, temperature, seeds, pos, apply_temperature, case
+                    assert_murmur3_draw_is_upstreams(
+                        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
+                        use_fp64=False, case=case,
                     )
                 top_k = torch.randint(1, 40, (max_num_reqs,), generator=gen).to(torch.int32)
                 top_k[::3] = vocab_size
@@ -441,20 +415,22 @@ def test_fp32_murmur3_noise_bits_equal_upstream_vllm():
 
 
 @pytest.mark.gpu
-@needs_vllm_line("0.32", "0.33", why="the reference is their FP32 Gumbel kernel, murmur3 noise")
+@needs_vllm_line("0.32", "0.33", why="the reference is their Gumbel kernel, murmur3 noise")
 @pytest.mark.parametrize("num_tokens, max_num_reqs", [(1, 4), (96, 128), (1024, 1024)])
 @pytest.mark.parametrize("vocab_size", [32000, 151936])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("apply_temperature", [False, True])
-def test_fp32_murmur3_equals_upstream_vllm(
-    num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature
+@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+def test_murmur3_equals_upstream_vllm(
+    num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature, use_fp64
 ):
-    """fp32_stream="murmur3" gives vLLM 0.32's and 0.33's own FP32 tokens."""
+    """fp32_stream="murmur3" and fp64_stream="murmur3" give vLLM 0.32's and
+    0.33's own FP32 and FP64 tokens."""
     logits, idx_mapping, temperature, seeds, pos = gpu_stock_batch(
         num_tokens, max_num_reqs, vocab_size, dtype
     )
-    assert_fp32_murmur3_draw_is_upstreams(
-        logits, idx_mapping, temperature, seeds, pos, apply_temperature
+    assert_murmur3_draw_is_upstreams(
+        logits, idx_mapping, temperature, seeds, pos, apply_temperature, use_fp64
     )
 
 
