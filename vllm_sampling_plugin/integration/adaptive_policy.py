@@ -6,7 +6,9 @@
   (upstream_ngram.py, which the line's ``apply()`` patches in);
 * the scheduler verifies what was proposed (speculation_policy.py);
 * the target model's CUDA graph manager adds full one-token decode graphs
-  (decode_graphs.py).
+  (decode_graphs.py);
+* ``ModelConfig``'s class default of ``speculation_policy`` is the line's
+  (engine_args.default_speculation_policy).
 
 Each part acts only where ``is_adaptive`` holds for the engine's config.
 """
@@ -16,16 +18,22 @@ from __future__ import annotations
 
 def patch_adaptive_policy() -> None:
     import vllm.v1.worker.gpu.model_runner as model_runner
+    from vllm.config import ModelConfig
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.request import Request
     from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 
+    from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration.decode_graphs import (
         adding_single_token_decode_graphs,
     )
+    from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
     from vllm_sampling_plugin.integration.proposal_report import reporting_proposals
     from vllm_sampling_plugin.integration.speculation_policy import patch_scheduler
 
+    # ModelConfigs built without the front-end wrapper (tests, draft models)
+    # answer with the line's default policy.
+    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, default_speculation_policy())
     runner_cls = model_runner.GPUModelRunner
     runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
     patch_scheduler(Scheduler, Request)
@@ -43,17 +51,10 @@ def patch_policy_under_upstream_ngram() -> None:
     (upstream_ngram.py) and the three patches above.
     """
     import vllm.engine.arg_utils as arg_utils
-    from vllm.config import ModelConfig
 
-    from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration.engine_args import (
-        default_speculation_policy,
-        patch_engine_args,
-    )
+    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
     from vllm_sampling_plugin.integration.upstream_ngram import patch_upstream_ngram
 
     patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs)
-    # ModelConfigs built elsewhere (tests, draft models) read the line's default.
-    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, default_speculation_policy())
     patch_upstream_ngram()
     patch_adaptive_policy()

@@ -39,7 +39,6 @@ def apply() -> None:
     # models, tests) still answer with the defaults.
     setattr(ModelConfig, cfg.FP64_ATTR, False)
     setattr(ModelConfig, cfg.FLASHINFER_ATTR, None)
-    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, cfg.ADAPTIVE)
     patch_vllm_config()
     patch_spec_decode_validation()
     patch_request_limits()
@@ -52,6 +51,6 @@ def apply() -> None:
     # The profile run compiles every sampling kernel variant before serving.
     runner_cls._dummy_sampler_run = warming_up_sampling(runner_cls._dummy_sampler_run)
     # The adaptive speculation policy: proposal counts go back with each
-    # output, the scheduler verifies what was proposed, and steps without
-    # drafts replay full decode graphs.
+    # output, the scheduler verifies what was proposed, steps without drafts
+    # replay full decode graphs, and ModelConfig's default policy is set.
     patch_adaptive_policy()

@@ -8,11 +8,12 @@ with a subclass that changes only the final draw (see sampler.py and
 integration/parts.py for why). ModelConfig, VllmConfig, the RejectionSampler,
 the speculators' kernels and the watermarking sampler stay upstream's.
 
-The adaptive speculation policy (the default ``speculation_policy``) runs
-over upstream's n-gram proposer (adaptive_policy.py,
-``patch_policy_under_upstream_ngram``): EngineArgs learns the setting, the
-proposer reports how many drafts it found, the scheduler verifies those, and
-one-token decode steps get full CUDA graphs.
+The adaptive speculation policy runs over upstream's n-gram proposer when
+asked for (``--speculation-policy adaptive``; the default here is upstream's
+fixed k until a GPU run measures it, engine_args.default_speculation_policy):
+adaptive_policy.py, ``patch_policy_under_upstream_ngram``. EngineArgs learns
+the setting, the proposer reports how many drafts it found, the scheduler
+verifies those, and one-token decode steps get full CUDA graphs.
 """
 
 from __future__ import annotations

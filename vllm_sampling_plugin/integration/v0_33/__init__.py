@@ -9,8 +9,9 @@ built at ``:495`` of the 0.33.0 wheel), with a subclass that changes only the
 final draw (sampler.py). What differs from 0.32 is only ``_sample_random``'s
 signature (docs/design/vllm-0.32-integration.md, section on 0.33).
 
-The adaptive speculation policy (the default ``speculation_policy``) runs
-over upstream's n-gram proposer as on 0.32: adaptive_policy.py,
+The adaptive speculation policy runs over upstream's n-gram proposer as on
+0.32, when asked for (``--speculation-policy adaptive``; upstream's fixed k
+is the default here until a GPU run measures it): adaptive_policy.py,
 ``patch_policy_under_upstream_ngram``.
 """
 
