@@ -4,8 +4,8 @@
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
-#        ops-upstream | e2e-upstream
-#        (the last three: vLLM 0.32/0.33)
+#        ops-upstream | e2e-upstream | e2e-spec-stock
+#        (the last four: vLLM 0.32/0.33)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -62,14 +62,26 @@ for step in "$@"; do
         --identity-requests 256 --breakdown-mixes ngram ${E2E_ARGS:-} --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
     e2e-spec-1b | e2e-spec-8b)
       # n-gram speculation, adaptive against none and against fixed k, on the
-      # four workloads of the copy checkpoint (bench/e2e/copying.py). The 1B
-      # run takes about 8 minutes on an H100: STEP_TIMEOUT=540; the 8B one
-      # narrows --spec-workloads through E2E_ARGS to fit.
+      # four workloads of the copy checkpoint (bench/e2e/copying.py), on any
+      # line the policy runs on (0.20: the plugin's proposer; 0.32/0.33:
+      # upstream's). The 1B run takes about 8 minutes on an H100:
+      # STEP_TIMEOUT=540; the 8B one narrows --spec-workloads through E2E_ARGS.
       if [ "$step" = e2e-spec-1b ]; then model=1b:128256; else model=8b:151936; fi
       run "$step" python3 -m vllm_sampling_plugin.cli bench e2e --models "$model" \
         --mixes ngram --max-num-seqs 64,256 --pairs 2 --num-requests 256 --output-len 256 \
         --identity-requests 64 --breakdown-mixes none --gpu-memory-utilization 0.42 \
         ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step" ;;
+    e2e-spec-stock)
+      # Upstream's own n-gram speculation (vLLM >= 0.32) against none, every
+      # engine stock: issue 25's baseline, 8B, the workloads that matter for
+      # it. One k per call fits the 10-minute limit: SPEC_K=3, then SPEC_K=7
+      # (the copy checkpoint stays in /tmp/e2e-checkpoints between calls).
+      run "$step-k${SPEC_K:-3}" python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+        --mixes ngram --spec-engines stock --ngram-k "${SPEC_K:-3}" --max-num-seqs 64,256 \
+        --spec-workloads nonrepeating,mixed,accepting --pairs 2 --num-requests 256 \
+        --output-len 256 --identity-requests 32 --breakdown-mixes none \
+        --gpu-memory-utilization 0.42 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
+        --out "$out/$step-k${SPEC_K:-3}" ;;
     e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
         --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \

@@ -58,8 +58,8 @@ MUTANTS = [
     Mutant(
         "resample_shares_the_samplers_noise",
         f"{PACKAGE}/ops/rejection/draws.py",
-        "noise = gumbel_block(key, chunk_start + _RESIDUAL_STREAM, SAMPLE_CHUNK, FP64_NOISE)",
-        "noise = gumbel_block(key, chunk_start, SAMPLE_CHUNK, FP64_NOISE)",
+        "noise = gumbel_block(key, chunk_start + _RESIDUAL_STREAM, SAMPLE_CHUNK, NOISE)",
+        "noise = gumbel_block(key, chunk_start, SAMPLE_CHUNK, NOISE)",
         (REJECTION_REFERENCE,),
     ),
     Mutant(
@@ -105,16 +105,25 @@ MUTANTS = [
     Mutant(
         "fp64_stream_swapped_for_fp32",
         f"{PACKAGE}/ops/random.py",
-        "return gumbel_fp64(key, start + tl.arange(0, BLOCK), FP64_NOISE)",
+        "return gumbel_fp64(key, start + tl.arange(0, BLOCK), NOISE)",
         "return gumbel_fp32_block(key, start, BLOCK).to(tl.float64)",
         (GUMBEL_REFERENCE,),
     ),
     Mutant(
+        # The top-k/top-p short lists draw noise at arbitrary ids (gumbel_at):
+        # there the FP32 murmur3 stream must be the one gumbel_block draws.
+        "fp32_murmur3_at_ids_unhashed",
+        f"{PACKAGE}/ops/topk_topp/select.py",
+        "        return gumbel_fp32_murmur3(key, token_ids)\n",
+        "        return gumbel_fp32_from_uniform(_bits_to_uniform_fp32(key ^ token_ids))\n",
+        (TOP_K_TOP_P_REFERENCE,),
+    ),
+    Mutant(
         "seed_ignored_for_one_row",
         f"{PACKAGE}/ops/gumbel/launcher.py",
-        "key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), FP64_NOISE)",
+        "key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), NOISE)",
         "key = request_key(tl.where(token == 1, 0, tl.load(seeds_ptr + req)), "
-        "tl.load(pos_ptr + token), FP64_NOISE)",
+        "tl.load(pos_ptr + token), NOISE)",
         (GUMBEL_REFERENCE,),
     ),
 ]

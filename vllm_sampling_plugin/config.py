@@ -15,10 +15,12 @@ Two settings steer the plugin:
 
 ``speculation_policy`` (``--speculation-policy`` / ``LLM(speculation_policy=...)``)
     How many n-gram draft tokens a request verifies each step. ``adaptive``
-    (the default) verifies only what the proposer found, capped by the
-    request's recent acceptance, so requests without a proposal run one
-    token; ``fixed`` verifies ``num_speculative_tokens`` for every request
-    every step, as vLLM does.
+    verifies only what the proposer found, capped by the request's recent
+    acceptance, so requests without a proposal run one token; ``fixed``
+    verifies ``num_speculative_tokens`` for every request every step, as vLLM
+    does. The default is ``adaptive`` on vLLM 0.20, where an H100 run
+    measured it, and ``fixed`` on 0.32/0.33 until one does there
+    (integration/engine_args.py, ``default_speculation_policy``).
 
 All are resolved once, in the front-end process, by the ``create_model_config``
 wrapper, and stored on the ``ModelConfig`` instance under the attribute names

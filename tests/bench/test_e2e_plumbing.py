@@ -19,7 +19,7 @@ def test_defaults_cover_the_issue_cells():
     assert args.mixes == ["greedy", "t1", "topk_topp", "seeded_topp", "mixed", "ngram"]
     assert (args.pairs, args.num_requests, args.prompt_len, args.output_len) == (3, 1024, 64, 256)
     assert args.max_num_seqs == [64, 256]
-    assert args.ngram_k == 3
+    assert args.ngram_k == [3]
     assert args.breakdown_mixes == ["topk_topp", "ngram"]
 
 
@@ -479,8 +479,8 @@ class RecordingRun(run.Run):
     def profiles(self, model, vocab, engines):
         pass
 
-    def ngram_cells(self, model, vocab, engines, policy, baseline):
-        self.log.append(("ngram", model, policy, baseline, tuple(engines)))
+    def ngram_cells(self, model, vocab, engines, policy, baseline, k):
+        self.log.append(("ngram", model, policy, baseline, tuple(engines), k))
 
 
 def test_ngram_runs_on_the_copy_checkpoint_after_the_peaked_engines_are_closed(tmp_path):
@@ -494,13 +494,13 @@ def test_ngram_runs_on_the_copy_checkpoint_after_the_peaked_engines_are_closed(t
         ("close", "/ckpt/peaked", 0), ("close", "/ckpt/peaked", 0),
         # The fresh engine whose first request is top-k/top-p (cold-start split).
         ("start", "plugin", "/ckpt/copy", 0, "topk_topp", None),
-        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
         ("peakedness", "1b-copy"),
-        ("ngram", "1b-copy", "adaptive", "nospec", ("nospec", "adaptive")),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
+        ("ngram", "1b-copy", "adaptive", "nospec", ("nospec", "adaptive"), 3),
         # At most two engines: the fixed-k engine replaces the one without speculation.
         ("close", "/ckpt/copy", 0),
         ("start", "plugin", "/ckpt/copy", 3, "greedy", "fixed"),
-        ("ngram", "1b-copy", "adaptive", "fixed", ("adaptive", "fixed")),
+        ("ngram", "1b-copy", "adaptive", "fixed", ("adaptive", "fixed"), 3),
         ("close", "/ckpt/copy", 3), ("close", "/ckpt/copy", 3),
     ]
 
@@ -516,11 +516,52 @@ def test_one_policy_is_measured_against_no_speculation_alone(tmp_path):
                                          "--out", str(tmp_path)]))
     bench.model("1b", 128256)
     assert [e for e in bench.log if e[0] == "ngram"] == [
-        ("ngram", "1b-copy", "fixed", "nospec", ("nospec", "fixed"))]
+        ("ngram", "1b-copy", "fixed", "nospec", ("nospec", "fixed"), 3)]
+
+
+def test_stock_engines_measure_each_k_against_one_engine_without_speculation(
+        tmp_path, monkeypatch):
+    """--spec-engines stock (issue 25's baseline on 0.33): every engine is
+    stock, upstream's speculation with k = 3 then k = 7 against the same
+    engine without speculation, never three engines at once."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.33.0")
+    bench = RecordingRun(run.parse_args(["--mixes", "ngram", "--spec-engines", "stock",
+                                         "--ngram-k", "3,7", "--out", str(tmp_path)]))
+    bench.model("8b", 151936)
+    assert bench.log == [
+        ("start", "stock", "/ckpt/copy", 0, "topk_topp", None),
+        ("peakedness", "8b-copy"),
+        ("start", "stock", "/ckpt/copy", 3, "greedy", None),
+        ("ngram", "8b-copy", "upstream", "nospec", ("nospec", "upstream"), 3),
+        ("close", "/ckpt/copy", 3),
+        ("start", "stock", "/ckpt/copy", 7, "greedy", None),
+        ("ngram", "8b-copy", "upstream", "nospec", ("nospec", "upstream"), 7),
+        ("close", "/ckpt/copy", 7), ("close", "/ckpt/copy", 0),
+    ]
+
+
+def test_each_k_restarts_the_engine_without_speculation_that_a_policy_replaced(tmp_path):
+    bench = RecordingRun(run.parse_args(["--mixes", "ngram", "--ngram-k", "3,5",
+                                         "--out", str(tmp_path)]))
+    bench.model("1b", 128256)
+    starts = [(e[3], e[5]) for e in bench.log if e[0] == "start"]
+    assert starts == [(0, None), (3, "adaptive"), (3, "fixed"),
+                      (0, None), (5, "adaptive"), (5, "fixed")]
+    closes = [e for e in bench.log if e[0] == "close"]
+    assert len(closes) == len(starts)
+
+
+def test_stock_speculation_is_refused_on_0_20_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.20.2")
+    with pytest.raises(SystemExit) as exit_info:
+        run.parse_args(["--spec-engines", "stock"])
+    assert exit_info.value.code == 2
+    assert "stock vLLM 0.20's V2 model runner has no n-gram proposer" in capsys.readouterr().err
 
 
 def test_speculation_flags_are_checked():
     args = run.parse_args([])
+    assert args.ngram_k == [3] and args.spec_engines == "plugin"
     assert args.spec_workloads == ["accepting", "nonrepeating", "mixed", "switching"]
     assert args.spec_policies == ["adaptive", "fixed"]
     with pytest.raises(SystemExit):

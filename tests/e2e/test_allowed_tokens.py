@@ -297,12 +297,22 @@ def test_every_token_is_in_the_allowed_set(runs, name):
         assert {t for row in result["chi_greedy"] for t in row} == {ALLOWED[-1]}
         assert outside(result["chi_top_k"], ALLOWED[-TOP_K:]) == 0
         assert outside(result["chi_top_p"], ALLOWED[-4:]) == 0
-    # Seeded requests repeat themselves; unseeded ones differ from them.
-    assert result["issue_t1_again"] == result["issue_t1"]
-    assert result["issue_unseeded"] != result["issue_t1"]
     if name.endswith("ngram"):
         # Verification ran, accepted drafts inside the set and rejected the others.
         assert result["drafts"] > 0 and 0 < result["accepted"] < result["drafts"]
+
+
+# On 0.32/0.33 a step whose batch carries drafts is drawn by upstream's
+# rejection sampler, the others by the plugin's draw: both must draw the same
+# noise, or a seeded request's token depends on its batch-mates (seen on an
+# H100 with 0.33.0 before the plugin drew upstream's FP32 murmur3 stream on
+# speculating engines: one of 32 rows; docs/troubleshooting.md).
+@pytest.mark.parametrize("name", PLUGIN_RUNS)
+def test_seeded_requests_repeat_and_unseeded_ones_differ(runs, name):
+    result = runs[name]
+    assert "refused" not in result and "crashed" not in result, result
+    assert result["issue_t1_again"] == result["issue_t1"]
+    assert result["issue_unseeded"] != result["issue_t1"]
 
 
 @pytest.mark.parametrize("case", ["t1", "top_k", "top_p"])

@@ -76,7 +76,9 @@ PLUGIN_SAMPLER = (
 )
 UPSTREAM_SAMPLER = "vllm.v1.worker.gpu.sample.sampler.Sampler"
 UPSTREAM_REJECTION_SAMPLER = "vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler"
-UPSTREAM_NGRAM = "vllm.v1.worker.gpu.spec_decode.ngram.speculator.NgramGPUSpeculator"
+# Upstream's GPU n-gram proposer, subclassed by the plugin to report how many
+# drafts it found (integration/upstream_ngram.py) for the adaptive policy.
+REPORTING_NGRAM = "vllm_sampling_plugin.integration.upstream_ngram.ReportingNgramGPUSpeculator"
 WATERMARK_SAMPLER = "vllm.v1.watermarking.gpu_sampler.GPUWatermarkSampler"
 
 # Upstream's rejection methods (config/speculative.py, RejectionSampleMethod)
@@ -480,17 +482,18 @@ if llm.llm_engine.vllm_config.speculative_config is not None:
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["async_off", "async_on"])
 def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling):
     """Upstream's GPU n-gram proposer and rejection sampler (which verifies
-    through the plugin's sampler's processing), CUDA graphs on: greedy outputs
-    match the engine without speculation for at least 90% of the prompts (a
-    verification step's batch shape may flip a near-tie) and drafts are
-    accepted."""
+    through the plugin's sampler's processing), CUDA graphs on, under the
+    plugin's default adaptive speculation policy (a request verifies only the
+    drafts the proposer found): greedy outputs match the engine without
+    speculation for at least 90% of the prompts (a verification step's batch
+    shape may flip a near-tie) and drafts are accepted."""
     common = f"async_scheduling={async_scheduling}, disable_log_stats=False"
     reference, spec = run_engines(
         (tiny_model, common, GREEDY_TIMED),
         (tiny_model, f"{common}, speculative_config={NGRAM_GPU!r}", GREEDY_TIMED),
     )
     assert spec["sampler"] == PLUGIN_SAMPLER
-    assert spec["speculator"] == UPSTREAM_NGRAM
+    assert spec["speculator"] == REPORTING_NGRAM
     assert spec["rejection_sampler"] == UPSTREAM_REJECTION_SAMPLER
     assert spec["rejection_sampler_wraps_sampler"]
     assert spec["async"] is async_scheduling and reference["async"] is async_scheduling

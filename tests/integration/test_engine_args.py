@@ -146,3 +146,11 @@ def test_malformed_flashinfer_env_fails_at_start_up(tiny_model, value):
     )
     assert out.startswith("ValueError:") and "VLLM_USE_FLASHINFER_SAMPLER" in out
     assert repr(value) in out
+
+
+def test_default_policy_is_adaptive_only_where_a_gpu_run_measured_it():
+    from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
+
+    assert default_speculation_policy("0.20") == "adaptive"
+    assert default_speculation_policy("0.32") == "fixed"
+    assert default_speculation_policy("0.33") == "fixed"

@@ -1,5 +1,7 @@
 """The vLLM 0.32.x line: what register() patches and what it leaves alone,
-and the Sampler subclass built the way upstream's runner builds it.
+and the Sampler subclass built the way upstream's runner builds it. (The
+adaptive speculation policy's own tests run on this line too:
+test_speculation_policy.py, test_decode_graphs.py.)
 
 vLLM 0.32's own Triton kernels (temperature, penalties) do not run without a
 GPU, so the sampler tests call the overridden ``_sample_random`` with logits
@@ -17,13 +19,14 @@ from tests.integration.helpers import (
     flashinfer_decision_prelude,
     run_python,
 )
-from tests.vllm_lines import needs_vllm_line
+from tests.vllm_lines import needs_seam, needs_vllm_line
+from vllm_sampling_plugin.integration.seams import shapes
 
 # 0.31 builds its Sampler and calls _sample_random as 0.32 does.
 pytestmark = needs_vllm_line("0.31", "0.32")
 
 
-def test_registration_patches_only_the_sampler_name():
+def test_registration_patches_the_sampler_name():
     out = run_python(
         """
         from vllm.plugins import load_general_plugins
@@ -42,12 +45,42 @@ def test_registration_patches_only_the_sampler_name():
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
         assert mr.RejectionSampler is RejectionSampler
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
-        # Upstream owns use_fp64_gumbel on 0.32: nothing of the 0.20 line's
-        # EngineArgs, ModelConfig or VllmConfig patches is applied.
-        assert "_vllm_sampling_plugin_patched" not in EngineArgs.__dict__
+        # Upstream owns use_fp64_gumbel: ModelConfig and VllmConfig stay
+        # upstream's, and so does EngineArgs' field.
         assert "_vllm_sampling_plugin_patched" not in VllmConfig.__dict__
         assert not hasattr(ModelConfig, "flashinfer_sampler")
         assert EngineArgs.__dataclass_fields__["use_fp64_gumbel"].default is False
+        print("ok")
+        """
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+@needs_seam(shapes.SPECULATOR, shapes.POLICY_OVER_UPSTREAM_NGRAM)
+def test_registration_patches_the_policy_seams_over_upstreams_ngram_proposer():
+    out = run_python(
+        """
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+
+        import vllm.v1.worker.gpu.model_runner as mr
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm_sampling_plugin.integration.register import registration_state
+
+        assert registration_state() == "active", registration_state()
+        # The adaptive speculation policy over upstream's n-gram proposer
+        # (seams/speculator.py): the proposer reports its counts, the runner
+        # sends them, the scheduler reads them.
+        import vllm.v1.worker.gpu.spec_decode.ngram.speculator as ngram
+        from vllm.v1.core.sched.scheduler import Scheduler
+        assert ngram.NgramGPUSpeculator.__name__ == "ReportingNgramGPUSpeculator"
+        assert Scheduler.__dict__["_vllm_sampling_plugin_patched"]
+        assert mr.GPUModelRunner.sample_tokens.__code__.co_filename.endswith("proposal_report.py")
+        # EngineArgs learns only speculation_policy, as a keyword.
+        fields = EngineArgs.__dataclass_fields__
+        assert "speculation_policy" not in fields
+        args = EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="fixed")
+        assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "fixed")
         print("ok")
         """
     )
@@ -175,6 +208,48 @@ def test_fp64_draw_is_upstreams_own():
             torch.tensor(pos, dtype=torch.int64), None, None, False,
         )
         assert ours.tolist() == theirs.tolist(), (ours, theirs)
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["no_speculation", "ngram"])
+def test_fp32_draw_is_upstreams_own_when_the_engine_speculates(speculative):
+    """FP32: with a speculative config (upstream's RejectionSampler then draws
+    the steps with drafts, with upstream's noise) the plugin's draw gives
+    upstream's own FP32 tokens; without one it keeps the plugin's Philox
+    stream, other tokens on these flat logits."""
+    out = run_python(
+        f"""
+        from vllm.config import SpeculativeConfig
+        from vllm.v1.worker.gpu.sample.sampler import Sampler
+        vllm_config = VllmConfig()
+        if {speculative}:
+            vllm_config.speculative_config = SpeculativeConfig(
+                method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
+                prompt_lookup_min=2,
+            )
+        sampler = build_sampler(vllm_config=vllm_config)
+        assert sampler.fp32_stream == ("murmur3" if {speculative} else "philox")
+        # Slot 0 greedy, the other seven seeded; temperature 1 (0.32's
+        # temperature kernel does not run on the CPU).
+        for slot in range(MAX_REQS):
+            sampler.add_request(
+                slot, SamplingParams(temperature=0.0 if slot == 0 else 1.0, seed=11 * slot)
+            )
+        sampler.apply_staged_writes()
+        slots, pos = list(range(MAX_REQS)), [5 + 3 * slot for slot in range(MAX_REQS)]
+        logits = LOGITS * 0.3  # flat: the noise decides
+        ours, _ = draw(sampler, logits.clone(), slots, pos)
+        theirs, _ = Sampler._sample_random(
+            sampler, logits.clone(), torch.tensor(slots, dtype=torch.int32), np.array(slots),
+            torch.tensor(pos, dtype=torch.int64), None, None, False,
+        )
+        assert (ours.tolist() == theirs.tolist()) is {speculative}, (ours, theirs)
         print("ok")
         """,
         prelude=SAMPLER_PRELUDE,

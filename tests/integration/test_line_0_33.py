@@ -1,7 +1,9 @@
 """The vLLM 0.33.x line: register() patches exactly the runner's Sampler
-name, the subclass builds from upstream's own constructor arguments, and
-upstream's own ``Sampler.sample`` calls the override with 0.33's
-``_sample_random`` signature and gets the plugin's routes.
+name and the adaptive speculation policy's seams, upstream's n-gram proposer
+reports how many drafts it found, the subclass builds from upstream's own
+constructor arguments, and upstream's own ``Sampler.sample`` calls the
+override with 0.33's ``_sample_random`` signature and gets the plugin's
+routes.
 
 vLLM 0.33's Triton kernels for temperature and min-p do not run without a
 GPU, so the requests here use temperature 0 or 1 and no min-p; everything
@@ -30,7 +32,7 @@ from tests.integration.helpers import (  # noqa: E402
 INTERPRET = {"TRITON_INTERPRET": "1"}
 
 
-def test_registration_patches_exactly_the_sampler_name():
+def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
     out = run_python(
         """
         import inspect
@@ -39,13 +41,20 @@ def test_registration_patches_exactly_the_sampler_name():
         import vllm.v1.worker.gpu.sample.sampler as upstream
         import vllm.v1.worker.gpu.sample.states as states
         import vllm.v1.worker.gpu.spec_decode as spec_decode
+        import vllm.v1.worker.gpu.spec_decode.ngram.speculator as ngram
         import vllm.v1.worker.gpu.spec_decode.rejection_sampler as rejection
         from vllm.config import ModelConfig, VllmConfig
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.request import Request
+        from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 
-        modules = [mr, upstream, states, spec_decode, rejection, arg_utils]
+        modules = [mr, upstream, states, spec_decode, ngram, rejection, arg_utils]
         classes = [mr.GPUModelRunner, upstream.Sampler, states.SamplingStates,
                    rejection.RejectionSampler, arg_utils.EngineArgs,
-                   arg_utils.AsyncEngineArgs, ModelConfig, VllmConfig]
+                   arg_utils.AsyncEngineArgs, ModelConfig, VllmConfig, Scheduler,
+                   AsyncScheduler, Request, ModelCudaGraphManager,
+                   ngram.NgramGPUSpeculator]
         before = {m.__name__: dict(vars(m)) for m in modules}
         before |= {c.__qualname__: dict(vars(c)) for c in classes}
 
@@ -65,14 +74,30 @@ def test_registration_patches_exactly_the_sampler_name():
             if before[owner].get(name, None) is not after[owner].get(name, None)
         )
         # The Sampler name, and the dummy sampler run, which now also warms
-        # the plugin's draw kernels up (seams/warmup.py).
+        # the plugin's draw kernels up (seams/warmup.py); the adaptive
+        # speculation policy's seams (seams/speculator.py): the runner's
+        # output, the scheduler, the target model's graph candidates, the
+        # n-gram proposer's name and the line's default policy for
+        # ModelConfigs built elsewhere (EngineArgs learned
+        # speculation_policy earlier, at platform discovery: integration/early.py).
         assert changed == [
             "GPUModelRunner._dummy_sampler_run",
+            "GPUModelRunner.sample_tokens",
+            "ModelConfig.speculation_policy",
+            "ModelCudaGraphManager._init_candidates",
+            "Request.vllm_sampling_plugin_verify_cap",
+            "Request.vllm_sampling_plugin_verify_len",
+            "Scheduler.__init__",
+            "Scheduler._vllm_sampling_plugin_patched",
+            "Scheduler.update_draft_token_ids",
+            "Scheduler.update_from_output",
             "vllm.v1.worker.gpu.model_runner.Sampler",
+            "vllm.v1.worker.gpu.spec_decode.ngram.speculator.NgramGPUSpeculator",
         ], changed
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
         assert mr.Sampler is PluginSampler
         assert issubclass(PluginSampler, upstream.Sampler)
+        assert issubclass(ngram.NgramGPUSpeculator, before[ngram.__name__]["NgramGPUSpeculator"])
         # Only the final draw is overridden (the mixin adds names; of
         # upstream's it replaces only __init__, which calls it and logs).
         overridden = sorted(n for n in vars(PluginSampler) if n in vars(upstream.Sampler)
@@ -81,7 +106,17 @@ def test_registration_patches_exactly_the_sampler_name():
         # It takes upstream's positional call, whatever its arguments after top_p.
         upstream_args = list(inspect.signature(upstream.Sampler._sample_random).parameters)
         inspect.signature(PluginSampler._sample_random).bind(*upstream_args)
-        assert arg_utils.EngineArgs.__dataclass_fields__["use_fp64_gumbel"].default is False
+        # Upstream's use_fp64_gumbel stays upstream's field; the plugin adds
+        # only speculation_policy, and only as a keyword.
+        fields = arg_utils.EngineArgs.__dataclass_fields__
+        assert fields["use_fp64_gumbel"].default is False
+        assert "speculation_policy" not in fields
+        args = arg_utils.EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="adaptive")
+        assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "adaptive")
+        # The policy is opt-in on this line until measured on a GPU: unnamed,
+        # it is upstream's fixed k, for engines and for other ModelConfigs.
+        assert arg_utils.EngineArgs(model="m").speculation_policy == "fixed"
+        assert ModelConfig.speculation_policy == "fixed"
         print("ok")
         """,
         prelude=CPU_DEVICE_SHIM,
@@ -255,6 +290,70 @@ def test_seeded_top_k_top_p_batch_goes_to_the_fused_kernel_and_stays_batch_invar
     assert out.strip().splitlines()[-1] == "ok"
 
 
+@pytest.mark.parametrize("speculative", [False, True], ids=["no_speculation", "ngram"])
+def test_fp32_noise_is_upstreams_exactly_when_upstream_verifies_drafts(speculative):
+    """With a speculative config, upstream's RejectionSampler draws every row
+    of a step whose batch has drafts (``gumbel_block_argmax`` on the target
+    logits: upstream's FP32 ``gumbel_sample`` noise, same seed and position)
+    and the plugin's sampler the steps without. So there the plugin's FP32
+    draw must be upstream's, token for token, or a seeded request's tokens
+    would depend on its batch-mates' drafts. Without speculation the plugin
+    keeps its own (faster) Philox stream. The start-up line says which."""
+    out = run_python(
+        f"""
+        from vllm.config import SpeculativeConfig
+        from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as upstream_gumbel_sample
+        from vllm_sampling_plugin.ops.gumbel import gumbel_sample as plugin_gumbel_sample
+
+        vllm_config = VllmConfig()
+        if {speculative}:
+            vllm_config.speculative_config = SpeculativeConfig(
+                method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
+                prompt_lookup_min=2,
+            )
+        sampler = build_sampler(vllm_config=vllm_config)
+        slots = list(range(MAX_REQS))
+        for slot in slots:
+            sampler.add_request(slot, SamplingParams(temperature=1.0, seed=1000 + 7 * slot))
+        sampler.apply_staged_writes()
+        pos = [3 + 11 * slot for slot in slots]
+        # Flat logits: the noise decides, so the two streams give other tokens.
+        logits = LOGITS * 0.3
+        sampled, _ = sample(sampler, logits.clone(), slots, pos)
+        assert kernels() == ["gumbel_sample"], kernels()
+
+        states = sampler.sampling_states
+        rows, positions = torch.tensor(slots), torch.tensor(pos)
+        # The token upstream's verification draws for each row (a row without
+        # drafts in a step with drafts), and the plugin's Philox token.
+        upstream_tokens = upstream_gumbel_sample(
+            logits, rows, states.temperature.gpu, states.seeds.gpu, positions, False,
+            is_drafting=False, use_fp64=False,
+        )
+        philox_tokens = plugin_gumbel_sample(
+            logits, rows.to(torch.int32), states.temperature.gpu, states.seeds.gpu, positions,
+            apply_temperature=False,
+        )
+        assert not torch.equal(upstream_tokens, philox_tokens)
+        want = upstream_tokens if {speculative} else philox_tokens
+        assert torch.equal(sampled, want), (sampled, upstream_tokens, philox_tokens)
+        assert sampler.fp32_stream == ("murmur3" if {speculative} else "philox")
+        line = decision_line()
+        if {speculative}:
+            assert "FP32, upstream's murmur3 stream" in line, line
+        else:
+            assert "FP32, the plugin's Philox stream" in line, line
+        print("ok")
+        """,
+        prelude=SAMPLER_PRELUDE + flashinfer_decision_prelude(None),
+        # No visible device: vLLM keeps real Triton, so its own kernel runs
+        # in the interpreter too (tests/ops/test_gumbel.py, STOCK_ON_CPU_ENV).
+        env={**INTERPRET, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
 @pytest.mark.parametrize(
     "env_value, keeps_flashinfer, note", FLASHINFER_DECISIONS, ids=FLASHINFER_DECISION_IDS
 )
@@ -346,3 +445,136 @@ def test_sampling_mask_request_gets_upstreams_mask_with_has_topp_only_rows():
         timeout=600,
     )
     assert out.strip().splitlines()[-1] == "ok"
+
+
+# Upstream's GPU n-gram proposer in Triton's interpreter, with the plugin's
+# proposal counts (integration/upstream_ngram.py). vLLM's triton_utils needs
+# CUDA_VISIBLE_DEVICES empty to give the real Triton (not a placeholder) on
+# a machine without a GPU. The history of each request is written straight
+# into RequestState's tensors, as add_request and postprocess leave it.
+NGRAM_PROPOSER = """
+import types
+import torch
+import vllm.v1.worker.gpu.buffer_utils as buffer_utils
+buffer_utils.is_uva_available = lambda: False
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+import vllm.v1.worker.gpu.spec_decode.ngram.speculator as ngram
+from vllm.v1.worker.gpu.states import RequestState
+
+K, MIN_N, MAX_N, MAX_LEN, MAX_REQS = 3, 2, 3, 64, 8
+
+def build(policy):
+    vllm_config = types.SimpleNamespace(
+        speculative_config=types.SimpleNamespace(
+            method="ngram", num_speculative_tokens=K,
+            prompt_lookup_min=MIN_N, prompt_lookup_max=MAX_N),
+        scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
+        model_config=types.SimpleNamespace(max_model_len=MAX_LEN, speculation_policy=policy),
+    )
+    req_states = RequestState(
+        max_num_reqs=MAX_REQS, max_model_len=MAX_LEN, max_num_batched_tokens=64,
+        num_speculative_steps=K, vocab_size=100, device=torch.device("cpu"),
+    )
+    return ngram.NgramGPUSpeculator(vllm_config, torch.device("cpu"), req_states), req_states
+
+def expected(tokens):
+    # Prompt lookup: the longest suffix n-gram (MAX_N down to MIN_N) seen
+    # earlier, its rightmost occurrence; the tokens after it, at most K.
+    for n in range(MAX_N, MIN_N - 1, -1):
+        suffix = tokens[len(tokens) - n:]
+        for pos in range(len(tokens) - n - 1, -1, -1):
+            if len(tokens) >= n and tokens[pos:pos + n] == suffix:
+                return tokens[pos + n:pos + n + K]
+    return []
+
+def propose(speculator, req_states, histories, slots, num_sampled):
+    for slot, tokens in zip(slots, histories):
+        req_states.all_token_ids.gpu[slot, :len(tokens)] = torch.tensor(tokens)
+        req_states.total_len.gpu[slot] = len(tokens)
+        req_states.last_sampled_tokens[slot, 0] = tokens[-1]
+    n = len(slots)
+    batch = types.SimpleNamespace(num_reqs=n, idx_mapping=torch.tensor(slots, dtype=torch.int64))
+    drafts = speculator.propose(
+        batch, None, None, None, None,
+        torch.tensor(num_sampled, dtype=torch.int32), torch.zeros(n, dtype=torch.int32),
+        req_states.last_sampled_tokens, None, None, None,
+    )
+    return drafts.clone()
+"""
+
+
+def test_upstream_ngram_proposer_reports_how_many_drafts_it_found():
+    """The counts repeat upstream's finalize kernel's reduction of its scan
+    (upstream_ngram.py): each request's count is the length of its real
+    match, and the drafts past it are upstream's padding (the last token)."""
+    out = run_python(
+        """
+        speculator, req_states = build("adaptive")
+        assert speculator.reports_proposals
+        histories = [
+            [5, 6, 7, 8, 9, 10, 11, 12],         # nothing repeats
+            [1, 2, 3, 4, 5, 6, 7, 1, 2, 3],      # "1 2 3" seen: 4 5 6 follow
+            [9, 1, 2, 1, 2],                     # "1 2" seen: only 1 2 follow it
+            [4, 5, 6, 4, 5, 6, 4, 5],            # longest match near the end: 6 4 5
+            [3, 1, 2, 3, 1, 2],                  # matches, but sampled nothing this step
+            [7],                                 # shorter than MIN_N
+        ]
+        slots = [6, 0, 3, 1, 5, 2]              # batch row -> RequestState row
+        num_sampled = [1, 1, 1, 2, 0, 1]
+        drafts = propose(speculator, req_states, histories, slots, num_sampled)
+        counts = speculator.num_proposed(len(slots)).tolist()
+        want = [len(expected(h)) if s > 0 else 0 for h, s in zip(histories, num_sampled)]
+        assert counts == want, (counts, want)
+        assert want == [0, 3, 2, 3, 0, 0], want
+        for row, (history, count) in enumerate(zip(histories, counts)):
+            found = drafts[row, :count].tolist()
+            assert found == expected(history)[:count], (row, found)
+            # Past the match, upstream pads with the last sampled token.
+            assert drafts[row, count:].tolist() == [history[-1]] * (K - count), (row, drafts[row])
+        assert speculator.num_proposed(2).tolist() == counts[:2]
+
+        # A dummy run (profiling, warm-up) leaves the counts alone.
+        batch = types.SimpleNamespace(num_reqs=2, idx_mapping=torch.tensor([0, 1]))
+        speculator.propose(batch, None, None, None, None, None, None, None, None,
+                           None, None, dummy_run=True)
+        assert speculator.num_proposed(len(slots)).tolist() == counts
+
+        fixed, _ = build("fixed")
+        assert not fixed.reports_proposals
+        print("ok")
+        """,
+        prelude=CPU_DEVICE_SHIM + NGRAM_PROPOSER,
+        env={**INTERPRET, "CUDA_VISIBLE_DEVICES": ""},
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_bench_e2e_plugin_engine_kwargs_reach_the_model_config(tmp_path):
+    """``bench e2e``'s plugin n-gram engines hand ``speculation_policy`` to
+    ``LLM(...)``, which passes it to ``EngineArgs(...)`` before any general
+    plugin has loaded: the platform-plugin hook (integration/early.py) has
+    taught EngineArgs the keyword by then, and the setting reaches the
+    ModelConfig the workers receive, beside upstream's own use_fp64_gumbel."""
+    from tests.tiny_model import write_tiny_llama
+
+    model = str(write_tiny_llama(tmp_path / "tiny"))
+    out = run_python(
+        f"""
+        import pickle
+        from vllm_sampling_plugin.bench.e2e.engine import EngineSpec
+        from vllm.engine.arg_utils import EngineArgs
+        for policy in ("adaptive", "fixed"):
+            spec = EngineSpec(role="plugin", model={model!r}, max_num_seqs=8,
+                              gpu_memory_utilization=0.2, max_model_len=256, ngram_k=3,
+                              speculation_policy=policy, use_fp64_gumbel=True)
+            config = EngineArgs(load_format="dummy", **spec.llm_kwargs()).create_engine_config()
+            model_config = pickle.loads(pickle.dumps(config.model_config))
+            print(config.speculative_config.method, model_config.speculation_policy,
+                  model_config.use_fp64_gumbel)
+        """,
+        prelude=CPU_DEVICE_SHIM,
+        env={"VLLM_USE_V2_MODEL_RUNNER": "1"},
+    )
+    assert out.strip().splitlines()[-2:] == ["ngram adaptive True", "ngram fixed True"], out

@@ -170,12 +170,20 @@ def _request_state(num_tokens: int, num_slots: int):
     return idx_mapping, temperature, seeds, pos
 
 
-def _noise(fp64: str) -> dict:
-    """``use_fp64`` and ``fp64_stream`` of a launch: ``fp64`` is "off" or a stream."""
-    return dict(use_fp64=fp64 != "off", fp64_stream="philox" if fp64 == "off" else fp64)
+def _noise(noise: str) -> dict:
+    """``use_fp64``, ``fp64_stream`` and ``fp32_stream`` of a launch:
+    ``noise`` is "<precision>_<stream>", as in ``NOISE_CODES``."""
+    precision, stream = noise.split("_")
+    if precision == "fp64":
+        return dict(use_fp64=True, fp64_stream=stream)
+    return dict(use_fp64=False, fp32_stream=stream)
 
 
-def _gumbel(*, apply_temperature: bool, fp64: str, processed_logits_out: bool) -> None:
+# Every value of the kernels' NOISE constexpr (ops/random.py).
+NOISE_CODES = ("fp32_philox", "fp32_murmur3", "fp64_philox", "fp64_murmur3")
+
+
+def _gumbel(*, apply_temperature: bool, noise: str, processed_logits_out: bool) -> None:
     from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
     logits = torch.randn(2, VOCAB)
@@ -183,12 +191,12 @@ def _gumbel(*, apply_temperature: bool, fp64: str, processed_logits_out: bool) -
         logits,
         *_request_state(2, 4),
         apply_temperature=apply_temperature,
-        **_noise(fp64),
+        **_noise(noise),
         processed_logits_out=torch.empty(4, VOCAB) if processed_logits_out else None,
     )
 
 
-def _top_k_top_p(*, vocab: int, rows: int, apply_temperature: bool, fp64: str) -> None:
+def _top_k_top_p(*, vocab: int, rows: int, apply_temperature: bool, noise: str) -> None:
     from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
     idx_mapping, temperature, seeds, pos = _request_state(rows, rows)
@@ -203,7 +211,7 @@ def _top_k_top_p(*, vocab: int, rows: int, apply_temperature: bool, fp64: str) -
         top_k,
         top_p,
         apply_temperature=apply_temperature,
-        **_noise(fp64),
+        **_noise(noise),
     )
 
 
@@ -314,9 +322,9 @@ def _variants(family: str, launch: Callable[..., None], **axes: tuple) -> Iterat
 
 def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
     on_off = (False, True)
-    fp64 = ("off", "philox", "murmur3")
     yield from _variants(
-        "gumbel", _gumbel, apply_temperature=on_off, fp64=fp64, processed_logits_out=on_off
+        "gumbel", _gumbel, apply_temperature=on_off, noise=NOISE_CODES,
+        processed_logits_out=on_off,
     )
     # 2 rows merge in the chunk kernel, 8 in the merge kernel (TOPK_SPLIT_ROWS).
     yield from _variants(
@@ -325,7 +333,7 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
         vocab=(VOCAB,),
         rows=(2, TOPK_SPLIT_ROWS),
         apply_temperature=on_off,
-        fp64=fp64,
+        noise=NOISE_CODES,
     )
     yield from _variants(
         "topk_topp",
@@ -333,7 +341,7 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
         vocab=(SMALL_VOCAB,),
         rows=(2,),
         apply_temperature=(False,),
-        fp64=("off",),
+        noise=("fp32_philox", "fp32_murmur3"),
     )
     yield from _variants(
         "rejection",

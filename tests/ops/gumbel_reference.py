@@ -4,9 +4,9 @@ It re-derives, from the documented formulas of ``ops/random.py`` and
 ``ops/gumbel.py``, the token each row must get: Philox-4x32-10 on uint64
 arrays, the request key ``philox(seed, pos)[0]``, the FP64 uniform from two
 words, the FP32 uniform from one word of ``philox(key, t // 4)``, the murmur3
-FP64 stream (MurmurHash3-32 of the words seed low, seed high, position low,
-token), the noise transforms, and a first-index argmax in which NaN never
-wins.
+streams (MurmurHash3-32 of the words seed low, seed high, position low,
+token: two hashes for FP64, the domain-0 one for FP32), the noise
+transforms, and a first-index argmax in which NaN never wins.
 """
 
 import numpy as np
@@ -93,14 +93,44 @@ def murmur3_32(words: list, seed: int) -> np.ndarray:
 
 def gumbel_fp64_murmur3(seed: int, pos: int, vocab_size: int) -> np.ndarray:
     """vLLM 0.32's FP64 noise: 53 bits from two hashes, domains 0 and 0x9E3779B9."""
-    seed_bits = seed & 0xFFFFFFFFFFFFFFFF
-    words = [seed_bits & 0xFFFFFFFF, seed_bits >> 32, pos & 0xFFFFFFFF, np.arange(vocab_size)]
+    words = murmur3_words(seed, pos, np.arange(vocab_size))
     low = murmur3_32(words, 0)
     high = murmur3_32(words, 0x9E3779B9)
     random53 = ((high << np.uint64(32)) | low) >> np.uint64(11)
     u = (random53.astype(np.float64) + 0.5) * 2.0**-53
     u = np.where(u == 1.0, u - 2.0**-53, u)
     return -np.log(-np.log(u))
+
+
+def murmur3_words(seed: int, pos: int, tokens) -> list:
+    seed_bits = seed & 0xFFFFFFFFFFFFFFFF
+    return [seed_bits & 0xFFFFFFFF, seed_bits >> 32, pos & 0xFFFFFFFF, np.asarray(tokens)]
+
+
+def uniform_fp32_murmur3(seed: int, pos: int, tokens) -> np.ndarray:
+    """vLLM 0.32's FP32 uniform: ``(r + 0.5) / 2**32`` rounded once to float32,
+    ``r`` the domain-0 hash, split in two exact 16-bit halves."""
+    r = murmur3_32(murmur3_words(seed, pos, tokens), 0)
+    high = (r >> np.uint64(16)).astype(np.float32)
+    low = (r & np.uint64(0xFFFF)).astype(np.float32)
+    return high * np.float32(2.0**-16) + (low + np.float32(0.5)) * np.float32(2.0**-32)
+
+
+def gumbel_fp32_murmur3_from_uniform(u: np.ndarray) -> np.ndarray:
+    """``-log(-log(1 - u))`` in float32 as vLLM 0.32 evaluates it: below 0.25 the
+    degree-8 series of ``log(1 - u)``, else ``log(max(1 - u, 2**-24))``."""
+    u = np.asarray(u, dtype=np.float32)
+    p = np.float32(1 / 8)
+    for c in (1 / 7, 1 / 6, 1 / 5, 1 / 4, 1 / 3, 1 / 2, 1.0):
+        p = np.float32(c) + u * p
+    series = -u * p
+    direct = np.log(np.maximum(np.float32(1.0) - u, np.float32(2.0**-24)))
+    return (-np.log(-np.where(u < np.float32(0.25), series, direct))).astype(np.float32)
+
+
+def gumbel_fp32_murmur3(seed: int, pos: int, vocab_size: int) -> np.ndarray:
+    """vLLM 0.32's (and 0.33's) FP32 noise."""
+    return gumbel_fp32_murmur3_from_uniform(uniform_fp32_murmur3(seed, pos, np.arange(vocab_size)))
 
 
 def noise_uniform_fp32(key: int, tokens) -> np.ndarray:
@@ -144,6 +174,7 @@ def reference_tokens(
     apply_temperature: bool,
     use_fp64: bool,
     fp64_stream: str = "philox",
+    fp32_stream: str = "philox",
 ) -> list[int]:
     """What ``ops.gumbel.gumbel_sample`` must return (CPU tensors or arrays)."""
     logits = np.asarray(logits.float().cpu()) if hasattr(logits, "cpu") else logits
@@ -163,6 +194,8 @@ def reference_tokens(
             scores = scaled.astype(np.float64) + noise
         elif use_fp64:
             scores = scaled.astype(np.float64) + gumbel_fp64(key, scaled.shape[0])
+        elif fp32_stream == "murmur3":
+            scores = scaled + gumbel_fp32_murmur3(int(seeds[req]), int(pos[row]), scaled.shape[0])
         else:
             scores = scaled + gumbel_fp32(key, scaled.shape[0])
         tokens.append(first_argmax(scores))

@@ -8,12 +8,20 @@ import torch
 
 from tests.ops.gumbel_reference import (
     gumbel_fp32,
+    gumbel_fp32_murmur3,
     noise_uniform_fp32,
     reference_tokens,
     request_key,
+    uniform_fp32_murmur3,
 )
 from tests.integration.helpers import run_python
 from tests.ops.noises import NOISES
+from tests.ops.stock_gumbel import (
+    assert_murmur3_draw_is_upstreams,
+    assert_fp32_murmur3_top_k_top_p_is_upstreams,
+    assert_fp64_draw_is_stocks,
+    assert_noise_bits_are_upstreams,
+)
 from tests.vllm_lines import needs_vllm_line
 from vllm_sampling_plugin.ops import gumbel
 from vllm_sampling_plugin.ops.gumbel import GumbelTuning, gumbel_sample
@@ -170,25 +178,39 @@ def test_nan_never_wins_and_inf_wins(device, noise):
     assert got.tolist() == [0, 0, 6, 9]
 
 
-# (seed, position, token) whose FP32 noise uniform lies below 2**-24, where
-# float32 cannot hold 1 - u: found by a search with the NumPy model (the test
-# re-checks it). The first is in [2**-25, 2**-24), where -log(1 - u) in float32
-# caps the noise near 16.6; the second is below 2**-25, where it gives +inf.
-RARE_UNIFORMS = [(2026, 9779, 2825), (2026, 45848, 406)]
+# (FP32 stream, seed, position, token) whose FP32 noise uniform lies below
+# 2**-24, where float32 cannot hold 1 - u: found by a search with the NumPy
+# model (the test re-checks it). The first of each stream is in
+# [2**-25, 2**-24), where -log(1 - u) in float32 caps the noise near 16.6; the
+# second is below 2**-25, where it gives +inf.
+RARE_UNIFORMS = [
+    ("philox", 2026, 9779, 2825),
+    ("philox", 2026, 45848, 406),
+    ("murmur3", 2026, 43080, 2140),
+    ("murmur3", 2026, 11893, 2741),
+]
 
 
-@pytest.mark.parametrize("seed, position, rare", RARE_UNIFORMS, ids=["capped", "infinite"])
-def test_fp32_noise_tail_beyond_the_float32_grid_near_one(device, seed, position, rare):
+@pytest.mark.parametrize(
+    "stream, seed, position, rare", RARE_UNIFORMS,
+    ids=["philox_capped", "philox_infinite", "murmur3_capped", "murmur3_infinite"],
+)
+def test_fp32_noise_tail_beyond_the_float32_grid_near_one(device, stream, seed, position, rare):
     """The FP32 noise of a token whose uniform is below 2**-24 is
-    ``-log(-log1p(-u))``, about ``-log(u)`` (the series branch of
-    ``ops/random.py``): placed 0.25 above (below) the best other score, the
-    rare token must win (lose). Noise computed as ``-log(-log(1 - u))`` in
-    float32 is 16.6 or +inf there, and one of the two rows comes out wrong."""
+    ``-log(-log1p(-u))``, about ``-log(u)`` (the series branches of
+    ``ops/random.py``, in both FP32 streams): placed 0.25 above (below) the
+    best other score, the rare token must win (lose). Noise computed as
+    ``-log(-log(1 - u))`` in float32 is 16.6 or +inf there, and one of the
+    two rows comes out wrong."""
     vocab_size = 4096
-    key = request_key(seed, position)
-    u = float(noise_uniform_fp32(key, [rare])[0])
+    if stream == "murmur3":
+        u = float(uniform_fp32_murmur3(seed, position, [rare])[0])
+        noise = gumbel_fp32_murmur3(seed, position, vocab_size).astype(np.float64)
+    else:
+        key = request_key(seed, position)
+        u = float(noise_uniform_fp32(key, [rare])[0])
+        noise = gumbel_fp32(key, vocab_size).astype(np.float64)
     assert u < 2.0**-24
-    noise = gumbel_fp32(key, vocab_size).astype(np.float64)
     best_other = np.delete(noise, rare).max()
     logits = torch.zeros(2, vocab_size)
     for row, offset in enumerate([0.25, -0.25]):
@@ -200,9 +222,13 @@ def test_fp32_noise_tail_beyond_the_float32_grid_near_one(device, seed, position
         seeds=torch.tensor([seed]),
         pos=torch.tensor([position, position]),
     )
-    expected = reference_tokens(**batch, apply_temperature=False, use_fp64=False)
+    expected = reference_tokens(
+        **batch, apply_temperature=False, use_fp64=False, fp32_stream=stream
+    )
     assert expected[0] == rare and expected[1] != rare
-    got = call({k: v.to(device) for k, v in batch.items()}, apply_temperature=False)
+    got = call(
+        {k: v.to(device) for k, v in batch.items()}, apply_temperature=False, fp32_stream=stream
+    )
     assert got.tolist() == expected
 
 
@@ -273,26 +299,11 @@ def gpu_stock_batch(num_tokens, max_num_reqs, vocab_size, dtype):
 @pytest.mark.parametrize("apply_temperature", [False, True])
 def test_fp64_equals_stock_vllm(num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature):
     """use_fp64=True gives vLLM 0.20's own tokens and processed logits."""
-    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
-
     logits, idx_mapping, temperature, seeds, pos = gpu_stock_batch(
         num_tokens, max_num_reqs, vocab_size, dtype
     )
-    idx_mapping = idx_mapping.to(torch.int32)
-    stock_processed = torch.full((max_num_reqs, vocab_size), 7.0, device="cuda")
-    our_processed = stock_processed.clone()
-
-    expected = stock_gumbel_sample(
-        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
-        processed_logits_out=stock_processed,
-    )
-    got = gumbel_sample(
-        logits, idx_mapping, temperature, seeds, pos,
-        apply_temperature=apply_temperature, use_fp64=True,
-        processed_logits_out=our_processed,
-    )
-    assert torch.equal(got, expected)
-    assert torch.equal(our_processed, stock_processed)
+    assert_fp64_draw_is_stocks(logits, idx_mapping.to(torch.int32), temperature, seeds, pos,
+                               apply_temperature)
 
 
 # Without CUDA, vLLM replaces Triton with a placeholder unless no device is
@@ -310,8 +321,7 @@ def test_fp64_equals_stock_vllm_on_cpu():
     run_python(
         """
         import torch
-        from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as stock_gumbel_sample
-        from vllm_sampling_plugin.ops.gumbel import gumbel_sample
+        from tests.ops.stock_gumbel import assert_fp64_draw_is_stocks
 
         for num_tokens, max_num_reqs, vocab_size in [(1, 4, 301), (12, 16, 3000)]:
             for dtype in (torch.float32, torch.bfloat16):
@@ -324,50 +334,123 @@ def test_fp64_equals_stock_vllm_on_cpu():
                     temperature[::7] = 0.0
                     seeds = torch.randint(-(2**63), 2**63 - 1, (max_num_reqs,), generator=gen)
                     pos = torch.randint(0, 1 << 20, (num_tokens,), generator=gen)
-                    stock_processed = torch.full((max_num_reqs, vocab_size), 7.0)
-                    our_processed = stock_processed.clone()
-                    expected = stock_gumbel_sample(
+                    assert_fp64_draw_is_stocks(
                         logits, idx_mapping, temperature, seeds, pos, apply_temperature,
-                        processed_logits_out=stock_processed,
+                        case=(num_tokens, vocab_size, dtype, apply_temperature),
                     )
-                    got = gumbel_sample(
-                        logits, idx_mapping, temperature, seeds, pos,
-                        apply_temperature=apply_temperature, use_fp64=True,
-                        processed_logits_out=our_processed,
-                    )
-                    case = (num_tokens, vocab_size, dtype, apply_temperature)
-                    assert torch.equal(got, expected), (case, got, expected)
-                    assert torch.equal(our_processed, stock_processed), case
         """,
         env=STOCK_ON_CPU_ENV,
     )
 
 
+# The CPU twin's batches: (num_tokens, max_num_reqs, vocab_size, logits
+# scale). Small logit scales leave the noise to decide, so a wrong noise bit
+# pattern shows as another token; 1025 and 3000 split rows over several of
+# upstream's 1024-token blocks and the plugin's tiles.
+MURMUR3_CPU_BATCHES = [(1, 4, 301, 4.0), (16, 24, 1025, 0.5), (12, 16, 3000, 2.0), (64, 64, 257, 0.1)]
+
+
+@needs_vllm_line("0.32", "0.33", why="the reference is their FP32 Gumbel kernel, murmur3 noise")
+def test_fp32_murmur3_equals_upstream_vllm_on_cpu():
+    """fp32_stream="murmur3" is vLLM 0.32/0.33's own FP32 draw, on CPU: the
+    noise bit for bit (seeds over the whole int64 range, positions past
+    2**32), then Gumbel-max tokens over many seeds, positions, temperatures
+    (greedy rows, 1.0, 0.01..1.5), vocabulary sizes, float32 and bfloat16
+    logits, with and without in-kernel temperature, and the fused
+    top-k/top-p kernel against upstream's mask then FP32 Gumbel-max."""
+    run_python(
+        f"""
+        import torch
+        from tests.ops.stock_gumbel import (
+            assert_murmur3_draw_is_upstreams,
+            assert_fp32_murmur3_top_k_top_p_is_upstreams,
+            assert_noise_bits_are_upstreams,
+        )
+
+        gen = torch.Generator().manual_seed(0)
+        seeds = torch.randint(-(2**63), 2**63 - 1, (6,), generator=gen)
+        seeds[:3] = torch.tensor([0, -1, 2**63 - 1])
+        pos = torch.tensor([0, 1, 2**32 + 5, 2**40 + 3, 123456, 7])
+        assert_noise_bits_are_upstreams(seeds, pos, 5000)
+
+        for num_tokens, max_num_reqs, vocab_size, scale in {MURMUR3_CPU_BATCHES!r}:
+            for dtype in (torch.float32, torch.bfloat16):
+                for apply_temperature in (False, True):
+                    gen = torch.Generator().manual_seed(vocab_size + num_tokens)
+                    logits = (torch.randn(num_tokens, vocab_size, generator=gen) * scale).to(dtype)
+                    idx_mapping = torch.randperm(max_num_reqs, generator=gen)[:num_tokens]
+                    temperature = torch.rand(max_num_reqs, generator=gen) * 1.5 + 0.01
+                    temperature[::7] = 0.0
+                    temperature[1::7] = 1.0
+                    seeds = torch.randint(-(2**63), 2**63 - 1, (max_num_reqs,), generator=gen)
+                    pos = torch.randint(0, 1 << 40, (num_tokens,), generator=gen)
+                    case = (num_tokens, vocab_size, dtype, apply_temperature)
+                    assert_murmur3_draw_is_upstreams(
+                        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
+                        use_fp64=False, case=case,
+                    )
+                top_k = torch.randint(1, 40, (max_num_reqs,), generator=gen).to(torch.int32)
+                top_k[::3] = vocab_size
+                top_p = torch.rand(max_num_reqs, generator=gen) * 0.8 + 0.15
+                top_p[1::3] = 1.0
+                assert_fp32_murmur3_top_k_top_p_is_upstreams(
+                    logits, idx_mapping, temperature, seeds, pos, top_k, top_p, case
+                )
+        """,
+        env=STOCK_ON_CPU_ENV,
+        timeout=900,
+    )
+
+
 @pytest.mark.gpu
-@needs_vllm_line("0.32", "0.33", why="the reference is their FP64 Gumbel kernel, murmur3 noise")
+@needs_vllm_line("0.32", "0.33", why="the reference is their FP32 Gumbel kernel, murmur3 noise")
+def test_fp32_murmur3_noise_bits_equal_upstream_vllm():
+    """Compiled for the GPU (where fused multiply-adds and libdevice's logf
+    decide the last bits), the FP32 murmur3 noise is still upstream's, bit
+    for bit."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    seeds = torch.randint(-(2**63), 2**63 - 1, (64,), generator=gen, device="cuda")
+    pos = torch.randint(0, 1 << 40, (64,), generator=gen, device="cuda")
+    assert_noise_bits_are_upstreams(seeds, pos, 151936)
+
+
+@pytest.mark.gpu
+@needs_vllm_line("0.32", "0.33", why="the reference is their Gumbel kernel, murmur3 noise")
 @pytest.mark.parametrize("num_tokens, max_num_reqs", [(1, 4), (96, 128), (1024, 1024)])
 @pytest.mark.parametrize("vocab_size", [32000, 151936])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("apply_temperature", [False, True])
-def test_fp64_murmur3_equals_upstream_vllm(
-    num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature
+@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
+def test_murmur3_equals_upstream_vllm(
+    num_tokens, max_num_reqs, vocab_size, dtype, apply_temperature, use_fp64
 ):
-    """fp64_stream="murmur3" gives vLLM 0.32's and 0.33's own FP64 tokens."""
-    from vllm.v1.worker.gpu.sample.gumbel import gumbel_sample as upstream_gumbel_sample
-
+    """fp32_stream="murmur3" and fp64_stream="murmur3" give vLLM 0.32's and
+    0.33's own FP32 and FP64 tokens."""
     logits, idx_mapping, temperature, seeds, pos = gpu_stock_batch(
         num_tokens, max_num_reqs, vocab_size, dtype
     )
+    assert_murmur3_draw_is_upstreams(
+        logits, idx_mapping, temperature, seeds, pos, apply_temperature, use_fp64
+    )
 
-    expected = upstream_gumbel_sample(
-        logits, idx_mapping, temperature, seeds, pos, apply_temperature,
-        is_drafting=False, use_fp64=True,
+
+@pytest.mark.gpu
+@needs_vllm_line("0.32", "0.33", why="the reference is their top-k/top-p mask and FP32 Gumbel kernel")
+@pytest.mark.parametrize("num_tokens", [4, 256])
+def test_fp32_murmur3_top_k_top_p_equals_upstream_vllm(num_tokens):
+    """The fused kernel with fp32_stream="murmur3" gives upstream's masked FP32 draw."""
+    vocab_size = 151936
+    logits, idx_mapping, temperature, seeds, pos = gpu_stock_batch(
+        num_tokens, num_tokens, vocab_size, torch.float32
     )
-    got = gumbel_sample(
-        logits, idx_mapping.to(torch.int32), temperature, seeds, pos,
-        apply_temperature=apply_temperature, use_fp64=True, fp64_stream="murmur3",
+    gen = torch.Generator(device="cuda").manual_seed(num_tokens)
+    top_k = torch.randint(1, 100, (num_tokens,), generator=gen, device="cuda").to(torch.int32)
+    top_k[::3] = vocab_size
+    top_p = torch.rand(num_tokens, generator=gen, device="cuda") * 0.8 + 0.15
+    top_p[1::3] = 1.0
+    assert_fp32_murmur3_top_k_top_p_is_upstreams(
+        logits, idx_mapping, temperature, seeds, pos, top_k, top_p
     )
-    assert torch.equal(got, expected)
 
 
 def test_unknown_fp64_stream_is_refused():

@@ -51,12 +51,17 @@ GPU_DRAWS = max(
 )
 
 
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
-def test_draws_fit_exact_distribution(device, use_fp64):
+@pytest.mark.parametrize(
+    "use_fp64, fp32_stream",
+    [(False, "philox"), (False, "murmur3"), (True, "philox")],
+    ids=["fp32", "fp32_murmur3", "fp64"],
+)
+def test_draws_fit_exact_distribution(device, use_fp64, fp32_stream):
     """Chi-square goodness of fit per case; never a token outside the kept set.
 
     All cases run in one launch: rows are copies of DIST_LOGITS that differ in
-    seed, so each row is an independent draw.
+    seed, so each row is an independent draw. Both FP32 streams (the plugin's
+    and vLLM 0.32/0.33's murmur3 noise) must draw the law.
     """
     draws = 200 if device.type == "cpu" else GPU_DRAWS
     num_cases = len(DIST_CASES)
@@ -72,6 +77,7 @@ def test_draws_fit_exact_distribution(device, use_fp64):
         top_k.to(device),
         top_p.to(device),
         use_fp64=use_fp64,
+        fp32_stream=fp32_stream,
     ).cpu()
 
     for case, (temp, k, p) in enumerate(DIST_CASES):

@@ -48,8 +48,8 @@ MIN_P_VALUE = 1e-3
 
 
 def run(logits, temperature, top_k, top_p, seeds, pos, *, idx_mapping=None,
-        tuning=DEFAULT, use_fp64=False, fp64_stream="philox", apply_temperature=True,
-        paths_out=None):
+        tuning=DEFAULT, use_fp64=False, fp64_stream="philox", fp32_stream="philox",
+        apply_temperature=True, paths_out=None):
     """One request slot per row unless ``idx_mapping`` says otherwise."""
     device = logits.device
     if idx_mapping is None:
@@ -65,6 +65,7 @@ def run(logits, temperature, top_k, top_p, seeds, pos, *, idx_mapping=None,
         apply_temperature=apply_temperature,
         use_fp64=use_fp64,
         fp64_stream=fp64_stream,
+        fp32_stream=fp32_stream,
         tuning=tuning,
         paths_out=paths_out,
     )

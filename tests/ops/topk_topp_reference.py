@@ -62,7 +62,7 @@ def divided(logits: np.ndarray, temperature, apply_temperature: bool) -> np.ndar
 
 def reference_top_k_top_p(
     logits, temperature, top_k, top_p, seeds, pos, *, use_fp64=False, fp64_stream="philox",
-    apply_temperature=True,
+    fp32_stream="philox", apply_temperature=True,
 ) -> tuple[list[int], float]:
     """What ``top_k_top_p_sample`` must return with one request slot per row,
     and the smallest top-p margin over the rows (see ``KeptSet``)."""
@@ -83,5 +83,6 @@ def reference_top_k_top_p(
         apply_temperature=False,
         use_fp64=use_fp64,
         fp64_stream=fp64_stream,
+        fp32_stream=fp32_stream,
     )
     return tokens, margin

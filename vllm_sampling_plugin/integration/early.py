@@ -1,11 +1,15 @@
-"""Make ``EngineArgs`` accept ``use_fp64_gumbel`` before anyone can pass it.
+"""Make ``EngineArgs`` accept the plugin's keywords before anyone can pass them.
 
-``LLM(model=..., use_fp64_gumbel=True)`` hands its keywords to
+``LLM(model=..., speculation_policy="fixed")`` hands its keywords to
 ``EngineArgs(...)``, whose generated ``__init__`` rejects unknown keywords
-before ``__post_init__`` loads the general plugins (where upstream's
-EngineArgs has no such field, 0.20 and 0.21; from 0.22 on it has, and
-``patch_engine_args`` leaves it alone). The only hook vLLM
-runs earlier is platform-plugin discovery, which happens on the first use of
+before ``__post_init__`` loads the general plugins. The keywords are those
+of the seams ``LINE_SEAMS`` records for the installed line (the seams
+themselves are detected later, in ``register()``, which vLLM's config import
+must not wait for): ``use_fp64_gumbel`` where the settings seam is the
+plugin's (0.20, 0.21; later lines have the field upstream, which
+engine_args.py leaves alone), ``speculation_policy`` where the speculator
+seam is (0.20, 0.32, 0.33). The only hook vLLM runs earlier is
+platform-plugin discovery, which happens on the first use of
 ``vllm.platforms.current_platform`` while ``vllm.config`` is imported. This
 module is registered as a ``vllm.platform_plugins`` entry point for that reason
 alone: it always answers "not my platform" (returns None).
@@ -25,11 +29,18 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import logging
+import functools
 import sys
 from types import ModuleType
 
+from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin.integration.engine_args import patch_engine_args
-from vllm_sampling_plugin.integration.version import vllm_version_supported
+from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.version import (
+    LINE_SEAMS,
+    installed_vllm_version,
+    release_line,
+)
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -39,11 +50,25 @@ ARG_UTILS = "vllm.engine.arg_utils"
 def teach_engine_args() -> None:
     """``vllm.platform_plugins`` entry point; returns None (no platform)."""
     try:
-        if vllm_version_supported():
-            when_arg_utils_ready(patch_engine_args)
+        # Outside the supported lines the plugin stays inactive (register.py).
+        line = release_line(installed_vllm_version())
+        keywords = () if line is None else line_keywords(line)
+        if keywords:
+            when_arg_utils_ready(functools.partial(patch_engine_args, wanted=keywords))
     except Exception:  # vLLM swallows platform-plugin errors; say why here.
         logger.exception("vllm-sampling-plugin could not patch EngineArgs early")
     return None
+
+
+def line_keywords(line: str) -> tuple[str, ...]:
+    """The EngineArgs keywords of the seams ``line`` takes (``LINE_SEAMS``)."""
+    seams = LINE_SEAMS[line]
+    keywords = []
+    if seams[shapes.SETTINGS]:
+        keywords.append(cfg.FP64_ATTR)
+    if seams[shapes.SPECULATOR]:
+        keywords.append(cfg.SPECULATION_POLICY_ATTR)
+    return tuple(keywords)
 
 
 def when_arg_utils_ready(patch) -> None:

@@ -1,13 +1,12 @@
 """Teach ``EngineArgs`` the plugin's ``use_fp64_gumbel`` and
 ``speculation_policy`` and carry the settings into ``ModelConfig``.
 
-vLLM 0.20 gives plugins no way to add an engine argument, so four methods are
+vLLM gives plugins no way to add an engine argument, so four methods are
 wrapped (each wrapper calls the original and adds one thing):
 
 * ``EngineArgs.__init__`` and ``AsyncEngineArgs.__init__`` (each dataclass has
-  its own generated ``__init__``) accept ``use_fp64_gumbel=`` and
-  ``speculation_policy=`` and store them as plain attributes, so
-  ``EngineArgs(...)`` and ``LLM(...)`` take the keywords;
+  its own generated ``__init__``) accept the plugin's keywords and store them
+  as plain attributes, so ``EngineArgs(...)`` and ``LLM(...)`` take them;
 * ``EngineArgs.add_cli_args`` (a staticmethod, also reached from
   ``AsyncEngineArgs.add_cli_args``) adds ``--use-fp64-gumbel`` /
   ``--no-use-fp64-gumbel`` to the ModelConfig group and
@@ -16,116 +15,166 @@ wrapped (each wrapper calls the original and adds one thing):
   otherwise drop because they are not dataclass fields;
 * ``EngineArgs.create_model_config`` stores the resolved settings on the
   ModelConfig it builds (see :mod:`vllm_sampling_plugin.config`).
+
+Each seam that needs a keyword asks for it (:func:`patch_engine_args`): the
+settings seam for ``use_fp64_gumbel`` (and the FlashInfer setting it carries),
+the speculator seam for ``speculation_policy``; integration/early.py asks
+for those of the line's seams before any ``EngineArgs(...)``. Only keywords
+the installed ``EngineArgs`` lacks are added (:func:`plugin_keywords`): 0.22
+and later have their own ``use_fp64_gumbel`` field, flag and ModelConfig
+setting, which stay upstream's. A keyword is taught once; a later request
+for it does nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
+
 from vllm_sampling_plugin import config as cfg
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_20,
+    installed_vllm_version,
+    release_line,
+)
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 FP64_FLAG = "--use-fp64-gumbel"
 POLICY_FLAG = "--speculation-policy"
 
 
-def patch_engine_args(engine_args_cls: type, async_engine_args_cls: type) -> None:
-    """Apply the wrappers to ``EngineArgs``/``AsyncEngineArgs``; idempotent.
-    A release whose EngineArgs has its own ``use_fp64_gumbel`` (0.22 on) is
-    left alone: its field must not be shadowed."""
-    if engine_args_cls.__dict__.get(_PATCHED, False):
+def plugin_keywords(
+    engine_args_cls: type,
+    wanted: tuple[str, ...] = (cfg.FP64_ATTR, cfg.SPECULATION_POLICY_ATTR),
+) -> tuple[str, ...]:
+    """The plugin's settings among ``wanted`` that ``engine_args_cls`` has no field for."""
+    fields = {f.name for f in dataclasses.fields(engine_args_cls)}
+    return tuple(name for name in wanted if name not in fields)
+
+
+# Lines where an H100 run measured the adaptive speculation policy, which is
+# their default (docs/benchmarks.md); elsewhere the default is upstream's
+# fixed k until a GPU run shows the policy there (--speculation-policy
+# adaptive opts in): 0.32/0.33 run it over upstream's proposer, unmeasured.
+ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20,)
+
+
+def default_speculation_policy(line: str | None = None) -> str:
+    """The ``speculation_policy`` of an engine that names none, on ``line``
+    (default: the installed vLLM's)."""
+    line = release_line(installed_vllm_version()) if line is None else line
+    return cfg.ADAPTIVE if line in ADAPTIVE_BY_DEFAULT_LINES else cfg.FIXED
+
+
+def patch_engine_args(
+    engine_args_cls: type,
+    async_engine_args_cls: type,
+    wanted: tuple[str, ...] = (cfg.FP64_ATTR, cfg.SPECULATION_POLICY_ATTR),
+) -> None:
+    """Teach ``EngineArgs``/``AsyncEngineArgs`` the keywords among ``wanted``
+    that they lack and have not been taught yet; idempotent."""
+    taught = engine_args_cls.__dict__.get(_PATCHED, ())
+    keywords = tuple(k for k in plugin_keywords(engine_args_cls, wanted) if k not in taught)
+    if not keywords:
         return
-    if "use_fp64_gumbel" in engine_args_cls.__dataclass_fields__:
-        return
-    engine_args_cls.use_fp64_gumbel = False
-    engine_args_cls.speculation_policy = cfg.ADAPTIVE
+    default_policy = default_speculation_policy()
+    if cfg.FP64_ATTR in keywords:
+        engine_args_cls.use_fp64_gumbel = False
+    if cfg.SPECULATION_POLICY_ATTR in keywords:
+        engine_args_cls.speculation_policy = default_policy
     for cls in (engine_args_cls, async_engine_args_cls):
-        cls.__init__ = _accepting_fp64_keyword(cls.__dict__["__init__"])
-    engine_args_cls.add_cli_args = staticmethod(
-        _adding_fp64_flag(engine_args_cls.__dict__["add_cli_args"].__func__)
-    )
-    engine_args_cls.from_cli_args = classmethod(
-        _carrying_fp64_flag(engine_args_cls.__dict__["from_cli_args"].__func__)
-    )
+        cls.__init__ = _accepting_plugin_keywords(
+            cls.__dict__["__init__"], keywords, default_policy)
+    engine_args_cls.add_cli_args = staticmethod(_adding_plugin_flags(
+        engine_args_cls.__dict__["add_cli_args"].__func__, keywords, default_policy))
+    engine_args_cls.from_cli_args = classmethod(_carrying_plugin_flags(
+        engine_args_cls.__dict__["from_cli_args"].__func__, keywords, default_policy))
     engine_args_cls.create_model_config = _storing_settings(
-        engine_args_cls.__dict__["create_model_config"]
+        engine_args_cls.__dict__["create_model_config"], keywords
     )
-    setattr(engine_args_cls, _PATCHED, True)
+    setattr(engine_args_cls, _PATCHED, taught + keywords)
 
 
-def _accepting_fp64_keyword(init):
+def _accepting_plugin_keywords(init, keywords: tuple[str, ...], default_policy: str):
     @functools.wraps(init)
-    def __init__(
-        self,
-        *args,
-        use_fp64_gumbel: bool = False,
-        speculation_policy: str = cfg.ADAPTIVE,
-        **kwargs,
-    ):
-        if not isinstance(use_fp64_gumbel, bool):
-            raise TypeError(
-                f"use_fp64_gumbel must be a bool, got {type(use_fp64_gumbel).__name__}"
-            )
+    def __init__(self, *args, **kwargs):
         # Set before the original __init__, whose __post_init__ may look at them.
-        self.use_fp64_gumbel = use_fp64_gumbel
-        self.speculation_policy = cfg.check_speculation_policy(speculation_policy)
+        if cfg.FP64_ATTR in keywords:
+            use_fp64_gumbel = kwargs.pop(cfg.FP64_ATTR, False)
+            if not isinstance(use_fp64_gumbel, bool):
+                raise TypeError(
+                    f"use_fp64_gumbel must be a bool, got {type(use_fp64_gumbel).__name__}"
+                )
+            self.use_fp64_gumbel = use_fp64_gumbel
+        if cfg.SPECULATION_POLICY_ATTR in keywords:
+            self.speculation_policy = cfg.check_speculation_policy(
+                kwargs.pop(cfg.SPECULATION_POLICY_ATTR, default_policy)
+            )
         init(self, *args, **kwargs)
 
     return __init__
 
 
-def _adding_fp64_flag(add_cli_args):
+def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], default_policy: str):
     @functools.wraps(add_cli_args)
     def wrapper(parser):
         parser = add_cli_args(parser)
-        if any(FP64_FLAG in action.option_strings for action in parser._actions):
-            return parser
+        flags = {flag for action in parser._actions for flag in action.option_strings}
         group = next(
             (g for g in parser._action_groups if g.title == "ModelConfig"), parser
         )
-        group.add_argument(
-            FP64_FLAG,
-            dest="use_fp64_gumbel",
-            action=argparse.BooleanOptionalAction,
-            default=False,
-            help=cfg.FP64_HELP,
-        )
+        if cfg.FP64_ATTR in keywords and FP64_FLAG not in flags:
+            group.add_argument(
+                FP64_FLAG,
+                dest="use_fp64_gumbel",
+                action=argparse.BooleanOptionalAction,
+                default=False,
+                help=cfg.FP64_HELP,
+            )
         spec_group = next(
             (g for g in parser._action_groups if g.title == "SpeculativeConfig"),
             group,
         )
-        spec_group.add_argument(
-            POLICY_FLAG,
-            dest="speculation_policy",
-            choices=cfg.SPECULATION_POLICIES,
-            default=cfg.ADAPTIVE,
-            help=cfg.SPECULATION_POLICY_HELP,
-        )
+        if cfg.SPECULATION_POLICY_ATTR in keywords and POLICY_FLAG not in flags:
+            spec_group.add_argument(
+                POLICY_FLAG,
+                dest="speculation_policy",
+                choices=cfg.SPECULATION_POLICIES,
+                default=default_policy,
+                help=f"{cfg.SPECULATION_POLICY_HELP} Default here: {default_policy!r}.",
+            )
         return parser
 
     return wrapper
 
 
-def _carrying_fp64_flag(from_cli_args):
+def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...], default_policy: str):
     @functools.wraps(from_cli_args)
     def wrapper(cls, args: argparse.Namespace):
         engine_args = from_cli_args(cls, args)
-        engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", False))
-        engine_args.speculation_policy = cfg.check_speculation_policy(
-            getattr(args, "speculation_policy", cfg.ADAPTIVE)
-        )
+        if cfg.FP64_ATTR in keywords:
+            engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", False))
+        if cfg.SPECULATION_POLICY_ATTR in keywords:
+            engine_args.speculation_policy = cfg.check_speculation_policy(
+                getattr(args, "speculation_policy", default_policy)
+            )
         return engine_args
 
     return wrapper
 
 
-def _storing_settings(create_model_config):
+def _storing_settings(create_model_config, keywords: tuple[str, ...]):
     @functools.wraps(create_model_config)
     def wrapper(self, *args, **kwargs):
         model_config = create_model_config(self, *args, **kwargs)
-        setattr(model_config, cfg.FP64_ATTR, bool(self.use_fp64_gumbel))
-        setattr(model_config, cfg.FLASHINFER_ATTR, cfg.parse_flashinfer_env())
-        setattr(model_config, cfg.SPECULATION_POLICY_ATTR, self.speculation_policy)
+        if cfg.FP64_ATTR in keywords:
+            # The sampler settings are the plugin's only where upstream has
+            # no use_fp64_gumbel (0.20, 0.21); later lines keep both upstream's.
+            setattr(model_config, cfg.FP64_ATTR, bool(self.use_fp64_gumbel))
+            setattr(model_config, cfg.FLASHINFER_ATTR, cfg.parse_flashinfer_env())
+        if cfg.SPECULATION_POLICY_ATTR in keywords:
+            setattr(model_config, cfg.SPECULATION_POLICY_ATTR, self.speculation_policy)
         return model_config
 
     return wrapper

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from vllm_sampling_plugin.config import ADAPTIVE, settings_from_model_config
+from vllm_sampling_plugin.integration.speculation_policy import is_adaptive
 from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
 from vllm_sampling_plugin.ops.ngram.launcher import NGRAM_MAX_N
 
@@ -70,8 +70,7 @@ class NgramProposerGPU:
         self.min_n, self.max_n, self.k = ngram_settings(speculative_config)
         # Under the adaptive policy the runner sends num_proposed() to the
         # scheduler with every output (integration/proposal_report.py).
-        settings = settings_from_model_config(vllm_config.model_config)
-        self.reports_proposals = settings.speculation_policy == ADAPTIVE
+        self.reports_proposals = is_adaptive(vllm_config)
         self.device = device
         self.max_num_reqs = vllm_config.scheduler_config.max_num_seqs
         # There is no draft model; the runner still reads `.model`.

@@ -30,6 +30,7 @@ TOP_K_TOP_P_SEEDED = "top-k/top-p, batches FlashInfer may not take"
 TOP_K_TOP_P_FLASHINFER = "top-k/top-p, batches FlashInfer may take"
 REJECTION = "rejection sampling"
 NGRAM = "n-gram speculator"
+SPECULATION_POLICY = "adaptive speculation policy"
 FP64_SETTING = "use_fp64_gumbel setting"
 FLASHINFER_SETTING = "VLLM_USE_FLASHINFER_SAMPLER"
 PARTS = (
@@ -39,6 +40,7 @@ PARTS = (
     TOP_K_TOP_P_FLASHINFER,
     REJECTION,
     NGRAM,
+    SPECULATION_POLICY,
     FP64_SETTING,
     FLASHINFER_SETTING,
 )
@@ -50,6 +52,7 @@ SEAM_OF_PART = {
     TOP_K_TOP_P_FLASHINFER: shapes.DRAW,
     REJECTION: shapes.REJECTION,
     NGRAM: shapes.SPECULATOR,
+    SPECULATION_POLICY: shapes.SPECULATOR,
     FP64_SETTING: shapes.SETTINGS,
     FLASHINFER_SETTING: shapes.SETTINGS,
 }
@@ -57,8 +60,12 @@ SEAM_OF_PART = {
 # Parts the plugin takes only in some of their seam's shapes: the race-free
 # bias step comes with the plugin's own Sampler (integration/sampler.py,
 # logit_bias.py), which the sample() shape uses; the other shapes keep
-# upstream's processing.
-PART_SHAPES = {ALLOWED_BIAS_MIN_TOKENS: (shapes.SAMPLE,)}
+# upstream's processing. The n-gram proposer is the plugin's only where
+# upstream has none; over upstream's the plugin adds the policy alone.
+PART_SHAPES = {
+    ALLOWED_BIAS_MIN_TOKENS: (shapes.SAMPLE,),
+    NGRAM: (shapes.NGRAM_BEFORE_REQUEST_STATE,),
+}
 
 # Why the plugin takes a part where its seam has a known shape.
 WHY_PLUGIN = {
@@ -69,16 +76,22 @@ WHY_PLUGIN = {
     "speculative verification; min_tokens masks stop ids for exactly min_tokens "
     "outputs (upstream 0.20: one more)",
     GUMBEL: "the plugin's Gumbel-max kernel (FP64 in upstream's noise stream: Philox "
-    "through 0.30, murmur3 from 0.31); it must own this draw whenever it owns the "
-    "seeded top-k/top-p draw, or a seeded request's noise would depend on its batch-mates",
+    "through 0.30, murmur3 from 0.31; FP32 in upstream's murmur3 stream on engines "
+    "that speculate from 0.31, where upstream's RejectionSampler draws the steps with "
+    "drafts); it must own this draw whenever it owns the seeded top-k/top-p draw, or "
+    "a seeded request's noise would depend on its batch-mates",
     TOP_K_TOP_P_SEEDED: "upstream sorts, masks, then samples; the plugin's fused "
     "kernel is seeded and batch-invariant",
     TOP_K_TOP_P_FLASHINFER: "with VLLM_USE_FLASHINFER_SAMPLER unset the plugin's fused "
     "kernel draws them (the same law, drawn faster); =1 keeps them FlashInfer's",
     REJECTION: "one fused kernel for strict, probabilistic and synthetic; n-gram drafts "
     "verified by matching the sampler's own draws",
-    NGRAM: "upstream's V2 runner has no n-gram speculator; the plugin's GPU proposer "
-    "with the adaptive speculation policy",
+    NGRAM: "upstream's V2 runner has no n-gram speculator; the plugin's GPU proposer",
+    SPECULATION_POLICY: "the scheduler verifies only the drafts the n-gram proposer "
+    "found (counts sent back with each output, no sync; full decode graphs for "
+    "one-token steps); the default on 0.20, where an H100 run measured it, opt-in "
+    "elsewhere (--speculation-policy adaptive; over upstream's proposer not yet run "
+    "on a GPU)",
     FP64_SETTING: "upstream has no such setting; the plugin adds --use-fp64-gumbel",
     FLASHINFER_SETTING: "read once in the front-end, tri-state (1 forces, 0 off, unset "
     "where supported), carried to workers on ModelConfig",
@@ -92,8 +105,14 @@ WHY_UPSTREAM = {
     shapes.DRAW: "the Sampler's draw has no shape the plugin knows",
     shapes.REJECTION: "upstream's methods (standard, synthetic, block...) with adaptive "
     "verification and watermark keys the plugin's kernel does not handle",
-    shapes.SPECULATOR: "upstream's own GPU n-gram proposer from 0.32; before that, "
-    "n-gram drafts would need the plugin's rejection sampler",
+    shapes.SPECULATOR: "upstream's V2 runner has no n-gram proposer before 0.32, and "
+    "the plugin's would need the plugin's rejection sampler (0.20's methods)",
+}
+
+# Why a part stays upstream's in a shape of its seam that the plugin takes.
+WHY_UPSTREAM_IN_SHAPE = {
+    NGRAM: "upstream's own GPU n-gram proposer (spec_decode/ngram/); the plugin "
+    "binds a subclass that also counts the drafts it found, for the speculation policy",
 }
 
 
@@ -132,7 +151,12 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
         seam = found[SEAM_OF_PART[part]]
         taken = plugin_takes(part, found)
         owner = Owner.PLUGIN if taken else Owner.UPSTREAM
-        why = WHY_PLUGIN[part] if taken else WHY_UPSTREAM_PART.get(part, seam.reason)
+        if taken:
+            why = WHY_PLUGIN[part]
+        elif seam.is_taken and part in WHY_UPSTREAM_IN_SHAPE:
+            why = WHY_UPSTREAM_IN_SHAPE[part]
+        else:
+            why = WHY_UPSTREAM_PART.get(part, seam.reason)
         rows.append((part, owner.value, why, measurements.ratio_text(line, part, measured)))
     return rows
 
@@ -152,6 +176,7 @@ SHORT_NAMES = {
     TOP_K_TOP_P_FLASHINFER: "FlashInfer's batches",
     REJECTION: "rejection",
     NGRAM: "n-gram",
+    SPECULATION_POLICY: "speculation policy",
     FP64_SETTING: "--use-fp64-gumbel",
     FLASHINFER_SETTING: "VLLM_USE_FLASHINFER_SAMPLER",
 }

@@ -6,7 +6,9 @@ The scheduler decides how many draft tokens a request verifies
 the step's output copy has been queued (``GPUModelRunner.sample_tokens``:
 ``AsyncOutput``, then ``postprocess``, then ``propose``). A wrapper around
 ``sample_tokens`` queues one more device-to-host copy, of the proposer's
-``num_drafts[:num_reqs]`` (int32, one per request in batch order), on the
+``num_proposed(num_reqs)`` (int32, one per request in batch order: the
+plugin's NgramProposerGPU on 0.20, upstream's proposer through
+upstream_ngram.py on 0.32/0.33), on the
 runner's output copy stream behind everything the main stream has queued,
 and attaches the counts to the ``ModelRunnerOutput`` when the engine core
 collects it. Nothing waits on the GPU earlier than vLLM's own
@@ -55,9 +57,10 @@ def reporting_proposals(sample_tokens):
     """Wrap ``GPUModelRunner.sample_tokens`` to send the proposal counts along.
 
     Active only on runners whose speculator reports them
-    (``speculator.num_proposed(num_reqs)``, set up by the n-gram speculator
+    (``speculator.num_proposed(num_reqs)``, set up by the n-gram proposer
     under the adaptive policy); every other runner returns vLLM's output
-    unchanged.
+    unchanged. 0.33's ``sample_tokens`` has 0.20's order (``AsyncOutput`` at
+    ``model_runner.py:2247``, ``propose`` at ``:2308``) and the same streams.
     """
 
     @functools.wraps(sample_tokens)

@@ -29,6 +29,7 @@ from vllm.v1.worker.gpu.sample.states import NO_LOGPROBS, SamplingStates
 
 from vllm_sampling_plugin.config import PluginSettings, settings_from_model_config
 from vllm_sampling_plugin.integration.logit_bias import RaceFreeLogitBiasState
+from vllm_sampling_plugin.integration.seams.noise import PLUGIN_FP32_STREAM, fp32_noise
 from vllm_sampling_plugin.integration.spec_bad_words import DraftAlignedBadWordsState
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
@@ -87,6 +88,9 @@ class PluginSamplingStates(SamplingStates):
 
 
 class PluginSampler(Sampler):
+    # The FP32 noise stream (the draw seam's noise.py picks it per engine).
+    fp32_stream = PLUGIN_FP32_STREAM
+
     def __init__(
         self,
         max_num_reqs: int,
@@ -112,9 +116,9 @@ class PluginSampler(Sampler):
         self.sampling_states = PluginSamplingStates(max_num_reqs, vocab_size)
         self.logit_bias_state = RaceFreeLogitBiasState(max_num_reqs, device)
         self.bad_words_state = DraftAlignedBadWordsState(req_states)
+        # The worker builds the runner inside set_current_vllm_config().
+        vllm_config = get_current_vllm_config_or_none()
         if settings is None:
-            # The worker builds the runner inside set_current_vllm_config().
-            vllm_config = get_current_vllm_config_or_none()
             settings = settings_from_model_config(
                 getattr(vllm_config, "model_config", None)
             )
@@ -125,10 +129,12 @@ class PluginSampler(Sampler):
         # with it; later steps pass tensors of the same dtypes, devices and
         # roles, so their checks (a few microseconds of host time) are skipped.
         self.gumbel_inputs_checked = False
+        # The draw seam's noise.py: on 0.21/0.22 upstream's RejectionSampler
+        # draws the steps with drafts in noise no FP32 stream here matches.
+        self.fp32_stream, fp32_note = fp32_noise(vllm_config)
         logger.info(
-            "vllm-sampling-plugin sampler: Gumbel-max noise in %s%s.",
-            "FP64" if self.use_fp64_gumbel else "FP32",
-            "" if self.use_fp64_gumbel else " (--use-fp64-gumbel for FP64)",
+            "vllm-sampling-plugin sampler: Gumbel-max noise in %s.",
+            "FP64" if self.use_fp64_gumbel else f"{fp32_note} (--use-fp64-gumbel for FP64)",
         )
 
     def route(self, idx_mapping_np: np.ndarray) -> Route:
@@ -236,6 +242,7 @@ class PluginSampler(Sampler):
                 states.top_p.gpu,
                 apply_temperature=False,
                 use_fp64=self.use_fp64_gumbel,
+                fp32_stream=self.fp32_stream,
             )
         return gumbel_sample(
             processed_logits,
@@ -245,5 +252,6 @@ class PluginSampler(Sampler):
             pos,
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
+            fp32_stream=self.fp32_stream,
             check_inputs=check_inputs,
         )

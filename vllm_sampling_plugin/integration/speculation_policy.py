@@ -1,6 +1,6 @@
 """Scheduler side of the adaptive speculation policy: verify what was proposed.
 
-vLLM 0.20 gives every decoding request ``num_speculative_tokens`` (k) draft
+vLLM gives every decoding request ``num_speculative_tokens`` (k) draft
 slots every step (``AsyncScheduler._update_after_schedule`` sets k
 placeholders; with synchronous scheduling ``take_draft_token_ids`` returns
 k placeholders), so each request runs 1 + k tokens through the model
@@ -19,7 +19,14 @@ step that accepted every verified draft and falls to one more than the
 accepted run after a step that rejected one. A request without a proposal therefore
 runs one token, as without speculation; one whose proposals are accepted
 keeps k. The scheduler already handles requests with fewer draft tokens than
-k (budget and max_model_len trims), so nothing downstream changes.
+k (budget and max_model_len trims), so nothing downstream changes. The
+scheduler methods wrapped here are the same on 0.20, 0.32 and 0.33 (0.33:
+``Scheduler.update_from_output`` / ``update_draft_token_ids``,
+``scheduler.py:2259, 2862``; ``AsyncScheduler._update_after_schedule`` sets the
+k placeholders, ``async_scheduler.py:24-49``), and so is the V2 runner's
+handling of fewer drafts than k: it sizes each request's logits from
+``len(scheduled_spec_decode_tokens[req])`` (0.33 ``model_runner.py:1345-1350,
+1427-1443``) and verifies the first that many of the drafts kept on the GPU.
 
 With async scheduling the step after the next is already scheduled when a
 step's output arrives, so a decision uses the proposal one step older than
@@ -42,6 +49,10 @@ from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin.integration.proposal_report import PROPOSED_ATTR
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
+
+# The speculative methods whose drafts are n-gram proposals (the plugin's
+# proposer answers both on 0.20; upstream's is "ngram_gpu" from 0.32).
+NGRAM_METHODS = ("ngram", "ngram_gpu")
 
 # Per-request state, kept on vLLM's Request objects (class defaults until
 # the first output of a request arrives): how many draft tokens the next
@@ -72,6 +83,13 @@ class AdaptiveSpeculation:
         if num_proposed is None:
             return
         scheduled_drafts = scheduler_output.scheduled_spec_decode_tokens
+        if not scheduled_drafts and not any(num_proposed):
+            # Nothing verified (no cap moves) and nothing proposed: every
+            # request verifies none next. On text that does not repeat this
+            # is every step, so it skips the per-request cap logic.
+            self.settle_unproposed(requests, output.req_ids)
+            self.log_stats()
+            return
         sampled = output.sampled_token_ids
         k = self.k
         placeholders = self.placeholders
@@ -103,6 +121,17 @@ class AdaptiveSpeculation:
         self.accepted += accepted
         self.log_stats()
 
+    def settle_unproposed(self, requests: dict[str, Any], req_ids: list[str]) -> None:
+        """``observe`` for a step with no drafts verified and none proposed."""
+        empty = self.placeholders[0]
+        for req_id in req_ids:
+            request = requests.get(req_id)
+            if request is None:
+                continue
+            setattr(request, VERIFY_ATTR, 0)
+            if request.spec_token_ids:
+                request.spec_token_ids = empty
+
     def trim(self, requests: dict[str, Any], req_ids: list[str]) -> None:
         """Shorten drafts that synchronous scheduling handed over to the decision."""
         for req_id in req_ids:
@@ -128,17 +157,28 @@ class AdaptiveSpeculation:
         self.last_log = now
 
 
+def runs_ngram(vllm_config: Any) -> bool:
+    """Whether ``vllm_config`` speculates with n-gram proposals (the plugin's
+    proposer on 0.20, upstream's NgramGPUSpeculator on 0.32 and 0.33)."""
+    spec = vllm_config.speculative_config
+    return spec is not None and spec.method in NGRAM_METHODS
+
+
+def is_adaptive(vllm_config: Any) -> bool:
+    """Whether the adaptive policy runs: n-gram speculation under
+    ``speculation_policy="adaptive"`` (the scheduler's decisions, the
+    proposal reports and the one-token decode graphs all follow this)."""
+    settings = cfg.settings_from_model_config(vllm_config.model_config)
+    return runs_ngram(vllm_config) and settings.speculation_policy == cfg.ADAPTIVE
+
+
 def adaptive_speculation_for(vllm_config: Any) -> AdaptiveSpeculation | None:
     """The policy for a scheduler built from ``vllm_config``, or None (vLLM's
-    behaviour): only for the plugin's n-gram speculator under ``adaptive``."""
-    from vllm_sampling_plugin.integration.vllm_config import NGRAM_METHODS
-
-    spec = vllm_config.speculative_config
-    if spec is None or spec.method not in NGRAM_METHODS:
+    behaviour): only for n-gram speculation under ``adaptive``."""
+    if not runs_ngram(vllm_config):
         return None
-    settings = cfg.settings_from_model_config(vllm_config.model_config)
-    k = spec.num_speculative_tokens
-    if settings.speculation_policy != cfg.ADAPTIVE:
+    k = vllm_config.speculative_config.num_speculative_tokens
+    if not is_adaptive(vllm_config):
         logger.info(
             "vllm-sampling-plugin speculation policy: fixed (every request "
             "verifies %d n-gram draft tokens every step).", k,

@@ -22,9 +22,10 @@ import logging
 import vllm.envs as envs
 from vllm.config import CUDAGraphMode, VllmConfig
 
+from vllm_sampling_plugin.integration.speculation_policy import NGRAM_METHODS
+
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
-NGRAM_METHODS = ("ngram", "ngram_gpu")
 _PATCHED = "_vllm_sampling_plugin_patched"
 
 

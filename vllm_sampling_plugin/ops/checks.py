@@ -4,7 +4,7 @@ import torch
 import triton
 from triton.runtime.interpreter import InterpretedFunction
 
-from .random import FP64_STREAMS
+from .random import noise_code
 
 
 @triton.jit
@@ -37,10 +37,13 @@ def check_same_device(device: torch.device, **tensors: torch.Tensor | None) -> N
             raise ValueError(f"{name} is on {tensor.device} but logits are on {device}")
 
 
-def check_fp64_choice(use_fp64: object, fp64_stream: object = "philox") -> None:
+def check_fp64_choice(
+    use_fp64: object, fp64_stream: object = "philox", fp32_stream: object = "philox"
+) -> None:
     """The public ops' ``use_fp64`` is a bool (a string such as "yes" would
-    otherwise index the launch tables); ``fp64_stream`` names a stream."""
+    otherwise index the launch tables); ``fp64_stream`` and ``fp32_stream``
+    name streams."""
     if not isinstance(use_fp64, bool):
         raise ValueError(f"use_fp64 must be True or False, got {use_fp64!r}")
-    if fp64_stream not in FP64_STREAMS:
-        raise ValueError(f"fp64_stream must be one of {sorted(FP64_STREAMS)}, got {fp64_stream!r}")
+    # The launchers' own check of the stream names, made before any kernel.
+    noise_code(use_fp64, fp64_stream, fp32_stream)

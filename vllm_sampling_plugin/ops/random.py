@@ -6,15 +6,17 @@ row in that batch, the block size of a kernel, or the other requests.
 
 Streams
 -------
-``request_key(seed, pos, FP64_NOISE)``
-    The key of one request at one position. For FP32 noise and the Philox
-    FP64 stream it is the Philox key vLLM 0.20 derives for its Gumbel seed
-    (``tl.randint(seed, pos)``); for the murmur3 stream it is that stream's
-    per-row hash state.
+``request_key(seed, pos, NOISE)``
+    The key of one request at one position. For the Philox streams it is the
+    Philox key vLLM 0.20 derives for its Gumbel seed (``tl.randint(seed,
+    pos)``); for a murmur3 stream it is that stream's per-row hash state.
 
-FP64 (``use_fp64=True``) has two streams, chosen by ``fp64_stream`` (the
-kernels' ``FP64_NOISE`` constexpr), so that ``--use-fp64-gumbel`` gives the
-tokens of the vLLM release it runs on:
+The kernels' ``NOISE`` constexpr names the precision and the stream
+(``noise_code``): each precision has two streams, one code each, so a stream
+is a compile variant of the same kernel, not a copy of it.
+
+FP64 (``use_fp64=True``) has two streams, chosen by ``fp64_stream``, so that
+``--use-fp64-gumbel`` gives the tokens of the vLLM release it runs on:
 
 ``"philox"`` (``FP64_PHILOX``, vLLM 0.20)
     ``uniform_fp64`` / ``gumbel_fp64`` are bit-for-bit vLLM 0.20's ``tl_rand64``
@@ -23,7 +25,7 @@ tokens of the vLLM release it runs on:
     draw to exactly 1.0, which makes the noise ``+inf``; that happens with
     probability about 2**-54 per token and is the only place the two differ).
 
-``"murmur3"`` (``FP64_MURMUR3``, vLLM 0.32 and 0.33)
+``"murmur3"`` (``FP64_MURMUR3``, vLLM 0.31 to 0.33)
     The noise of those releases' ``sample/gumbel.py``: two MurmurHash3-32
     hashes of ``(seed, position, token)``, one with domain 0 and one with
     domain ``0x9E3779B9``, give 53 random bits; ``u`` is the midpoint of
@@ -33,7 +35,21 @@ tokens of the vLLM release it runs on:
     (both domains packed in one uint64) and each token costs two short
     hash tails instead of a 10-round Philox call.
 
-FP32 (default)
+FP32 has two streams, chosen by ``fp32_stream``:
+
+``"murmur3"`` (``FP32_MURMUR3``, vLLM 0.31 to 0.33)
+    Bit for bit those releases' FP32 noise (``murmur3_uniform32`` and the
+    tail of ``gumbel_noised_argmax``): the domain-0 hash of the FP64
+    stream's words gives ``r``; ``u = hi16(r) / 2**16 + (lo16(r) + 0.5) /
+    2**32``, each half exact in float32 so one rounding; then
+    ``-log(-log1p(-u))`` with ``log1p(-u)`` a degree-8 series below 0.25 and
+    ``log(max(1 - u, 2**-24))`` above, both with the accurate ``tl.log``.
+    The integration draws it on engines that speculate (0.31 on), where
+    upstream's RejectionSampler draws the steps with drafts
+    (integration/seams/noise.py says why only there, and what each vLLM
+    release draws).
+
+``"philox"`` (``FP32_PHILOX``, the default)
     ``gumbel_fp32_block`` spends one Philox call on four consecutive tokens
     (token ``t`` takes word ``t % 4`` of ``philox(key, t // 4)``), which cuts
     the integer work four-fold. The uniform is ``(x + 0.5) / 2**32`` for a
@@ -47,11 +63,13 @@ FP32 (default)
     far below the top are sampled at their true rate. On the GPU its logs use
     the hardware ``lg2.approx`` (see ``_log_fp32``).
 
-Only the Gumbel noise has a murmur3 stream: ``uniform`` (the rejection
+Only the Gumbel noise has murmur3 streams: ``uniform`` (the rejection
 kernel's acceptance draws) is Philox only.
 
-Both precisions clamp ``u`` into the open interval (0, 1), so the noise is
-always finite and a row can never produce NaN from the noise itself.
+Every stream keeps the noise finite, so a row can never produce NaN from
+the noise itself: the Philox and FP64 streams keep ``u`` in the open
+interval (0, 1); the FP32 murmur3 uniform can round to 1.0, where
+upstream's ``max(1 - u, 2**-24)`` keeps the log finite.
 """
 
 import os
@@ -76,13 +94,20 @@ _SERIES_CUTOFF = tl.constexpr(0.015625)
 # the uniforms and all FP64 draws (which must match stock vLLM). The noise is
 # generated for every token of the vocabulary, so the rounds are its main cost.
 FP32_NOISE_ROUNDS = tl.constexpr(7)
-# The kernels' FP64_NOISE constexpr: FP32 noise, or which FP64 stream.
-FP64_OFF = tl.constexpr(0)
-FP64_PHILOX = tl.constexpr(1)
-FP64_MURMUR3 = tl.constexpr(2)
-# ``fp64_stream`` names, in the launchers' API, of the two FP64 streams.
+# The kernels' NOISE constexpr: the precision and the stream of the noise.
+# The FP64 codes are the largest, so ``NOISE >= FP64_PHILOX`` is "FP64 noise"
+# (a comparison both the compiler and the interpreter fold on constexprs).
+FP32_PHILOX = tl.constexpr(0)
+FP32_MURMUR3 = tl.constexpr(1)
+FP64_PHILOX = tl.constexpr(2)
+FP64_MURMUR3 = tl.constexpr(3)
+# ``fp64_stream`` / ``fp32_stream`` names, in the launchers' API, of the streams.
 FP64_STREAMS = {"philox": FP64_PHILOX.value, "murmur3": FP64_MURMUR3.value}
+FP32_STREAMS = {"philox": FP32_PHILOX.value, "murmur3": FP32_MURMUR3.value}
 _TWO_POW_M53 = tl.constexpr(1.1102230246251565e-16)
+# 2**-16 and 2**-24, for the FP32 murmur3 stream.
+_INV_2_16 = tl.constexpr(1.52587890625e-05)
+_TWO_POW_M24 = tl.constexpr(5.960464477539063e-08)
 # MurmurHash3-32 constants; the hash input is four 32-bit words, 16 bytes.
 _MURMUR3_C1 = tl.constexpr(0xCC9E2D51)
 _MURMUR3_C2 = tl.constexpr(0x1B873593)
@@ -112,21 +137,32 @@ def _log_fp32(x):
         return libdevice.fast_logf(x)
 
 
-def fp64_noise_code(use_fp64: bool, fp64_stream: str) -> int:
-    """The ``FP64_NOISE`` constexpr of a launch: 0 for FP32 noise, else the stream's."""
+def noise_code(use_fp64: bool, fp64_stream: str = "philox", fp32_stream: str = "philox") -> int:
+    """The ``NOISE`` constexpr of a launch: the stream of the precision in use.
+
+    Both stream names are checked whatever the precision, so a typo fails at
+    once rather than on the first launch in the other precision.
+    """
     if fp64_stream not in FP64_STREAMS:
         raise ValueError(
             f"fp64_stream must be one of {sorted(FP64_STREAMS)}, got {fp64_stream!r}"
         )
-    return FP64_STREAMS[fp64_stream] if use_fp64 else 0
+    if fp32_stream not in FP32_STREAMS:
+        raise ValueError(
+            f"fp32_stream must be one of {sorted(FP32_STREAMS)}, got {fp32_stream!r}"
+        )
+    return FP64_STREAMS[fp64_stream] if use_fp64 else FP32_STREAMS[fp32_stream]
 
 
 @triton.jit
-def request_key(seed, pos, FP64_NOISE: tl.constexpr):
+def request_key(seed, pos, NOISE: tl.constexpr):
     """Key of one request at one position: the Philox key (vLLM 0.20's Gumbel
-    seed) or, for the murmur3 stream, its per-row hash state."""
-    if FP64_NOISE == FP64_MURMUR3:
+    seed) or, for a murmur3 stream, its per-row hash state (uint64: both
+    domains for FP64; uint32: domain 0 only for FP32)."""
+    if NOISE == FP64_MURMUR3:
         return _murmur3_row_key(seed, pos)
+    elif NOISE == FP32_MURMUR3:
+        return _murmur3_prefix(seed.to(tl.int64), pos.to(tl.int64), 0)
     else:
         return tl.randint(seed, pos)
 
@@ -221,9 +257,9 @@ def _neg_log1p_neg(u):
 
 
 @triton.jit
-def gumbel_fp64(key, token_ids, FP64_NOISE: tl.constexpr):
+def gumbel_fp64(key, token_ids, NOISE: tl.constexpr):
     """Float64 Gumbel(0, 1) noise for ``token_ids`` from the chosen stream."""
-    if FP64_NOISE == FP64_MURMUR3:
+    if NOISE == FP64_MURMUR3:
         u = uniform_fp64_murmur3(key, token_ids)
     else:
         u = uniform_fp64(key, token_ids)
@@ -259,19 +295,69 @@ def gumbel_fp32_block(key, start, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def gumbel_block(key, start, BLOCK: tl.constexpr, FP64_NOISE: tl.constexpr):
+def uniform_fp32_murmur3(key, token_ids):
+    """vLLM 0.32's FP32 uniform for ``token_ids``: ``(r + 0.5) / 2**32`` of the
+    domain-0 hash ``r``, correctly rounded to float32.
+
+    ``r`` goes in as two 16-bit halves, each exact in float32, so the rounding
+    happens once, in the final add (upstream's formula; a direct uint32 to
+    float conversion would round ``r`` to 24 bits first). The smallest value
+    is 2**-33; the largest rounds to 1.0, which ``_log1p_neg_murmur3``
+    bounds (``max(1 - u, 2**-24)``), so the noise stays finite.
+    """
+    r = _murmur3_finish(_murmur3_mix(key, token_ids.to(tl.uint32)))
+    high = (r >> 16).to(tl.int32).to(tl.float32)
+    low = (r & 0xFFFF).to(tl.int32).to(tl.float32)
+    return high * _INV_2_16 + (low + 0.5) * _INV_2_32
+
+
+@triton.jit
+def _log1p_neg_murmur3(u):
+    """log(1 - u) as vLLM 0.32's FP32 noise computes it, bit for bit.
+
+    Below 0.25 the degree-8 series ``-u * (1 + u/2 + ... + u**7/8)`` in
+    Horner form, else ``log(max(1 - u, 2**-24))``; both branches are
+    evaluated and one is selected. The Horner steps keep upstream's shape
+    ``c + u * p`` (and ``tl.log``, not ``_log_fp32``) so that the GPU compiler
+    fuses and rounds them exactly as it does upstream's.
+    """
+    p = 1.0 / 8.0
+    p = 1.0 / 7.0 + u * p
+    p = 1.0 / 6.0 + u * p
+    p = 1.0 / 5.0 + u * p
+    p = 1.0 / 4.0 + u * p
+    p = 1.0 / 3.0 + u * p
+    p = 1.0 / 2.0 + u * p
+    p = 1.0 + u * p
+    series = -u * p
+    direct = tl.log(tl.maximum(1.0 - u, _TWO_POW_M24))
+    return tl.where(u < 0.25, series, direct)
+
+
+@triton.jit
+def gumbel_fp32_murmur3(key, token_ids):
+    """vLLM 0.32's FP32 Gumbel noise ``-log(-log(1 - u))`` for ``token_ids``."""
+    return -tl.log(-_log1p_neg_murmur3(uniform_fp32_murmur3(key, token_ids)))
+
+
+@triton.jit
+def gumbel_block(key, start, BLOCK: tl.constexpr, NOISE: tl.constexpr):
     """Gumbel noise for one block of tokens in the chosen precision and stream."""
-    if FP64_NOISE:
-        return gumbel_fp64(key, start + tl.arange(0, BLOCK), FP64_NOISE)
+    if NOISE >= FP64_PHILOX:
+        return gumbel_fp64(key, start + tl.arange(0, BLOCK), NOISE)
+    elif NOISE == FP32_MURMUR3:
+        return gumbel_fp32_murmur3(key, start + tl.arange(0, BLOCK))
     else:
         return gumbel_fp32_block(key, start, BLOCK)
 
 
 @triton.jit
-def uniform(key, offset, FP64_NOISE: tl.constexpr):
+def uniform(key, offset, NOISE: tl.constexpr):
     """A uniform in (0, 1) in the chosen precision (Philox streams only)."""
-    tl.static_assert(FP64_NOISE != FP64_MURMUR3, "uniform() draws from Philox only")
-    if FP64_NOISE:
+    tl.static_assert(
+        NOISE == FP32_PHILOX or NOISE == FP64_PHILOX, "uniform() draws from Philox only"
+    )
+    if NOISE >= FP64_PHILOX:
         return uniform_fp64(key, offset)
     else:
         return uniform_fp32(key, offset)

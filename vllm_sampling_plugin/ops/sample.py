@@ -81,6 +81,7 @@ def sample(
     *,
     use_fp64: bool = False,
     fp64_stream: str = "philox",
+    fp32_stream: str = "philox",
 ) -> torch.Tensor:
     r"""Sample one token per row from temperature-scaled, top-k/top-p-restricted logits.
 
@@ -127,6 +128,10 @@ def sample(
         The FP64 noise: ``"philox"`` reproduces vLLM 0.20's V2 sampler token
         for token, ``"murmur3"`` vLLM 0.32's and 0.33's (``ops/random.py``).
         Ignored for float32 noise.
+    fp32_stream : str
+        The FP32 noise: ``"philox"``, the plugin's own (fastest), or
+        ``"murmur3"``, vLLM 0.32's and 0.33's FP32 noise token for token.
+        Ignored for float64 noise.
 
     Returns
     -------
@@ -139,7 +144,7 @@ def sample(
     ------
     ValueError
         Naming the argument, before any kernel runs: ``use_fp64`` not a bool,
-        an unknown ``fp64_stream``, logits not a 2-D floating tensor, a length
+        an unknown ``fp64_stream`` or ``fp32_stream``, logits not a 2-D floating tensor, a length
         that differs from ``batch_size``, a wrong dtype, a tensor on another
         device, CPU tensors without ``TRITON_INTERPRET=1`` set before import, a negative or non-finite temperature, a
         ``top_p`` that is NaN or ``<= 0``, top-k/top-p asked for on a
@@ -162,7 +167,7 @@ def sample(
     >>> bool(tokens[0] == logits[0].argmax())
     True
     """
-    check_fp64_choice(use_fp64, fp64_stream)
+    check_fp64_choice(use_fp64, fp64_stream, fp32_stream)
     _check_inputs(logits, temperature, seeds, positions, top_k, top_p)
     batch_size, vocab_size = logits.shape
     device = logits.device
@@ -173,6 +178,7 @@ def sample(
         return gumbel_sample(
             logits, rows, temperature, seeds, positions,
             apply_temperature=True, use_fp64=use_fp64, fp64_stream=fp64_stream,
+            fp32_stream=fp32_stream,
         )
     # The engine's top-k/top-p route: one fused kernel, no sort, no mask.
     # A missing filter is off for every row (top_k 0, top_p 1).
@@ -191,4 +197,5 @@ def sample(
         apply_temperature=True,
         use_fp64=use_fp64,
         fp64_stream=fp64_stream,
+        fp32_stream=fp32_stream,
     )

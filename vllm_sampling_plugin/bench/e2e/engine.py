@@ -68,7 +68,7 @@ class EngineSpec:
     max_num_seqs: int
     gpu_memory_utilization: float
     max_model_len: int
-    ngram_k: int = 0  # > 0: n-gram speculation with this many drafts (plugin only)
+    ngram_k: int = 0  # > 0: n-gram speculation with this many drafts
     attention_backend: str | None = None  # None: vLLM's choice
     max_cudagraph_capture_size: int | None = None  # None: vLLM's choice
     cold_start_first: str = "greedy"  # the mix of COLD_START_MIXES sent first
@@ -342,21 +342,28 @@ class _EngineServer:
     def breakdown(self, mix: str, prompts: list[list[int]], output_len: int,
                   wave: int) -> dict:
         """One instrumented pass: per-step GPU, sampling and host times."""
+        return hooks.summarize_timings(self.step_timings(mix, prompts, output_len, wave))
+
+    def step_timings(self, mix: str, prompts: list[list[int]], output_len: int, wave: int,
+                     continuous: bool = False) -> dict:
+        """One instrumented pass: ``hooks.collect_timings``, one entry per step,
+        and the pass's ``throughput`` (slowed by the timers) as ``"run"``."""
         self.llm.collective_rpc(hooks.install_timers)
         try:
-            self.throughput(mix, prompts, output_len, wave)
+            run = self.throughput(mix, prompts, output_len, wave, continuous)
             timings = self.llm.collective_rpc(hooks.collect_timings)[0]
         finally:
             self.llm.collective_rpc(hooks.remove_timers)
-        return hooks.summarize_timings(timings)
+        return {**timings, "run": run}
 
-    def profile(self, mix: str, prompts: list[list[int]], output_len: int, wave: int) -> dict:
+    def profile(self, mix: str, prompts: list[list[int]], output_len: int, wave: int,
+                continuous: bool = False) -> dict:
         """One pass under torch.profiler: the top GPU kernels and host operators
         (``hooks.stop_profile``) and the pass's steps, to read them per step."""
         self.llm.collective_rpc(hooks.install_timers)
         self.llm.collective_rpc(hooks.start_profile)
         try:
-            self.throughput(mix, prompts, output_len, wave)
+            self.throughput(mix, prompts, output_len, wave, continuous)
         finally:
             top = self.llm.collective_rpc(hooks.stop_profile)[0]
             steps = len(self.llm.collective_rpc(hooks.collect_timings)[0]["step_gpu_ms"])

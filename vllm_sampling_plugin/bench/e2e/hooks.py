@@ -37,6 +37,9 @@ class _StepLog:
         self.sampling_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self.sampling_host_s: list[float] = []  # host time inside each sampler call
         self.open_step: dict | None = None
+        # How often each CUDA graph kind ran: "FULL/1" is a full graph of
+        # one-token requests, "PIECEWISE/None" a mixed batch, "NONE/None" eager.
+        self.graph_modes: dict[str, int] = {}
         self.top2: list[list[float]] = []
         self.record_top2 = False
 
@@ -88,8 +91,9 @@ def install_timers(worker) -> bool:
         host_start = time.perf_counter()
         start = _event()
         output = execute_model(*args, **kwargs)
+        execute_host_s = time.perf_counter() - host_start
         log.open_step = {"start": start, "host_start": host_start,
-                         "host_s": time.perf_counter() - host_start,
+                         "host_s": execute_host_s, "execute_host_s": execute_host_s,
                          "first_sampling": len(log.sampling_events)}
         return output
 
@@ -106,6 +110,17 @@ def install_timers(worker) -> bool:
 
     runner.execute_model = timed_execute_model
     runner.sample_tokens = timed_sample_tokens
+    manager = runner.cudagraph_manager
+    if manager is not None:
+        dispatch = manager.dispatch
+
+        def counted_dispatch(*args, **kwargs):
+            desc = dispatch(*args, **kwargs)
+            key = f"{desc.cg_mode.name}/{desc.uniform_token_count}"
+            log.graph_modes[key] = log.graph_modes.get(key, 0) + 1
+            return desc
+
+        manager.dispatch = counted_dispatch
     runner.sampler = _TimedSampler(runner.sampler, log)
     if runner.rejection_sampler is not None:
         runner.rejection_sampler = _TimedSampler(runner.rejection_sampler, log)
@@ -116,6 +131,8 @@ def remove_timers(worker) -> bool:
     """Undo ``install_timers``."""
     runner = worker.model_runner
     del runner.execute_model, runner.sample_tokens
+    if runner.cudagraph_manager is not None:
+        del runner.cudagraph_manager.dispatch
     runner.sampler = runner.sampler._inner
     if runner.rejection_sampler is not None:
         runner.rejection_sampler = runner.rejection_sampler._inner
@@ -140,9 +157,11 @@ def take_top2(worker) -> list[list[float]]:
 def collect_timings(worker) -> dict:
     """Per-step milliseconds since ``install_timers`` (or the last collect).
 
-    Returns ``{"step_gpu_ms", "sampling_gpu_ms", "host_ms", "sampling_host_ms",
-    "period_ms"}``, lists with one entry per step (``period_ms`` one fewer),
-    and clears the log.
+    Returns ``{"step_gpu_ms", "sampling_gpu_ms", "host_ms", "execute_host_ms",
+    "sampling_host_ms", "period_ms"}``, lists with one entry per step
+    (``host_ms`` inside execute_model and sample_tokens together,
+    ``execute_host_ms`` inside execute_model alone; ``period_ms`` one fewer),
+    and ``graph_modes`` (``_StepLog.graph_modes``); clears the log.
     """
     log = worker.model_runner._e2e_log
     torch.cuda.synchronize()
@@ -156,10 +175,13 @@ def collect_timings(worker) -> dict:
         "step_gpu_ms": [s["start"].elapsed_time(s["end"]) for s in steps],
         "sampling_gpu_ms": [per_step(sampling, s) for s in steps],
         "host_ms": [1e3 * s["host_s"] for s in steps],
+        "execute_host_ms": [1e3 * s["execute_host_s"] for s in steps],
         "sampling_host_ms": [1e3 * per_step(log.sampling_host_s, s) for s in steps],
         "period_ms": [1e3 * (b["host_start"] - a["host_start"]) for a, b in zip(steps, steps[1:])],
+        "graph_modes": log.graph_modes,
     }
     log.steps, log.sampling_events, log.sampling_host_s = [], [], []
+    log.graph_modes = {}
     return result
 
 
@@ -181,6 +203,10 @@ def summarize_timings(timings: dict) -> dict:
 
 
 PROFILE_ROWS = 15
+# Host calls that start work on the GPU: a kernel (eager or Triton), a CUDA
+# graph replay, an asynchronous copy.
+LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                "cudaGraphLaunch", "cudaMemcpyAsync")
 
 
 def start_profile(worker) -> bool:
@@ -198,7 +224,8 @@ def stop_profile(worker) -> dict:
     took the most GPU time, and those that took the most host time.
 
     Returns ``{"device": [[name, calls, self GPU ms], ...], "host": [[name,
-    calls, self host ms], ...]}``, ``PROFILE_ROWS`` rows each, largest first.
+    calls, self host ms], ...]}``, ``PROFILE_ROWS`` rows each, largest first,
+    and ``"launches"``: how often each of ``LAUNCH_CALLS`` was made.
     """
     runner = worker.model_runner
     profiler = runner._e2e_profiler
@@ -212,4 +239,5 @@ def stop_profile(worker) -> dict:
         return [[e.key, e.count, getattr(e, attribute) / 1e3] for e in rows[:PROFILE_ROWS]
                 if getattr(e, attribute) > 0]
 
-    return {"device": top("self_device_time_total"), "host": top("self_cpu_time_total")}
+    return {"device": top("self_device_time_total"), "host": top("self_cpu_time_total"),
+            "launches": {e.key: e.count for e in events if e.key in LAUNCH_CALLS}}

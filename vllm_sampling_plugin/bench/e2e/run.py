@@ -21,6 +21,10 @@ from vllm_sampling_plugin.integration.version import (
 )
 
 PEAKEDNESS_PROMPTS = 64
+# Whose speculation the ngram cells measure (--spec-engines), and the name
+# the cells give upstream's own (no plugin policy: every request verifies k).
+SPEC_ENGINES = ("plugin", "stock")
+UPSTREAM_POLICY = "upstream"
 PEAKEDNESS_TOKENS = 32
 WARMUP_TOKENS = 16
 
@@ -36,24 +40,20 @@ def _model_list(text: str) -> list[tuple[str, int]]:
     return models
 
 
-def _mix_list(text: str) -> list[str]:
-    if text == "none":
-        return []
-    mixes = text.split(",")
-    unknown = [m for m in mixes if m not in workload.MIXES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown mixes {unknown}; known: {workload.MIXES}")
-    return mixes
-
-
-def _choice_list(known: tuple[str, ...]):
+def _choice_list(kind: str, known: tuple[str, ...]):
+    """An argparse type: a comma list of names from ``known``."""
     def parse(text: str) -> list[str]:
         values = text.split(",")
         unknown = [v for v in values if v not in known]
         if unknown:
-            raise argparse.ArgumentTypeError(f"unknown {unknown}; known: {','.join(known)}")
+            raise argparse.ArgumentTypeError(f"unknown {kind} {unknown}; known: {known}")
         return values
     return parse
+
+
+def _mix_list(text: str) -> list[str]:
+    """Mixes, or none at all with ``none``."""
+    return [] if text == "none" else _choice_list("mixes", workload.MIXES)(text)
 
 
 def _int_list(text: str) -> list[int]:
@@ -91,12 +91,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--control", action="store_true",
                         help="A/A run: a second stock engine takes the plugin's place, so "
                              "the cells show what the method resolves (ratios near 1)")
-    parser.add_argument("--ngram-k", type=int, default=3)
-    parser.add_argument("--spec-workloads", type=_choice_list(copying.SPEC_WORKLOADS),
+    parser.add_argument("--ngram-k", type=_int_list, default=[3],
+                        help="draft tokens per step of the ngram cells' engines, comma list: "
+                             "each k gets its own engines and cells (default 3)")
+    parser.add_argument("--spec-engines", choices=SPEC_ENGINES, default="plugin",
+                        help="whose speculation the ngram cells measure: 'plugin' (the "
+                             "plugin's n-gram speculator under --spec-policies) or 'stock' "
+                             "(every engine of the cells stock vLLM, VLLM_PLUGINS=none, with "
+                             "upstream's n-gram proposer; --spec-policies does not apply). "
+                             "Default plugin")
+    parser.add_argument("--spec-workloads", type=_choice_list("workloads", copying.SPEC_WORKLOADS),
                         default=list(copying.SPEC_WORKLOADS),
                         help="workloads of the ngram cells, comma list of "
                              f"{','.join(copying.SPEC_WORKLOADS)} (default all)")
-    parser.add_argument("--spec-policies", type=_choice_list(SPEC_POLICIES),
+    parser.add_argument("--spec-policies", type=_choice_list("policies", SPEC_POLICIES),
                         default=list(SPEC_POLICIES),
                         help="speculation policies of the ngram cells: the first is measured "
                              "against no speculation, then against each other one "
@@ -131,6 +139,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
+    if args.spec_engines == "stock" and release_line(installed_vllm_version()) == LINE_0_20:
+        parser.error("--spec-engines stock: stock vLLM 0.20's V2 model runner has no n-gram "
+                     "proposer (the plugin brings one); use a vLLM >= 0.32 or --spec-engines "
+                     "plugin")
     return args
 
 
@@ -329,15 +341,16 @@ class Run:
         return greedy, drafted["spec"], seeded
 
     def ngram_cells(self, model: str, vocab: int, engines: dict[str, Engine], policy: str,
-                    baseline: str) -> None:
+                    baseline: str, k: int) -> None:
         """Every workload and batch size: the ``policy`` engine against the
-        ``baseline`` one (no speculation or another policy), interleaved pairs,
-        then greedy (and seeded) identity and the spec-decode counters."""
+        ``baseline`` one (no speculation or another policy), both speculating
+        with ``k`` drafts, interleaved pairs, then greedy (and seeded) identity
+        and the spec-decode counters."""
         a = self.args
         pair = {baseline: engines[baseline], policy: engines[policy]}
         for name in a.spec_workloads:
             for wave in a.max_num_seqs:
-                if self.out_of_time(f"{model} {name} {policy} vs {baseline} B={wave}"):
+                if self.out_of_time(f"{model} {name} k={k} {policy} vs {baseline} B={wave}"):
                     return
                 prompts = copying.workload_prompts(name, a.num_requests, a.prompt_len, vocab,
                                                    seed=wave)
@@ -348,7 +361,7 @@ class Run:
                                                    wave, continuous=True)
                 greedy, counters, seeded = self.identity(pair, baseline, policy,
                                                          prompts[:a.identity_requests])
-                cell = report.speculation_cell(model, name, wave, a.ngram_k, policy, baseline,
+                cell = report.speculation_cell(model, name, wave, k, policy, baseline,
                                                orders, tok_s[baseline], tok_s[policy],
                                                counters, greedy, seeded)
                 if "ngram" in a.breakdown_mixes:
@@ -357,7 +370,7 @@ class Run:
                 self.results["speculation"].append(cell)
                 self.save()
                 paired, acc = cell["paired"], cell["acceptance"]
-                self.say(f"{model} {name} B={wave} k={a.ngram_k}: {baseline} "
+                self.say(f"{model} {name} B={wave} k={k}: {baseline} "
                          f"{cell['base']['median']:.0f} -> {policy} {cell['spec']['median']:.0f} "
                          f"tok/s, pairs {paired['median']:.3f} [{paired['min']:.3f}, "
                          f"{paired['max']:.3f}]; verified {acc['drafted']}, accepted "
@@ -385,7 +398,7 @@ class Run:
         (cold start)."""
         a = self.args
         plain = [m for m in a.mixes if m != "ngram"]
-        max_model_len = a.prompt_len + a.output_len + a.ngram_k + 16
+        max_model_len = a.prompt_len + a.output_len + max(a.ngram_k) + 16
 
         def spec_for(role: str, path: str, ngram_k: int = 0,
                      cold_start_first: str = "greedy",
@@ -422,11 +435,14 @@ class Run:
 
     def speculation(self, shape: str, vocab: int, engines: dict[str, Engine],
                     spec_for) -> None:
-        """n-gram speculation on the copy checkpoint: the first policy of
-        ``--spec-policies`` against no speculation, then against each other
-        policy. Two engines at a time (three 8B engines do not fit one GPU
+        """n-gram speculation on the copy checkpoint, for each k of
+        ``--ngram-k``: the first policy of ``--spec-policies`` against no
+        speculation, then against each other policy (with ``--spec-engines
+        stock``: upstream's speculation against no speculation, every engine
+        stock). Two engines at a time (three 8B engines do not fit one GPU
         with room for 256 sequences each): each other policy's engine takes
-        the place of the previous baseline.
+        the place of the previous baseline, and the engine without
+        speculation is started again for the next k.
 
         Cold start: the engine without speculation sends top-k/top-p first,
         the others greedy, so a full run shows whether a first request's cost
@@ -434,22 +450,32 @@ class Run:
         """
         a = self.args
         name, path = self.checkpoint(shape, vocab, "copy")
-        policy, *others = a.spec_policies
-        engines["nospec"] = self.start_engine(
-            spec_for("plugin", path, cold_start_first="topk_topp"), name)
-        engines[policy] = self.start_engine(
-            spec_for("plugin", path, a.ngram_k, speculation_policy=policy), name)
-        self.peakedness(name, vocab, engines["nospec"])
-        self.ngram_cells(name, vocab, engines, policy, "nospec")
-        baseline = "nospec"
-        for other in others:
-            if self.out_of_time(f"{name} {policy} vs {other}"):
+        role = a.spec_engines
+        policy, *others = [UPSTREAM_POLICY] if role == "stock" else a.spec_policies
+
+        def engine_for(k: int, policy_name: str) -> Engine:
+            chosen = None if policy_name == UPSTREAM_POLICY else policy_name
+            return self.start_engine(spec_for(role, path, k, speculation_policy=chosen), name)
+
+        for k in a.ngram_k:
+            if self.out_of_time(f"{name} k={k} engines"):
                 return
-            engines.pop(baseline).close()
-            engines[other] = self.start_engine(
-                spec_for("plugin", path, a.ngram_k, speculation_policy=other), name)
-            self.ngram_cells(name, vocab, engines, policy, other)
-            baseline = other
+            if "nospec" not in engines:
+                engines["nospec"] = self.start_engine(
+                    spec_for(role, path, cold_start_first="topk_topp"), name)
+                self.peakedness(name, vocab, engines["nospec"])
+            engines[policy] = engine_for(k, policy)
+            self.ngram_cells(name, vocab, engines, policy, "nospec", k)
+            baseline = "nospec"
+            for other in others:
+                if self.out_of_time(f"{name} k={k} {policy} vs {other}"):
+                    return
+                engines.pop(baseline).close()
+                engines[other] = engine_for(k, other)
+                self.ngram_cells(name, vocab, engines, policy, other, k)
+                baseline = other
+            for engine_name in [n for n in engines if n != "nospec"]:
+                engines.pop(engine_name).close()
 
     def finish(self) -> None:
         self.save()

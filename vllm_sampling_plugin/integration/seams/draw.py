@@ -30,7 +30,10 @@ is drawn by :meth:`PluginDrawMixin.plugin_draw`:
 
 Precision is upstream's ``use_fp64_gumbel`` (a constructor argument since
 0.22); FP64 draws the noise stream upstream's ``sample/gumbel.py`` draws
-(:func:`upstream_fp64_stream`): Philox through 0.30, murmur3 from 0.31.
+(Philox through 0.30, murmur3 from 0.31); FP32 draws upstream's murmur3
+stream on engines that speculate where the plugin has upstream's FP32 noise
+(0.31 on), the plugin's faster Philox stream otherwise (noise.py says why
+and what each release draws).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -46,6 +50,11 @@ from vllm.v1.worker.gpu.sample.states import SamplingStates
 
 from vllm_sampling_plugin.integration.seams.found import Found
 from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.seams.noise import (
+    PLUGIN_FP32_STREAM,
+    fp32_noise,
+    upstream_fp64_stream,
+)
 from vllm_sampling_plugin.integration.seams.shapes import (
     SAMPLE,
     SAMPLE_SKIPPING_TOP_K_TOP_P,
@@ -74,14 +83,6 @@ _SKIPPING_SAMPLE_TAIL = ("idx_mapping_np", "pos", "input_ids", "expanded_local_p
 
 # Upstream's top-k/top-p mask bound to one step: processed logits in, masked out.
 MaskFn = Callable[[torch.Tensor], torch.Tensor]
-
-
-def upstream_fp64_stream() -> str:
-    """The FP64 noise stream of the installed ``sample/gumbel.py`` (the ops'
-    ``fp64_stream`` name), so that ``--use-fp64-gumbel`` keeps upstream's tokens."""
-    from vllm.v1.worker.gpu.sample import gumbel
-
-    return "murmur3" if hasattr(gumbel, "murmur3_uniform64") else "philox"
 
 
 def _parameters(fn) -> list[str]:
@@ -146,23 +147,38 @@ def apply(shape: str) -> None:
     model_runner.Sampler = sampler_class(shape)
 
 
+def _engine_config(args: tuple, kwargs: dict) -> Any:
+    """The engine's VllmConfig: upstream's Sampler takes it first from 0.31
+    (the runner passes it by name); before, the one being built is current."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    config = kwargs.get("vllm_config", args[0] if args else None)
+    if hasattr(config, "speculative_config"):
+        return config
+    return get_current_vllm_config_or_none()
+
+
 class PluginDrawMixin:
     """Mixed in before upstream's ``Sampler``: adds the draw; of upstream's
     methods it overrides only ``__init__``, to take FlashInfer's batches
-    unless the user asked for FlashInfer, and to log both decisions."""
+    unless the user asked for FlashInfer, to pick the FP32 noise stream
+    (noise.py), and to log those decisions."""
+
+    fp32_stream = PLUGIN_FP32_STREAM
 
     def __init__(self, *args, **kwargs):
         from vllm import envs
 
         super().__init__(*args, **kwargs)
         self.fp64_stream = upstream_fp64_stream()
+        self.fp32_stream, fp32_note = fp32_noise(_engine_config(args, kwargs))
         self.use_flashinfer, flashinfer_note = takes_flashinfer_batches(
             self.use_flashinfer, envs.is_set("VLLM_USE_FLASHINFER_SAMPLER")
         )
         logger.info(
             "vllm-sampling-plugin sampler: Gumbel-max noise in %s (upstream's "
             "use_fp64_gumbel); %s.",
-            f"FP64, upstream's {self.fp64_stream} stream" if self.use_fp64_gumbel else "FP32",
+            f"FP64, upstream's {self.fp64_stream} stream" if self.use_fp64_gumbel else fp32_note,
             flashinfer_note,
         )
 
@@ -215,6 +231,7 @@ class PluginDrawMixin:
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
             fp64_stream=self.fp64_stream,
+            fp32_stream=self.fp32_stream,
         )
 
     def draw_gumbel(
@@ -233,6 +250,7 @@ class PluginDrawMixin:
             apply_temperature=False,
             use_fp64=self.use_fp64_gumbel,
             fp64_stream=self.fp64_stream,
+            fp32_stream=self.fp32_stream,
         )
 
 

@@ -2,9 +2,10 @@
 from EngineArgs into ModelConfig, where the workers read them.
 
 Releases whose ModelConfig has no ``use_fp64_gumbel`` field (0.20, 0.21)
-get the plugin's flag and its FlashInfer setting (integration/engine_args.py,
-with ``--speculation-policy``); from 0.22 on both are upstream's, read by
-the plugin's sampler as the runner passes them, and nothing is patched.
+get the plugin's flag and its FlashInfer setting (integration/engine_args.py;
+``--speculation-policy`` is the speculator seam's); from 0.22 on both are
+upstream's, read by the plugin's sampler as the runner passes them, and
+nothing is patched.
 """
 
 from __future__ import annotations
@@ -39,9 +40,8 @@ def apply(shape: str) -> None:
     from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration.engine_args import patch_engine_args
 
-    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs)
+    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.FP64_ATTR,))
     # Class defaults: ModelConfigs built without the front-end wrapper (draft
     # models, tests) still answer with the defaults.
     setattr(ModelConfig, cfg.FP64_ATTR, False)
     setattr(ModelConfig, cfg.FLASHINFER_ATTR, None)
-    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, cfg.ADAPTIVE)

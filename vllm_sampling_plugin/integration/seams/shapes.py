@@ -21,5 +21,6 @@ SAMPLE_RANDOM = "_sample_random()"
 STRICT_PROBABILISTIC_SYNTHETIC = "RejectionSampler(sampler, spec_config, device), strict/probabilistic/synthetic"
 # speculator.py
 NGRAM_BEFORE_REQUEST_STATE = "init_speculator(vllm_config, device), n-gram added"
+POLICY_OVER_UPSTREAM_NGRAM = "upstream's NgramGPUSpeculator, proposal counts added"
 # warmup.py
 AFTER_DUMMY_SAMPLER_RUN = "after GPUModelRunner._dummy_sampler_run(hidden_states)"

@@ -1,16 +1,29 @@
-"""The speculator seam: the GPU n-gram proposer and the adaptive speculation
-policy around it.
+"""The speculator seam: the n-gram proposer and the adaptive speculation
+policy around it (adaptive_policy.py).
 
-Taken where the V2 runner has no n-gram speculator of its own (through
-0.31; 0.32 brings ``spec_decode/ngram``), builds speculators as
-``init_speculator(vllm_config, device)`` before its request state (0.20's
-order: integration/speculator.py binds the proposer afterwards), and the
-plugin verifies the drafts (the rejection seam: n-gram drafts carry no
-draft logits, which upstream's 0.20 ``probabilistic`` path asserts on).
-With it come the V2 validation and async-scheduling checks that must accept
-``ngram`` (integration/vllm_config.py) and the adaptive policy: proposal
-counts reported back with each output, the scheduler verifying only what
-was proposed, full decode graphs for one-token batches.
+Two shapes, told apart by what the installed V2 runner offers:
+
+* ``NGRAM_BEFORE_REQUEST_STATE`` (0.20): the runner has no n-gram
+  speculator of its own and builds speculators as
+  ``init_speculator(vllm_config, device)`` before its request state. The
+  plugin adds its GPU proposer (integration/speculator.py binds it
+  afterwards) and verifies the drafts (the rejection seam: n-gram drafts
+  carry no draft logits, which upstream's 0.20 ``probabilistic`` path
+  asserts on). With it come the V2 validation and async-scheduling checks
+  that must accept ``ngram`` (integration/vllm_config.py).
+* ``POLICY_OVER_UPSTREAM_NGRAM`` (0.32, 0.33): upstream's
+  ``spec_decode/ngram`` has its own GPU proposer, ``NgramGPUSpeculator(
+  vllm_config, device, req_states)``, whose scan leaves each block's best
+  match in ``scratch``. The plugin keeps it and its rejection sampler and
+  binds a subclass that also counts the drafts it found
+  (integration/upstream_ngram.py), for the policy.
+
+In both, the adaptive policy: ``--speculation-policy`` (engine_args.py,
+the keyword alone where upstream has ``use_fp64_gumbel``), proposal counts
+reported back with each output, the scheduler verifying only what was
+proposed, full decode graphs for one-token batches. It is the default
+where a GPU run measured it (engine_args.default_speculation_policy: 0.20)
+and opt-in elsewhere.
 """
 
 from __future__ import annotations
@@ -20,17 +33,43 @@ import inspect
 
 from vllm_sampling_plugin.integration.seams.found import Found
 from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.shapes import NGRAM_BEFORE_REQUEST_STATE
+from vllm_sampling_plugin.integration.seams.shapes import (
+    NGRAM_BEFORE_REQUEST_STATE,
+    POLICY_OVER_UPSTREAM_NGRAM,
+)
 
 NAME = shapes.SPECULATOR
 _INIT_SPECULATOR = ["vllm_config", "device"]
+_UPSTREAM_NGRAM = "vllm.v1.worker.gpu.spec_decode.ngram"
+_UPSTREAM_NGRAM_INIT = ["vllm_config", "device", "req_states"]
+# What upstream_ngram.py's count reads off upstream's proposer, all set in
+# its __init__.
+_UPSTREAM_NGRAM_ATTRS = {"scratch", "max_model_len", "max_num_reqs", "num_speculative_steps", "req_states"}
+# The policy's other seams: the runner step that reports, the scheduler
+# methods it wraps, the graph manager it adds candidates to.
+_POLICY_HOOKS = (
+    ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner", "sample_tokens"),
+    ("vllm.v1.core.sched.scheduler", "Scheduler", "update_from_output"),
+    ("vllm.v1.core.sched.scheduler", "Scheduler", "update_draft_token_ids"),
+    ("vllm.v1.worker.gpu.cudagraph_utils", "ModelCudaGraphManager", "_init_candidates"),
+)
 
 
 def detect(rejection_found: Found) -> Found:
+    found = _detect_proposer(rejection_found)
+    if not found.is_taken:
+        return found
+    missing = [f"{cls}.{name}" for module, cls, name in _POLICY_HOOKS if not _has(module, cls, name)]
+    if missing:
+        return Found.off(NAME, f"the adaptive policy's hooks are missing: {missing}")
+    return found
+
+
+def _detect_proposer(rejection_found: Found) -> Found:
+    if importlib.util.find_spec(_UPSTREAM_NGRAM) is not None:
+        return _detect_upstream_ngram()
     from vllm.v1.worker.gpu import spec_decode
 
-    if importlib.util.find_spec("vllm.v1.worker.gpu.spec_decode.ngram") is not None:
-        return Found.off(NAME, "upstream's V2 runner has its own n-gram speculator")
     if not rejection_found.is_taken:
         return Found.off(NAME, "n-gram drafts need the plugin's rejection sampler")
     params = list(inspect.signature(spec_decode.init_speculator).parameters)
@@ -39,33 +78,48 @@ def detect(rejection_found: Found) -> Found:
     return Found.taken(NAME, NGRAM_BEFORE_REQUEST_STATE)
 
 
+def _has(module: str, cls: str, name: str) -> bool:
+    return hasattr(getattr(importlib.import_module(module), cls, None), name)
+
+
+def _detect_upstream_ngram() -> Found:
+    from vllm.v1.worker.gpu.spec_decode.ngram import speculator as ngram
+
+    proposer = getattr(ngram, "NgramGPUSpeculator", None)
+    if proposer is None:
+        return Found.off(NAME, "spec_decode.ngram has no NgramGPUSpeculator")
+    params = [p for p in inspect.signature(proposer.__init__).parameters if p != "self"]
+    if params != _UPSTREAM_NGRAM_INIT:
+        return Found.off(NAME, f"NgramGPUSpeculator{tuple(params)} is not {tuple(_UPSTREAM_NGRAM_INIT)}")
+    missing = _UPSTREAM_NGRAM_ATTRS - set(proposer.__init__.__code__.co_names)
+    if missing:
+        return Found.off(NAME, f"NgramGPUSpeculator keeps no {sorted(missing)} to count its drafts from")
+    return Found.taken(NAME, POLICY_OVER_UPSTREAM_NGRAM)
+
+
 def apply(shape: str) -> None:
+    import vllm.engine.arg_utils as arg_utils
     import vllm.v1.worker.gpu.model_runner as model_runner
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.request import Request
-    from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 
-    from vllm_sampling_plugin.integration.decode_graphs import (
-        adding_single_token_decode_graphs,
-    )
-    from vllm_sampling_plugin.integration.proposal_report import reporting_proposals
-    from vllm_sampling_plugin.integration.speculation_policy import patch_scheduler
-    from vllm_sampling_plugin.integration.speculator import (
-        connecting_speculator,
-        init_speculator,
-    )
-    from vllm_sampling_plugin.integration.vllm_config import patch_vllm_config
+    from vllm_sampling_plugin import config as cfg
+    from vllm_sampling_plugin.integration.adaptive_policy import patch_adaptive_policy
+    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
 
-    patch_vllm_config()
-    # The runner binds the name at import; patch it there.
-    model_runner.init_speculator = init_speculator
-    runner_cls = model_runner.GPUModelRunner
-    runner_cls.__init__ = connecting_speculator(runner_cls.__init__)
-    # The adaptive speculation policy: proposal counts go back with each
-    # output, the scheduler verifies what was proposed, and steps without
-    # drafts replay full decode graphs.
-    runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
-    patch_scheduler(Scheduler, Request)
-    ModelCudaGraphManager._init_candidates = adding_single_token_decode_graphs(
-        ModelCudaGraphManager._init_candidates
-    )
+    if shape == NGRAM_BEFORE_REQUEST_STATE:
+        from vllm_sampling_plugin.integration.speculator import (
+            connecting_speculator,
+            init_speculator,
+        )
+        from vllm_sampling_plugin.integration.vllm_config import patch_vllm_config
+
+        patch_vllm_config()
+        # The runner binds the name at import; patch it there.
+        model_runner.init_speculator = init_speculator
+        runner_cls = model_runner.GPUModelRunner
+        runner_cls.__init__ = connecting_speculator(runner_cls.__init__)
+    else:
+        from vllm_sampling_plugin.integration.upstream_ngram import patch_upstream_ngram
+
+        patch_upstream_ngram()
+    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.SPECULATION_POLICY_ATTR,))
+    patch_adaptive_policy()

@@ -145,7 +145,7 @@ def warm_up_plugin_draw(
         "vllm-sampling-plugin warm-up: compiled and ran %s in %s on %s logits, batch "
         "sizes %s, covering every batch size 1..%d, in %.1f s.",
         ", ".join(launched),
-        f"FP64 ({sampler.fp64_stream})" if use_fp64 else "FP32",
+        f"FP64 ({sampler.fp64_stream})" if use_fp64 else f"FP32 ({sampler.fp32_stream})",
         " and ".join(str(dtype).removeprefix("torch.") for dtype in dtypes),
         "; ".join(f"{kernel} {sizes}" for kernel, sizes in launched.items()),
         max_num_reqs,

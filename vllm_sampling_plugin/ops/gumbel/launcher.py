@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ..checks import check_same_device
 from ..host_math import next_power_of_2
-from ..random import fp64_noise_code, gumbel_block, request_key
+from ..random import FP64_PHILOX, gumbel_block, noise_code, request_key
 from .plan import plan_launch
 
 
@@ -43,10 +43,10 @@ def _chunk_argmax(
     TILE: tl.constexpr,
     DIVIDE: tl.constexpr,
     ADD_NOISE: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     """(max score, lowest token id with that score) over one chunk."""
-    score_dtype: tl.constexpr = tl.float64 if (FP64_NOISE and ADD_NOISE) else tl.float32
+    score_dtype: tl.constexpr = tl.float64 if (NOISE >= FP64_PHILOX and ADD_NOISE) else tl.float32
     lanes = tl.arange(0, TILE)
     best = tl.full([TILE], float("-inf"), score_dtype)
     # Each lane remembers the tile of its best score (cheaper than the token
@@ -74,7 +74,7 @@ def _chunk_argmax(
             )
         score = logits.to(score_dtype)
         if ADD_NOISE:
-            score += gumbel_block(key, start, TILE, FP64_NOISE)
+            score += gumbel_block(key, start, TILE, NOISE)
         # Strictly greater: earlier tokens keep ties, NaN never enters.
         wins = score > best
         best = tl.where(wins, score, best)
@@ -82,12 +82,12 @@ def _chunk_argmax(
     chunk_max = tl.max(best, axis=0)
     best_ids = chunk_start + best_tile * TILE + lanes
     chunk_argmax = tl.min(tl.where(best == chunk_max, best_ids, vocab_size), axis=0)
-    return chunk_max.to(tl.float64 if FP64_NOISE else tl.float32), chunk_argmax
+    return chunk_max.to(tl.float64 if NOISE >= FP64_PHILOX else tl.float32), chunk_argmax
 
 
 @triton.jit
 def _gumbel_partial_kernel(
-    partial_max_ptr,  # [num_tokens, num_chunks] fp32 (fp64 if FP64_NOISE)
+    partial_max_ptr,  # [num_tokens, num_chunks] fp32 (fp64 for FP64 noise)
     partial_ids_ptr,  # [num_tokens, num_chunks] int64
     processed_logits_ptr,  # [max_num_reqs, vocab] or None
     processed_logits_stride,
@@ -102,7 +102,7 @@ def _gumbel_partial_kernel(
     tiles_per_chunk,
     TILE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     token = tl.program_id(0)
     chunk = tl.program_id(1)
@@ -117,7 +117,7 @@ def _gumbel_partial_kernel(
 
     # One branch per row, outside the loop: greedy rows skip the noise.
     if temperature != 0.0:
-        key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), FP64_NOISE)
+        key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), NOISE)
         chunk_max, chunk_argmax = _chunk_argmax(
             logits_row_ptr,
             logits_col_stride,
@@ -131,7 +131,7 @@ def _gumbel_partial_kernel(
             TILE=TILE,
             DIVIDE=APPLY_TEMPERATURE,
             ADD_NOISE=True,
-            FP64_NOISE=FP64_NOISE,
+            NOISE=NOISE,
         )
     else:
         chunk_max, chunk_argmax = _chunk_argmax(
@@ -147,7 +147,7 @@ def _gumbel_partial_kernel(
             TILE=TILE,
             DIVIDE=False,
             ADD_NOISE=False,
-            FP64_NOISE=FP64_NOISE,
+            NOISE=NOISE,
         )
     partial = token.to(tl.int64) * num_chunks + chunk
     tl.store(partial_max_ptr + partial, chunk_max)
@@ -234,6 +234,7 @@ def gumbel_sample(
     apply_temperature: bool,
     use_fp64: bool = False,
     fp64_stream: str = "philox",
+    fp32_stream: str = "philox",
     processed_logits_out: torch.Tensor | None = None,  # [max_num_reqs, vocab_size]
     check_inputs: bool = True,
 ) -> torch.Tensor:
@@ -270,6 +271,11 @@ def gumbel_sample(
         Which FP64 noise (``ops/random.py``): ``"philox"`` reproduces vLLM
         0.20's ``gumbel_sample(use_fp64=True)`` token for token, ``"murmur3"``
         vLLM 0.32's and 0.33's. Ignored for FP32 noise.
+    fp32_stream : str
+        Which FP32 noise: ``"philox"``, the plugin's own (the default; its
+        cheapest), or ``"murmur3"``, vLLM 0.32's and 0.33's
+        ``gumbel_sample(use_fp64=False)`` token for token. Ignored for FP64
+        noise.
     processed_logits_out : torch.Tensor, optional
         ``[max_num_reqs, vocab_size]``; row ``idx_mapping[i]`` receives the
         (temperature-divided, if ``apply_temperature``) fp32 logits of row
@@ -297,7 +303,7 @@ def gumbel_sample(
     >>> gumbel_sample(logits, rows, temperature, seeds, pos, apply_temperature=True)
     tensor([...], device='cuda:0')  # [4] int64; row 0 is the argmax
     """
-    fp64_noise = fp64_noise_code(use_fp64, fp64_stream)
+    noise = noise_code(use_fp64, fp64_stream, fp32_stream)
     if check_inputs:
         _check_inputs(logits, idx_mapping, temperature, seeds, pos, processed_logits_out)
     num_tokens, vocab_size = logits.shape
@@ -329,7 +335,7 @@ def gumbel_sample(
         plan.tiles_per_chunk,
         TILE=plan.tile,
         APPLY_TEMPERATURE=apply_temperature,
-        FP64_NOISE=fp64_noise,
+        NOISE=noise,
         num_warps=plan.num_warps,
         num_stages=plan.num_stages,
     )

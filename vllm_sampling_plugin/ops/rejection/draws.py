@@ -4,7 +4,7 @@ block for the corrected (residual) and the bonus token, each on its own Philox s
 import triton
 import triton.language as tl
 
-from ..random import gumbel_block, request_key, uniform
+from ..random import FP64_PHILOX, gumbel_block, request_key, uniform
 from .stats import load_logits
 
 # Philox counters under the key of a logit; the plain Gumbel stream uses
@@ -38,7 +38,7 @@ def draft_accepted(
     vocab_size,
     SYNTHETIC_MODE: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     in_vocab = (draft >= 0) & (draft < vocab_size)
@@ -49,7 +49,7 @@ def draft_accepted(
         # their log-sum-exp, the residual resample) is done exactly as in
         # standard mode, so synthetic runs take the time of real runs with the
         # same acceptance; only this O(num_tiles) test differs.
-        accepted = uniform(key, accept_counter, FP64_NOISE) < tl.load(conditional_rates_ptr + row)
+        accepted = uniform(key, accept_counter, NOISE) < tl.load(conditional_rates_ptr + row)
     elif temp == 0.0:
         accepted = greedy_token == draft
     else:
@@ -61,7 +61,7 @@ def draft_accepted(
             log_q = 0.0
         # u < min(1, p / q) in log space. A row without any finite logit gives
         # log_p = NaN, which rejects.
-        accepted = log_p > tl.log(uniform(key, accept_counter, FP64_NOISE)) + log_q
+        accepted = log_p > tl.log(uniform(key, accept_counter, NOISE)) + log_q
     return accepted & in_vocab
 
 
@@ -79,7 +79,7 @@ def corrected_block_winners(
     vocab_size,
     SAMPLE_CHUNK: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """Gumbel-max winners of one block for a rejected draft (temperature > 0).
@@ -89,7 +89,7 @@ def corrected_block_winners(
     keeps its best across chunks (strictly greater: the earliest token keeps
     a tie), and the lanes are reduced once at the end.
     """
-    score_dtype = tl.float64 if FP64_NOISE else tl.float32
+    score_dtype = tl.float64 if NOISE >= FP64_PHILOX else tl.float32
     lanes = tl.arange(0, SAMPLE_CHUNK)
     best_value = tl.full([SAMPLE_CHUNK], float("-inf"), score_dtype)
     best_token = block_start + lanes
@@ -116,7 +116,7 @@ def corrected_block_winners(
         else:
             # A point-mass draft leaves p without the rejected token.
             residual = tl.where(offsets == draft, float("-inf"), logits)
-        noise = gumbel_block(key, chunk_start + _RESIDUAL_STREAM, SAMPLE_CHUNK, FP64_NOISE)
+        noise = gumbel_block(key, chunk_start + _RESIDUAL_STREAM, SAMPLE_CHUNK, NOISE)
         value = residual.to(score_dtype) + noise
         wins = value > best_value
         best_value = tl.where(wins, value, best_value)
@@ -140,15 +140,15 @@ def bonus_block_winner(
     block_end,
     vocab_size,
     SAMPLE_CHUNK: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """Gumbel-max (argmax when greedy) winner of one block of the bonus row."""
-    score_dtype = tl.float64 if FP64_NOISE else tl.float32
+    score_dtype = tl.float64 if NOISE >= FP64_PHILOX else tl.float32
     lanes = tl.arange(0, SAMPLE_CHUNK)
     best_value = tl.full([SAMPLE_CHUNK], float("-inf"), score_dtype)
     best_token = block_start + lanes
-    key = request_key(seed, pos, FP64_NOISE)
+    key = request_key(seed, pos, NOISE)
     for chunk in range(tl.cdiv(block_end - block_start, SAMPLE_CHUNK)):
         chunk_start = block_start + chunk * SAMPLE_CHUNK
         offsets = chunk_start + lanes
@@ -157,7 +157,7 @@ def bonus_block_winner(
         ).to(score_dtype)
         if temp != 0.0:
             # The sampler's own stream at this position.
-            scores += gumbel_block(key, chunk_start, SAMPLE_CHUNK, FP64_NOISE)
+            scores += gumbel_block(key, chunk_start, SAMPLE_CHUNK, NOISE)
         wins = scores > best_value
         best_value = tl.where(wins, scores, best_value)
         best_token = tl.where(wins, offsets, best_token)

@@ -13,7 +13,7 @@ import triton.language as tl
 
 from ..device import num_sms
 from ..host_math import cdiv, next_power_of_2
-from ..random import fp64_noise_code
+from ..random import noise_code
 from .draws import MAX_VOCAB_SIZE
 from .emit import emit_row
 from .plan import (
@@ -76,7 +76,7 @@ def _rejection_kernel(
     OUT_PAD: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """Every step of every request in one launch: the blocks of a request
@@ -130,7 +130,7 @@ def _rejection_kernel(
                 NUM_TILES_PAD,
                 SYNTHETIC_MODE,
                 HAS_DRAFT_LOGITS,
-                FP64_NOISE,
+                NOISE,
                 APPLY_TEMPERATURE,
             )
             all_arrived = num_blocks * (step + 1)
@@ -191,7 +191,7 @@ def _rejection_step_kernel(
     NUM_TILES_PAD: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """One step of every request per launch, for launch plans whose blocks
@@ -237,7 +237,7 @@ def _rejection_step_kernel(
             NUM_TILES_PAD,
             SYNTHETIC_MODE,
             HAS_DRAFT_LOGITS,
-            FP64_NOISE,
+            NOISE,
             APPLY_TEMPERATURE,
         )
     if block_idx == 0:
@@ -440,7 +440,7 @@ def rejection_sample_packed(
         "NUM_TILES_PAD": next_power_of_2(num_tiles),
         "SYNTHETIC_MODE": synthetic_conditional_rates is not None,
         "HAS_DRAFT_LOGITS": has_draft_logits,
-        "FP64_NOISE": fp64_noise_code(use_fp64, "philox"),
+        "NOISE": noise_code(use_fp64),
         "APPLY_TEMPERATURE": apply_temperature,
         "num_warps": plan.num_warps,
     }

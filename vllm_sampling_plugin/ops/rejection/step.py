@@ -46,7 +46,7 @@ def rejection_step(
     NUM_TILES_PAD: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """Step ``step`` of one block of a request whose row ``step - 1`` was reached.
@@ -76,7 +76,7 @@ def rejection_step(
         draft_row_ptr = (
             draft_logits_ptr + state_idx * draft_stride_0 + row * draft_stride_1
         )
-        key = request_key(seed, tl.load(pos_ptr + logit_idx), FP64_NOISE)
+        key = request_key(seed, tl.load(pos_ptr + logit_idx), NOISE)
         # Draft `row` is the input token of logit `row + 1`.
         draft = tl.load(draft_tokens_ptr + logit_idx + 1).to(tl.int32)
         greedy_max, greedy_token = row_argmax(
@@ -115,7 +115,7 @@ def rejection_step(
             vocab_size,
             SYNTHETIC_MODE,
             HAS_DRAFT_LOGITS,
-            FP64_NOISE,
+            NOISE,
             APPLY_TEMPERATURE,
         )
         if reached == 0:
@@ -140,7 +140,7 @@ def rejection_step(
                     vocab_size,
                     SAMPLE_CHUNK,
                     HAS_DRAFT_LOGITS,
-                    FP64_NOISE,
+                    NOISE,
                     APPLY_TEMPERATURE,
                 )
                 tl.store(winner_value_ptr + winner_offset, value)
@@ -160,7 +160,7 @@ def rejection_step(
             block_end,
             vocab_size,
             SAMPLE_CHUNK,
-            FP64_NOISE,
+            NOISE,
             APPLY_TEMPERATURE,
         )
         tl.store(winner_value_ptr + winner_offset, value)

@@ -4,7 +4,7 @@ merge needs (the listed top logits per group, the chunk's floor, best and mass).
 import triton
 import triton.language as tl
 
-from ..random import gumbel_block, request_key
+from ..random import FP64_PHILOX, gumbel_block, request_key
 from .select import load_logits_block, order_key
 
 
@@ -13,7 +13,7 @@ def chunk_pass(
     token,
     chunk,
     num_chunks,
-    # [num_tokens, num_chunks] each: (best score: fp32, fp64 if FP64_NOISE;
+    # [num_tokens, num_chunks] each: (best score: fp32, fp64 for FP64 noise;
     #  its id: int32; mass: fp32; floor: int32, uint32 key bits)
     chunk_stats,
     # [num_tokens, num_chunks, LIST] each: (logits: fp32, -inf: no token; ids: int32)
@@ -31,7 +31,7 @@ def chunk_pass(
     LIST: tl.constexpr,
     TILE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     """One chunk of a row: its list, floor and best (see the module doc)."""
     chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr, chunk_floor_ptr = chunk_stats
@@ -52,12 +52,12 @@ def chunk_pass(
         vocab_size,
     )
     out = token.to(tl.int64) * num_chunks + chunk
-    score_dtype: tl.constexpr = tl.float64 if FP64_NOISE else tl.float32
+    score_dtype: tl.constexpr = tl.float64 if NOISE >= FP64_PHILOX else tl.float32
 
     if (temperature != 0.0) & ~(filter_k | filter_p):
         # Nothing to filter: this chunk's Gumbel winner, as the Gumbel kernel
         # finds it. Tile by tile, to keep the noise's registers low.
-        key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), FP64_NOISE)
+        key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), NOISE)
         best = tl.full([TILE], float("-inf"), score_dtype)
         best_ids = chunk_start + tl.arange(0, TILE)
         for tile in tl.static_range(CHUNK // TILE):
@@ -65,7 +65,7 @@ def chunk_pass(
             tile_ids, _, tile_logits = load_logits_block(
                 row_logits, start, 1, TILE, APPLY_TEMPERATURE
             )
-            score = tile_logits.to(score_dtype) + gumbel_block(key, start, TILE, FP64_NOISE)
+            score = tile_logits.to(score_dtype) + gumbel_block(key, start, TILE, NOISE)
             # Strictly greater: the earlier token keeps a tie.
             wins = score > best
             best = tl.where(wins, score, best)

@@ -21,7 +21,7 @@ deterministic as the rest. The rounding moves the top-p boundary by at most
 import triton
 import triton.language as tl
 
-from ..random import gumbel_block
+from ..random import FP64_PHILOX, gumbel_block
 from .select import (
     load_logits_block,
     order_key,
@@ -105,7 +105,7 @@ def _gumbel_argmax_of_row(
     key,
     BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     """Gumbel-max over the tokens whose key is at least ``threshold``.
 
@@ -113,13 +113,13 @@ def _gumbel_argmax_of_row(
     equal scores the lowest token id wins, as in the Gumbel kernel.
     """
     vocab_size = row_logits[3]
-    score_dtype: tl.constexpr = tl.float64 if FP64_NOISE else tl.float32
+    score_dtype: tl.constexpr = tl.float64 if NOISE >= FP64_PHILOX else tl.float32
     best = tl.full([BLOCK], float("-inf"), score_dtype)
     best_ids = tl.arange(0, BLOCK)
     for start in range(0, vocab_size, BLOCK):
         token_ids, in_vocab, x = load_logits_block(row_logits, start, 1, BLOCK, APPLY_TEMPERATURE)
         survive = in_vocab & (order_key(x) >= threshold)
-        noise = gumbel_block(key, start, BLOCK, FP64_NOISE)
+        noise = gumbel_block(key, start, BLOCK, NOISE)
         score = tl.where(survive, x.to(score_dtype) + noise, float("-inf"))
         wins = score > best
         best = tl.where(wins, score, best)
@@ -137,7 +137,7 @@ def sample_row_exactly(
     key,
     BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     """Top-k, then top-p, then Gumbel-max, each by walking the whole row.
 
@@ -156,5 +156,5 @@ def sample_row_exactly(
     # The top token always stays, even for top_p <= 0.
     threshold = tl.minimum(tl.maximum(top_k_key, top_p_key), order_key(row_max))
     return _gumbel_argmax_of_row(
-        row_logits, threshold, key, BLOCK, APPLY_TEMPERATURE, FP64_NOISE
+        row_logits, threshold, key, BLOCK, APPLY_TEMPERATURE, NOISE
     )

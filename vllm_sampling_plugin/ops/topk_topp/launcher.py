@@ -14,7 +14,7 @@ import triton.language as tl
 
 from ..checks import check_same_device
 from ..host_math import next_power_of_2
-from ..random import fp64_noise_code
+from ..random import noise_code
 from .chunk import chunk_pass
 from .exact import MAX_VOCAB_SIZE
 from .merge import merge_row
@@ -52,7 +52,7 @@ def _top_k_top_p_kernel(
     WIDE: tl.constexpr,
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
     MERGE: tl.constexpr,
 ):
     # One program per (row, chunk), a row's chunks next to each other in
@@ -61,7 +61,7 @@ def _top_k_top_p_kernel(
     chunk = tl.program_id(0) % NUM_CHUNKS
     chunk_pass(
         token, chunk, NUM_CHUNKS, chunk_stats, chunk_lists, logits, requests, vocab_size,
-        CHUNK, GROUP, PER_GROUP, LIST, TILE, APPLY_TEMPERATURE, FP64_NOISE,
+        CHUNK, GROUP, PER_GROUP, LIST, TILE, APPLY_TEMPERATURE, NOISE,
     )
     # The row's last chunk to finish merges it: one launch, no host sync.
     # The barrier puts every thread's stores before the releasing atomic;
@@ -75,7 +75,7 @@ def _top_k_top_p_kernel(
         merge_row(
             token, sampled_ptr, paths_ptr, chunk_stats, chunk_lists, scratch, logits, requests,
             vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, WIDE, ROW_BLOCK,
-            APPLY_TEMPERATURE, CHUNK, FP64_NOISE,
+            APPLY_TEMPERATURE, CHUNK, NOISE,
         )
 
 
@@ -98,12 +98,12 @@ def _merge_kernel(
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     CHUNK: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     merge_row(
         tl.program_id(0), sampled_ptr, paths_ptr, chunk_stats, chunk_lists, scratch, logits,
         requests, vocab_size, NUM_CHUNKS, CHUNKS_BLOCK, LIST, SHORT, WIDE, ROW_BLOCK,
-        APPLY_TEMPERATURE, CHUNK, FP64_NOISE,
+        APPLY_TEMPERATURE, CHUNK, NOISE,
     )
 
 
@@ -169,6 +169,7 @@ def top_k_top_p_sample(
     apply_temperature: bool,
     use_fp64: bool = False,
     fp64_stream: str = "philox",
+    fp32_stream: str = "philox",
     tuning: TopKTopPTuning = DEFAULT_TUNING,
     paths_out: torch.Tensor | None = None,  # [num_tokens] int32
 ) -> torch.Tensor:
@@ -216,6 +217,9 @@ def top_k_top_p_sample(
     fp64_stream : str
         Which FP64 noise, as for ``gumbel_sample``: ``"philox"`` (vLLM 0.20)
         or ``"murmur3"`` (vLLM 0.32, 0.33). Ignored for FP32 noise.
+    fp32_stream : str
+        Which FP32 noise, as for ``gumbel_sample``: ``"philox"`` (the
+        plugin's) or ``"murmur3"`` (vLLM 0.32, 0.33). Ignored for FP64 noise.
     tuning : TopKTopPTuning
         Launch shape. Tokens agree across tunings except where a probability
         sum lands within float rounding of a top-p boundary.
@@ -246,7 +250,7 @@ def top_k_top_p_sample(
     ...                    apply_temperature=True)
     tensor([...], device='cuda:0')  # [3] int64; row 0 is the argmax
     """
-    fp64_noise = fp64_noise_code(use_fp64, fp64_stream)
+    noise = noise_code(use_fp64, fp64_stream, fp32_stream)
     _check_inputs(logits, idx_mapping, temperature, seeds, pos, top_k, top_p)
     check_tuning(tuning)
     if paths_out is not None and (
@@ -288,7 +292,7 @@ def top_k_top_p_sample(
         ROW_BLOCK=tuning.row_block,
         APPLY_TEMPERATURE=apply_temperature,
         CHUNK=shape.chunk,
-        FP64_NOISE=fp64_noise,
+        NOISE=noise,
     )
     _top_k_top_p_kernel[(num_tokens * shape.num_chunks,)](
         sampled,

@@ -36,7 +36,7 @@ def merge_row(
     ROW_BLOCK: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     CHUNK: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     """Decide row ``token`` from its chunks' results (see the module doc).
 
@@ -80,7 +80,7 @@ def merge_row(
     # +inf (only +inf tokens can win: the first of them, as the Gumbel
     # kernel picks) or -inf (all tokens are -inf: token 0).
     if (temperature != 0.0) & (filter_k | filter_p) & finite_max:
-        key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), FP64_NOISE)
+        key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), NOISE)
         row_logits = (
             logits_ptr + token.to(tl.int64) * logits_row_stride,
             logits_col_stride,
@@ -110,12 +110,12 @@ def merge_row(
         if capacity <= SHORT // 2:
             short_sampled, decided, bound = sample_short(
                 x, ids, floors, row_scratch, row_max, capacity, filters, total_mass, key,
-                vocab_size, SHORT // 2, FP64_NOISE,
+                vocab_size, SHORT // 2, NOISE,
             )
         else:
             short_sampled, decided, bound = sample_short(
                 x, ids, floors, row_scratch, row_max, capacity, filters, total_mass, key,
-                vocab_size, SHORT, FP64_NOISE,
+                vocab_size, SHORT, NOISE,
             )
         path = PATH_SHORT_LIST
         if decided:
@@ -124,7 +124,7 @@ def merge_row(
             path = PATH_COLLECTED
             sampled, decided = sample_wide(
                 x, ids, floors, row_logits, row_max, filters, total_mass, bound, row_scratch,
-                key, CHUNK, LIST, SHORT, WIDE, APPLY_TEMPERATURE, FP64_NOISE,
+                key, CHUNK, LIST, SHORT, WIDE, APPLY_TEMPERATURE, NOISE,
             )
         if not decided:
             path = PATH_EXACT
@@ -136,7 +136,7 @@ def merge_row(
                 key,
                 ROW_BLOCK,
                 APPLY_TEMPERATURE,
-                FP64_NOISE,
+                NOISE,
             )
         if paths_ptr is not None:
             tl.store(paths_ptr + token, path)

@@ -20,6 +20,7 @@ Rows that even this cannot hold go to ``exact.py``.
 import triton
 import triton.language as tl
 
+from ..random import FP64_PHILOX
 from .select import (
     NEG_INF_KEY,
     buckets_within,
@@ -233,7 +234,7 @@ def sample_short(
     key,
     vocab_size,
     LANES: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     """The common step: the short list, the row's largest listed logits (at
     most ``capacity <= LANES``; -inf tokens are never listed: they cannot
@@ -248,7 +249,7 @@ def sample_short(
     tl.debug_barrier()
     return decide_listed(
         scratch, count, tl.maximum(floor, cut), row_max, filters, total_mass, key, vocab_size,
-        LANES, FP64_NOISE,
+        LANES, NOISE,
     )
 
 
@@ -269,7 +270,7 @@ def sample_wide(
     SHORT: tl.constexpr,
     WIDE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     """For rows the short list cannot decide: top_k beyond it, a wide top-p
     set, three top tokens in one group, ties across groups.
@@ -313,12 +314,12 @@ def sample_wide(
         if count <= SHORT // 2:
             sampled, _, _ = decide_listed(
                 scratch, count, bound, row_max, filters, total_mass, key, vocab_size,
-                SHORT // 2, FP64_NOISE,
+                SHORT // 2, NOISE,
             )
         elif count <= SHORT:
             sampled, _, _ = decide_listed(
                 scratch, count, bound, row_max, filters, total_mass, key, vocab_size, SHORT,
-                FP64_NOISE,
+                NOISE,
             )
         elif decided:
             wide_x, wide_ids, wide_keys, collected = load_list(scratch, count, WIDE)
@@ -334,7 +335,7 @@ def sample_wide(
             # The top token always stays, even for top_p <= 0.
             threshold = tl.minimum(tl.maximum(top_k_key, top_p_key), order_key(row_max))
             keep = collected & (wide_keys >= threshold)
-            sampled = gumbel_argmax(wide_x, wide_ids, keep, key, vocab_size, FP64_NOISE)
+            sampled = gumbel_argmax(wide_x, wide_ids, keep, key, vocab_size, NOISE)
     return sampled, decided
 
 
@@ -349,20 +350,20 @@ def decide_listed(
     key,
     vocab_size,
     LANES: tl.constexpr,
-    FP64_NOISE: tl.constexpr,
+    NOISE: tl.constexpr,
 ):
     """``decide`` on the ``count <= LANES`` tokens of a scratch list (every
     token of the row above ``floor``), and the draw among the survivors.
     Returns (token, decided, bound); the token is the row's if decided."""
     x, ids, keys, listed = load_list(scratch, count, LANES)
     keep, decided, bound = decide(x, keys, listed, floor, row_max, filters, total_mass)
-    return gumbel_argmax(x, ids, keep, key, vocab_size, FP64_NOISE), decided, bound
+    return gumbel_argmax(x, ids, keep, key, vocab_size, NOISE), decided, bound
 
 
 @triton.jit
-def gumbel_argmax(x, ids, keep, key, vocab_size, FP64_NOISE: tl.constexpr):
+def gumbel_argmax(x, ids, keep, key, vocab_size, NOISE: tl.constexpr):
     """Gumbel-max over the kept lanes: the lowest id among equal scores."""
-    score_dtype: tl.constexpr = tl.float64 if FP64_NOISE else tl.float32
-    score = tl.where(keep, x.to(score_dtype) + gumbel_at(key, ids, FP64_NOISE), float("-inf"))
+    score_dtype: tl.constexpr = tl.float64 if NOISE >= FP64_PHILOX else tl.float32
+    score = tl.where(keep, x.to(score_dtype) + gumbel_at(key, ids, NOISE), float("-inf"))
     _, sampled = argmax_lowest_id(score, tl.where(keep, ids, vocab_size))
     return sampled

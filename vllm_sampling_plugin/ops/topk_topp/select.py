@@ -20,8 +20,11 @@ import triton
 import triton.language as tl
 
 from ..random import (
+    FP32_MURMUR3,
+    FP64_PHILOX,
     _bits_to_uniform_fp32,
     gumbel_fp32_from_uniform,
+    gumbel_fp32_murmur3,
     gumbel_fp64,
     noise_words_fp32,
 )
@@ -115,14 +118,17 @@ def largest_key_reaching(keys, weights, target):
 
 
 @triton.jit
-def gumbel_at(key, token_ids, FP64_NOISE: tl.constexpr):
+def gumbel_at(key, token_ids, NOISE: tl.constexpr):
     """Gumbel noise of arbitrary ``token_ids``: the values ``gumbel_block`` gives them.
 
     FP32 noise of token ``t`` is word ``t % 4`` of ``noise_words_fp32(key, t // 4)``
-    (``random.gumbel_fp32_block``); FP64 noise is per token already.
+    (``random.gumbel_fp32_block``); FP64 and FP32 murmur3 noise are per token
+    already.
     """
-    if FP64_NOISE:
-        return gumbel_fp64(key, token_ids, FP64_NOISE)
+    if NOISE >= FP64_PHILOX:
+        return gumbel_fp64(key, token_ids, NOISE)
+    elif NOISE == FP32_MURMUR3:
+        return gumbel_fp32_murmur3(key, token_ids)
     else:
         w0, w1, w2, w3 = noise_words_fp32(key, token_ids // 4)
         word = token_ids % 4

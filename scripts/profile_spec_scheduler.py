@@ -1,0 +1,144 @@
+"""Engine-core host time per decode step that n-gram speculation adds, on CPU.
+
+Drives vLLM 0.20's real AsyncScheduler (as the engine core does: one step in
+flight, the output of step n arriving after step n + 1 is scheduled) for a
+batch of decoding requests, once without speculation and once with n-gram
+(k = 3) under the plugin's ``adaptive`` policy where nothing is ever
+proposed, i.e. every step verifies zero drafts. Times ``schedule()`` and
+``update_from_output()`` per step, and ``AdaptiveSpeculation.observe`` on
+its own. The runner's side of a step is in ``profile_host_path.py``.
+
+    PYTHONPATH=. python3 scripts/profile_spec_scheduler.py --batch 64 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import vllm.platforms.interface as _platform  # noqa: E402
+
+# Without a GPU vLLM infers no device type, which EngineArgs needs.
+_platform.UnspecifiedPlatform.device_type = "cpu"
+
+import torch  # noqa: E402
+from vllm.engine.arg_utils import EngineArgs  # noqa: E402
+from vllm.plugins import load_general_plugins  # noqa: E402
+
+load_general_plugins()
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+from tests.tiny_model import write_tiny_llama  # noqa: E402
+from vllm_sampling_plugin.integration.proposal_report import PROPOSED_ATTR  # noqa: E402
+
+K = 3
+PROMPT_LEN = 64
+
+
+def build(model: str, batch: int, spec: bool) -> AsyncScheduler:
+    kwargs = {}
+    if spec:
+        kwargs = {
+            "speculative_config": {"method": "ngram", "num_speculative_tokens": K,
+                                   "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+            "speculation_policy": "adaptive",
+        }
+    engine_args = EngineArgs(model=model, load_format="dummy", max_model_len=2048,
+                             max_num_seqs=batch, max_num_batched_tokens=max(8192, batch * 64),
+                             async_scheduling=True, enable_prefix_caching=False, **kwargs)
+    vllm_config = engine_args.create_engine_config()
+    blocks = batch * 2048 // 16 + 16
+    vllm_config.cache_config.num_gpu_blocks = blocks
+    kv_spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=16, dtype=torch.float32)
+    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layer.0"], kv_spec)])
+    return AsyncScheduler(vllm_config, kv, StructuredOutputManager(vllm_config), block_size=16)
+
+
+def output_for(scheduler_output, spec: bool, step: int) -> ModelRunnerOutput:
+    req_ids = list(scheduler_output.num_scheduled_tokens)
+    out = ModelRunnerOutput(req_ids=req_ids,
+                            req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                            sampled_token_ids=[[1000 + step]] * len(req_ids))
+    if spec:
+        setattr(out, PROPOSED_ATTR, [0] * len(req_ids))
+    return out
+
+
+def run(model: str, batch: int, spec: bool, steps: int) -> dict[str, float]:
+    scheduler = build(model, batch, spec)
+    for i in range(batch):
+        scheduler.add_request(Request(f"r{i}", prompt_token_ids=list(range(3, 3 + PROMPT_LEN)),
+                                      sampling_params=SamplingParams(max_tokens=1900,
+                                                                     ignore_eos=True),
+                                      pooling_params=None))
+    pending = []
+    schedule_s, update_s, observe_s = [], [], []
+    policy = getattr(scheduler, "adaptive_speculation", None)
+    if policy is not None:
+        observe = policy.observe
+
+        def timed_observe(*args):
+            start = time.perf_counter()
+            observe(*args)
+            observe_s.append(time.perf_counter() - start)
+
+        policy.observe = timed_observe
+    for step in range(steps):
+        start = time.perf_counter()
+        so = scheduler.schedule()
+        schedule_s.append(time.perf_counter() - start)
+        pending.append((step, so))
+        if len(pending) < 2:
+            continue
+        done_step, done = pending.pop(0)
+        out = output_for(done, spec, done_step)
+        start = time.perf_counter()
+        scheduler.update_from_output(done, out)
+        update_s.append(time.perf_counter() - start)
+        if step > 3:
+            assert not so.scheduled_spec_decode_tokens, "a zero-draft step verified drafts"
+    skip = 10  # prefill and the first decode steps
+    result = {
+        "schedule_us": statistics.median(schedule_s[skip:]) * 1e6,
+        "update_from_output_us": statistics.median(update_s[skip:]) * 1e6,
+    }
+    if observe_s:
+        result["observe_us"] = statistics.median(observe_s[skip:]) * 1e6
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = str(write_tiny_llama(tmp))
+        for batch in args.batch:
+            none = run(model, batch, False, args.steps)
+            adaptive = run(model, batch, True, args.steps)
+            print(f"B={batch}: none {none}")
+            print(f"B={batch}: adaptive, zero drafts {adaptive}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Per-step cost of adaptive n-gram speculation where nothing is proposed (issue 24), on a GPU.
+
+Starts, one after the other, two plugin engines on the 1B copy checkpoint
+(vocab 128256): one without speculation and one with n-gram (k = 3) under
+the ``adaptive`` policy, both at max_num_seqs 64 with
+gpu_memory_utilization 0.42, so both stay up and their runs alternate. On
+the ``nonrepeating`` workload (256 requests x 64 prompt x 256 output tokens,
+continuous batching) the proposer finds nothing, so every decode step of the
+adaptive engine verifies zero drafts. Per engine it prints and writes to
+``--out``/spec_step_breakdown.json:
+
+- tok/s of each of ``--runs`` uninstrumented runs;
+- from one run with ``bench/e2e/hooks.py``'s timers: steps, mean wall ms
+  per engine step (one step's start to the next), mean host ms inside
+  ``execute_model`` and inside ``sample_tokens``, mean GPU ms, and which
+  CUDA graph each step ran (``FULL/1``: full graph of one-token requests);
+- CUDA launches per decode step (kernels, graph replays, async copies) from
+  torch.profiler: two passes of 64 requests that differ by
+  ``--profile-steps`` decode steps, so prefill and drain cancel;
+- draft tokens verified and accepted over 64 greedy requests.
+
+    python3 scripts/spec_step_breakdown.py --out DIR
+
+Needs an NVIDIA GPU and vLLM 0.20 with the plugin installed; about 4 minutes
+on an H100 once the checkpoint is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+K = 3
+SHAPE = "1b"
+VOCAB = 128256
+MIX = "ngram"  # greedy requests (bench/e2e/workload.py)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="directory for spec_step_breakdown.json")
+    parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints",
+                        help="where the 1B copy checkpoint is written or found "
+                             "(the bench e2e default)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per engine")
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--prompt-len", type=int, default=64)
+    parser.add_argument("--output-len", type=int, default=256)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.42)
+    parser.add_argument("--profile-steps", type=int, default=20,
+                        help="decode steps between the two profiled passes")
+    return parser.parse_args(argv)
+
+
+def engine_specs(args: argparse.Namespace, path: str) -> dict:
+    from vllm_sampling_plugin.bench.e2e.engine import EngineSpec
+
+    common = dict(role="plugin", model=path, max_num_seqs=args.max_num_seqs,
+                  gpu_memory_utilization=args.gpu_memory_utilization,
+                  max_model_len=args.prompt_len + args.output_len + K + 16)
+    return {
+        "none": EngineSpec(**common),
+        # The graphs bench e2e gives an n-gram engine: a verification step
+        # of every request fits (run.capture_size).
+        "adaptive": EngineSpec(**common, ngram_k=K, speculation_policy="adaptive",
+                               max_cudagraph_capture_size=args.max_num_seqs * (K + 1)),
+    }
+
+
+def step_summary(timings: dict) -> dict:
+    """Means per step of an instrumented pass (``Engine.step_timings``)."""
+    host, execute = timings["host_ms"], timings["execute_host_ms"]
+    return {
+        "steps": len(host),
+        "wall_ms_per_step": statistics.fmean(timings["period_ms"]),
+        "execute_model_host_ms": statistics.fmean(execute),
+        "sample_tokens_host_ms": statistics.fmean(h - e for h, e in zip(host, execute)),
+        "gpu_ms_per_step": statistics.fmean(timings["step_gpu_ms"]),
+        "graph_modes": timings["graph_modes"],
+        "instrumented_tok_s": timings["run"]["tok_s"],
+    }
+
+
+def launches_per_step(short: dict, long: dict) -> dict:
+    """Launches per decode step: the difference of two profiled passes over
+    the difference of their steps, per launch call and in total."""
+    steps = long["steps"] - short["steps"]
+    names = sorted(set(short["launches"]) | set(long["launches"]))
+    per_call = {n: (long["launches"].get(n, 0) - short["launches"].get(n, 0)) / steps
+                for n in names}
+    return {"steps": steps, "total": sum(per_call.values()), **per_call}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from vllm_sampling_plugin.bench.harness import require_gpu
+
+    require_gpu("spec_step_breakdown")
+    from vllm_sampling_plugin.bench.e2e import copying
+    from vllm_sampling_plugin.bench.e2e.engine import Engine
+    from vllm_sampling_plugin.bench.e2e.run import ensure_checkpoint
+
+    start = time.perf_counter()
+
+    def say(text: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
+
+    path = ensure_checkpoint(args.checkpoint_dir, SHAPE, VOCAB, "copy")
+    prompts = copying.workload_prompts("nonrepeating", args.requests, args.prompt_len, VOCAB)
+    wave = args.max_num_seqs
+    one_wave = prompts[:wave]
+    results = {"settings": vars(args), "engines": {}}
+    engines: dict = {}
+    try:
+        for name, spec in engine_specs(args, path).items():
+            engines[name] = Engine(spec)
+            results["engines"][name] = {"startup_s": engines[name].info["startup_s"],
+                                        "tok_s": []}
+            say(f"{name} engine up ({engines[name].info['gpu']})")
+        results["gpu"] = engines["none"].info["gpu"]
+        names = list(engines)
+        for run in range(args.runs):
+            # Alternate which engine goes first.
+            for name in names if run % 2 == 0 else names[::-1]:
+                tok_s = engines[name].call("throughput", mix=MIX, prompts=prompts,
+                                           output_len=args.output_len, wave=wave,
+                                           continuous=True)["tok_s"]
+                results["engines"][name]["tok_s"].append(tok_s)
+                say(f"{name} run {run + 1}: {tok_s:.0f} tok/s")
+        for name, engine in engines.items():
+            entry = results["engines"][name]
+            entry.update(step_summary(engine.call(
+                "step_timings", mix=MIX, prompts=prompts, output_len=args.output_len,
+                wave=wave, continuous=True)))
+            short, long = (engine.call("profile", mix=MIX, prompts=one_wave, output_len=n,
+                                       wave=wave, continuous=True)
+                           for n in (8, 8 + args.profile_steps))
+            entry["launches_per_decode_step"] = launches_per_step(short, long)
+            entry["spec"] = engine.call("greedy_tokens", prompts=one_wave,
+                                        output_len=64)["spec"]
+            say(f"{name} instrumented and profiled")
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+    for name, e in results["engines"].items():
+        launches = e["launches_per_decode_step"]
+        print(f"{name:>9}: tok/s {', '.join(f'{t:.0f}' for t in e['tok_s'])} | "
+              f"{e['steps']} steps, wall {e['wall_ms_per_step']:.3f} ms/step, host "
+              f"execute_model {e['execute_model_host_ms']:.3f} + sample_tokens "
+              f"{e['sample_tokens_host_ms']:.3f} ms, GPU {e['gpu_ms_per_step']:.3f} ms | "
+              f"launches/decode step {launches['total']:.1f} "
+              f"({', '.join(f'{k} {v:.1f}' for k, v in launches.items() if k not in ('steps', 'total'))}) | "
+              f"graphs {e['graph_modes']} | drafts {e['spec']}")
+    none, adaptive = (statistics.median(results["engines"][n]["tok_s"])
+                      for n in ("none", "adaptive"))
+    results["adaptive_over_none"] = adaptive / none
+    print(f"adaptive / none (median tok/s): {adaptive / none:.3f}")
+    os.makedirs(args.out, exist_ok=True)
+    out = os.path.join(args.out, "spec_step_breakdown.json")
+    with open(out, "w") as f:
+        json.dump(results, f, indent=1)
+    say(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

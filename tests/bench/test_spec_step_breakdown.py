@@ -1,0 +1,53 @@
+"""scripts/spec_step_breakdown.py on a CPU: its arguments, its one-line
+refusal without a GPU, and the arithmetic of its per-step figures."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "spec_step_breakdown.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("spec_step_breakdown", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_defaults_are_the_issue_shape():
+    args = load().parse_args(["--out", "x"])
+    assert (args.max_num_seqs, args.requests, args.prompt_len, args.output_len) == (64, 256, 64, 256)
+    assert args.runs == 3 and args.gpu_memory_utilization == 0.42
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_refuses_without_gpu_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "the spec_step_breakdown benchmark needs a CUDA GPU")
+    assert not list(tmp_path.iterdir())
+
+
+def test_launches_per_step_cancel_prefill_and_drain():
+    short = {"steps": 10, "launches": {"cudaLaunchKernel": 100, "cudaGraphLaunch": 8}}
+    long = {"steps": 30, "launches": {"cudaLaunchKernel": 300, "cudaGraphLaunch": 28,
+                                      "cuLaunchKernel": 40}}
+    assert load().launches_per_step(short, long) == {
+        "steps": 20, "total": 13.0, "cuLaunchKernel": 2.0, "cudaGraphLaunch": 1.0,
+        "cudaLaunchKernel": 10.0}
+
+
+def test_step_summary_splits_host_time():
+    summary = load().step_summary({
+        "host_ms": [3.0, 5.0], "execute_host_ms": [2.0, 3.0], "period_ms": [4.0],
+        "step_gpu_ms": [1.0, 2.0], "graph_modes": {"FULL/1": 2}, "run": {"tok_s": 9.0}})
+    assert summary == {"steps": 2, "wall_ms_per_step": 4.0, "execute_model_host_ms": 2.5,
+                       "sample_tokens_host_ms": 1.5, "gpu_ms_per_step": 1.5,
+                       "graph_modes": {"FULL/1": 2}, "instrumented_tok_s": 9.0}

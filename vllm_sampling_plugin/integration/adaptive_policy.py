@@ -1,0 +1,44 @@
+"""Install the adaptive speculation policy; the same three patches in both
+shapes of the speculator seam (seams/speculator.py).
+
+* the V2 runner's ``sample_tokens`` sends the proposal counts with each
+  output (proposal_report.py), from whichever n-gram proposer the runner
+  builds: the plugin's on 0.20 (ngram_speculator.py), upstream's on 0.32
+  and 0.33 (upstream_ngram.py, which the speculator seam patches in);
+* the scheduler verifies what was proposed (speculation_policy.py);
+* the target model's CUDA graph manager adds full one-token decode graphs
+  (decode_graphs.py);
+* ``ModelConfig``'s class default of ``speculation_policy`` is the line's
+  (engine_args.default_speculation_policy).
+
+Each part acts only where ``is_adaptive`` holds for the engine's config.
+"""
+
+from __future__ import annotations
+
+
+def patch_adaptive_policy() -> None:
+    import vllm.v1.worker.gpu.model_runner as model_runner
+    from vllm.config import ModelConfig
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.request import Request
+    from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
+
+    from vllm_sampling_plugin import config as cfg
+    from vllm_sampling_plugin.integration.decode_graphs import (
+        adding_single_token_decode_graphs,
+    )
+    from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
+    from vllm_sampling_plugin.integration.proposal_report import reporting_proposals
+    from vllm_sampling_plugin.integration.speculation_policy import patch_scheduler
+
+    # ModelConfigs built without the front-end wrapper (tests, draft models)
+    # answer with the line's default policy.
+    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, default_speculation_policy())
+    runner_cls = model_runner.GPUModelRunner
+    runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
+    patch_scheduler(Scheduler, Request)
+    ModelCudaGraphManager._init_candidates = adding_single_token_decode_graphs(
+        ModelCudaGraphManager._init_candidates
+    )
+

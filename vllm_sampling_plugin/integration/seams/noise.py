@@ -1,0 +1,102 @@
+"""The draw seam's noise: which stream upstream's ``sample/gumbel.py`` draws
+in each precision, and which stream the plugin's draw takes on an engine.
+
+Every draw of the plugin is keyed by (seed, position, token), as upstream's.
+Where upstream's RejectionSampler verifies drafts (0.21 on), the runner
+hands *every* row of a step whose batch carries a draft to it
+(``GPUModelRunner.sample``: ``num_draft_tokens == 0`` goes to the Sampler,
+anything else to the RejectionSampler), and its bonus/resample draw is
+``gumbel_block_argmax`` with the row's own (seed, position), not salted for
+the target. So on an engine that speculates a seeded row is drawn by the
+plugin on some steps and by upstream on others, depending on whether a
+batch-mate had drafts; its tokens are reproducible only if both draw the
+same noise. Upstream's noise, read from the wheels
+(``v1/worker/gpu/sample/gumbel.py`` and ``spec_decode/rejection_sampler*``):
+
+| vLLM | FP64 | FP32 | the plugin's stream |
+|---|---|---|---|
+| 0.21 | ``tl_rand64(tl.randint(seed, pos), token)`` (no FP32 draw: the RejectionSampler is FP64 only) | none | FP64 ``philox``; FP32: none |
+| 0.22-0.24 | as 0.21 | ``tl.rand(tl.randint(seed, pos), token)``, ``-log(-log(u))`` | FP64 ``philox``; FP32: none |
+| 0.25-0.27 | as 0.21 | ``tl_rand32`` (``tl.rand`` kept above 0), ``-log(-log(u))`` | FP64 ``philox``; FP32: none |
+| 0.28-0.30 | as 0.21 | ``tl_rand32`` in ``gumbel_noised_argmax``, ``-log(-log1p(-u))`` | FP64 ``philox``; FP32: none |
+| 0.31-0.33 | ``murmur3_uniform64`` | ``murmur3_uniform32``, ``-log(-log1p(-u))`` (series) | ``murmur3`` in both |
+
+The plugin's FP32 ``philox`` stream (ops/random.py: 7-round Philox, four
+tokens a call) is not Triton's ``tl.rand`` (10-round Philox, one token a
+call, another uniform), so before 0.31 no FP32 stream of the plugin is
+upstream's: there a seeded request that speculates in FP32 can get other
+tokens when batch-mates' drafts change, and ``--use-fp64-gumbel`` (whose
+stream is upstream's on every line) makes it reproducible. The start-up log
+line says which case an engine is in.
+
+Why not upstream's FP32 murmur3 noise on every engine: it costs more GPU
+time and buys nothing without speculation (host side the two streams are
+the same launch; device side, compiled for sm_90, the Gumbel kernel's tile
+loop takes 88 SASS instructions a token against 32, in a kernel that is
+ALU-bound at production vocabularies; docs/architecture.md, "FP32 noise").
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+# The plugin's own FP32 stream (ops/random.py), the faster one.
+PLUGIN_FP32_STREAM = "philox"
+# The ops' name of upstream's murmur3 streams (0.31 on).
+MURMUR3 = "murmur3"
+
+
+def upstream_fp64_stream() -> str:
+    """The FP64 noise stream of the installed ``sample/gumbel.py`` (the ops'
+    ``fp64_stream`` name), so that ``--use-fp64-gumbel`` keeps upstream's tokens:
+    Philox through 0.30, murmur3 from 0.31."""
+    from vllm.v1.worker.gpu.sample import gumbel
+
+    return MURMUR3 if hasattr(gumbel, "murmur3_uniform64") else "philox"
+
+
+def upstream_fp32_noise() -> str | None:
+    """Upstream's FP32 Gumbel noise: the ops' stream name when the plugin has
+    it (``"murmur3"``, 0.31 on), a description when it has not, None where
+    upstream draws no FP32 noise (0.21: ``gumbel_sample`` has no ``use_fp64``)."""
+    from vllm.v1.worker.gpu.sample import gumbel
+
+    if hasattr(gumbel, "murmur3_uniform32"):
+        return MURMUR3
+    if "use_fp64" not in inspect.signature(gumbel.gumbel_sample).parameters:
+        return None
+    return "Triton's tl.rand"
+
+
+def upstream_verifies_drafts() -> bool:
+    """Whether the runner's RejectionSampler is upstream's (the rejection seam
+    left it), so upstream's noise draws the steps with drafts."""
+    import vllm.v1.worker.gpu.model_runner as model_runner
+
+    return model_runner.RejectionSampler.__module__.startswith("vllm.")
+
+
+def fp32_noise(vllm_config: Any) -> tuple[str, str]:
+    """``(fp32_stream, what the log line says)`` for the plugin's FP32 draw
+    on an engine with ``vllm_config`` (None: no speculation known)."""
+    if getattr(vllm_config, "speculative_config", None) is None:
+        return PLUGIN_FP32_STREAM, "FP32, the plugin's Philox stream (no speculative decoding)"
+    if not upstream_verifies_drafts():
+        return PLUGIN_FP32_STREAM, (
+            "FP32, the plugin's Philox stream (the plugin verifies drafts by "
+            "matching its own draws)"
+        )
+    upstream = upstream_fp32_noise()
+    if upstream == MURMUR3:
+        return MURMUR3, (
+            "FP32, upstream's murmur3 stream (speculative decoding: upstream's "
+            "RejectionSampler draws the steps with drafts, with the same noise)"
+        )
+    drawn = "FP64 Philox noise only" if upstream is None else f"FP32 noise from {upstream}"
+    return PLUGIN_FP32_STREAM, (
+        "FP32, the plugin's Philox stream; upstream's RejectionSampler draws the "
+        f"steps with drafts with {drawn}, which no FP32 stream of the plugin "
+        "reproduces, so a seeded request's tokens can depend on batch-mates' "
+        "drafts; --use-fp64-gumbel draws upstream's FP64 stream (docs/compatibility.md)"
+    )
