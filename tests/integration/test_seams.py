@@ -34,3 +34,47 @@ def test_register_binds_the_draw_seams_sampler():
         """
     )
     assert out.strip().splitlines()[-1] == "active"
+
+
+# Upstream's FP32 Gumbel noise in each line's sample/gumbel.py (the wheels'
+# survey in docs/compatibility.md): none where it draws FP64 only.
+UPSTREAM_FP32_NOISE = {
+    "0.20": None,
+    "0.21": None,
+    **{f"0.{minor}": "Triton's tl.rand" for minor in range(22, 31)},
+    "0.31": "murmur3",
+    "0.32": "murmur3",
+    "0.33": "murmur3",
+}
+
+
+def test_fp32_stream_of_an_engine_that_speculates_is_upstreams_where_the_plugin_has_it():
+    """The draw seam's noise (seams/noise.py): where upstream's RejectionSampler
+    draws the steps with drafts, the plugin's FP32 draw is upstream's stream
+    if it has it, and the log line says when it has not."""
+    out = run_python(
+        """
+        import types
+        from vllm_sampling_plugin.integration.seams import noise
+
+        speculating = types.SimpleNamespace(speculative_config=object())
+        plain = types.SimpleNamespace(speculative_config=None)
+        print(f"upstream={noise.upstream_fp32_noise()}")
+        print(f"speculating={noise.fp32_noise(speculating)[0]}")
+        print(f"plain={noise.fp32_noise(plain)[0]}")
+        print(f"no_match={'no FP32 stream of the plugin' in noise.fp32_noise(speculating)[1]}")
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        print(f"registered={noise.fp32_noise(speculating)[0]}")
+        print(f"matching={'matching its own draws' in noise.fp32_noise(speculating)[1]}")
+        """
+    )
+    found = dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
+    upstream = UPSTREAM_FP32_NOISE[INSTALLED_LINE]
+    expected = "murmur3" if upstream == "murmur3" else "philox"
+    assert found["upstream"] == str(upstream)
+    assert (found["speculating"], found["plain"]) == (expected, "philox")
+    assert found["no_match"] == str(upstream != "murmur3")
+    assert found["registered"] == expected
+    # 0.20: the plugin's RejectionSampler verifies drafts by matching its draws.
+    assert found["matching"] == str(INSTALLED_LINE == "0.20")

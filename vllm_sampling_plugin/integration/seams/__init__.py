@@ -8,9 +8,9 @@ upstream's, with one log line naming it and why; the others still apply.
 | seam | module | parts (integration/parts.py) |
 |---|---|---|
 | settings | settings.py | use_fp64_gumbel, VLLM_USE_FLASHINFER_SAMPLER |
-| draw | draw.py | Gumbel-max, top-k/top-p (both kinds of batches) |
+| draw | draw.py (its noise: noise.py) | Gumbel-max, top-k/top-p (both kinds of batches) |
 | rejection | rejection.py | rejection sampling |
-| speculator | speculator.py | n-gram speculator (and its adaptive policy) |
+| speculator | speculator.py | n-gram speculator, adaptive speculation policy |
 | warm-up | warmup.py | (start-up cost of the above) |
 """
 
