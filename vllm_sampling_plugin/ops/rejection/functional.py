@@ -73,6 +73,9 @@ def rejection_sample(
     *,
     synthetic_rates: Sequence[float] | torch.Tensor | None = None,
     use_fp64: bool = False,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    min_p: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Verify ``K`` draft tokens per request against the target model.
 
@@ -203,6 +206,14 @@ def rejection_sample(
         raise ValueError(f"temperature must be a float tensor, got {temperature.dtype}")
     _check_1d("seeds", seeds, batch_size, torch.int64, device)
     _check_1d("positions", positions, batch_size, torch.int64, device)
+    if top_k is not None:
+        _check_1d("top_k", top_k, batch_size, None, device)
+        if top_k.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"top_k must be torch.int32 or torch.int64, got {top_k.dtype}")
+    if top_p is not None:
+        _check_1d("top_p", top_p, batch_size, torch.float32, device)
+    if min_p is not None:
+        _check_1d("min_p", min_p, batch_size, torch.float32, device)
     check_fp64_choice(use_fp64)
     rates = None if synthetic_rates is None else _check_synthetic_rates(synthetic_rates, num_drafts)
     # One device-to-host copy for every value check, here in the public API
@@ -213,7 +224,17 @@ def rejection_sample(
         if draft_probs is None
         else ((draft_probs < 0) | ~draft_probs.isfinite()).any()
     )
-    bad_temperature, bad_draft_probs = torch.stack([bad_temperature, bad_draft_probs]).tolist()
+    no = torch.zeros((), dtype=torch.bool, device=device)
+    # top_p in (0, 1] and min_p in [0, 1], as vLLM's SamplingParams requires.
+    bad_top_p = no if top_p is None else ~((top_p > 0) & (top_p <= 1)).all()
+    bad_min_p = no if min_p is None else ~((min_p >= 0) & (min_p <= 1)).all()
+    bad_temperature, bad_draft_probs, bad_top_p, bad_min_p = torch.stack(
+        [bad_temperature, bad_draft_probs, bad_top_p, bad_min_p]
+    ).tolist()
+    if bad_top_p:
+        raise ValueError("top_p must be in (0, 1] (1 = off)")
+    if bad_min_p:
+        raise ValueError("min_p must be in [0, 1] (0 = off)")
     if bad_temperature:
         raise ValueError("temperature must be >= 0 (0 = greedy) and not NaN")
     if bad_draft_probs:
@@ -252,4 +273,7 @@ def rejection_sample(
         conditional_rates,
         use_fp64=use_fp64,
         apply_temperature=True,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
     )
