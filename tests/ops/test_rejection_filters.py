@@ -150,6 +150,10 @@ def test_tokens_equal_the_model_on_filtered_logits(device, mode):
     temperature = torch.tensor([0.0, 0.6, 1.0, 1.4]).repeat(5)
     settings = [list(FILTERS.values())[b % 5 - 1] if b % 5 else (0, 1.0, 0.0) for b in range(20)]
     settings[1] = (1, 1.0, 0.0)  # top_k = 1 on a random row: its argmax always
+    # Rows where the order matters: top-p of the min_p set, of the top-k set.
+    settings[5] = (0, 0.6, 0.3)
+    settings[9] = (4, 0.7, 0.0)
+    settings[13] = (5, 0.75, 0.2)
     top_k, top_p, min_p = _filter_tensors(settings, "cpu")
     seeds = torch.arange(num_rows) * 7919 + 3
     positions = torch.arange(num_rows) * 13
