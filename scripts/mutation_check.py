@@ -36,6 +36,9 @@ REJECTION_REFERENCE = "tests/ops/test_rejection.py::test_matches_independent_ref
 GUMBEL_REFERENCE = "tests/ops/test_gumbel.py::test_matches_independent_reference"
 TOP_K_TOP_P_REFERENCE = "tests/ops/test_topk_topp.py::test_matches_independent_reference"
 TOP_K_TOP_P_CUTS = "tests/ops/test_topk_topp.py::test_cut_tokens_are_drawn_as_the_model_draws_them"
+FILTERED_REFERENCE = (
+    "tests/ops/test_rejection_filters.py::test_tokens_equal_the_model_on_filtered_logits[draft_probs]"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +128,37 @@ MUTANTS = [
         "key = request_key(tl.where(token == 1, 0, tl.load(seeds_ptr + req)), "
         "tl.load(pos_ptr + token), NOISE)",
         (GUMBEL_REFERENCE,),
+    ),
+    # Sampling filters folded into verification (ops/rejection/filters.py).
+    Mutant(
+        "filters_ignored_by_the_acceptance_test",
+        f"{PACKAGE}/ops/rejection/draws.py",
+        "target_row_ptr, draft, in_vocab, temp, threshold, APPLY_TEMPERATURE, FILTERED",
+        "target_row_ptr, draft, in_vocab, temp, threshold, APPLY_TEMPERATURE, False",
+        (
+            "tests/ops/test_rejection_filters.py::"
+            "test_drafts_outside_the_filtered_support_are_never_accepted[point_drafts]",
+        ),
+    ),
+    Mutant(
+        "bonus_drawn_from_the_unfiltered_target",
+        f"{PACKAGE}/ops/rejection/draws.py",
+        """            target_row_ptr, offsets, offsets < vocab_size, temp, threshold, APPLY_TEMPERATURE,
+            FILTERED,""",
+        """            target_row_ptr, offsets, offsets < vocab_size, temp, threshold, APPLY_TEMPERATURE,
+            False,""",
+        (FILTERED_REFERENCE,),
+    ),
+    Mutant(
+        "top_p_before_min_p",
+        f"{PACKAGE}/ops/rejection/filters.py",
+        """                            row_max,
+                            threshold,
+                            top_p,""",
+        """                            row_max,
+                            0,
+                            top_p,""",
+        (FILTERED_REFERENCE,),
     ),
 ]
 

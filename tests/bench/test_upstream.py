@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from tests.commands import last_line, run_cli
 from tests.integration.helpers import QUIET_ENV, REPO_ROOT
@@ -176,3 +177,97 @@ def test_ratios_of_a_malformed_report_is_a_one_line_usage_error(tmp_path, capsys
     assert last_line(capsys.readouterr().err).startswith(
         f"vllm-sampling-plugin bench upstream: error: argument --ratios: cannot read the report {path}: "
     )
+
+
+# verify_filtered: the plugin's folded verification against upstream's whole path.
+
+
+def test_verify_filtered_full_cases_are_the_issues_shapes():
+    """rows = B * (K + 1) in {1024, 2048, 4096} at K = 3 and 7, V = 151936,
+    with and without draft logits; a plain run leaves the part out."""
+    cases = upstream.verify_filtered_cases(upstream.FULL)
+    rows = {(s["B"] * (s["K"] + 1), s["K"], s["V"]) for _, s in cases}
+    assert rows == {(r, k, 151936) for r in (1024, 2048, 4096) for k in (3, 7)}
+    assert {variant for variant, _ in cases} == {"ngram+topk_topp", "eagle+topk_topp"}
+    assert "verify_filtered" not in upstream.parser().parse_args([]).parts
+    assert upstream.parser().parse_args(["--parts", "verify_filtered"]).parts == [
+        "verify_filtered"
+    ]
+
+
+def test_allocation_counter_tells_a_canvas_from_scratch(device):
+    """The probe that fills ``<side>_alloc_scales_with_v``: a call that builds
+    a [rows, V] float32 canvas scales with V, one that allocates per row does
+    not, and views are not allocations."""
+    logits = torch.randn(8, 64, device=device)
+
+    def canvas(columns):
+        return lambda: torch.empty_like(logits[:, :columns]).copy_(logits[:, :columns])
+
+    def per_row(columns):
+        return lambda: (logits[:, :columns][:, :3], torch.empty(8, device=device))
+
+    fields = upstream.allocation_fields("x", canvas(64), canvas(32), lambda: None, 8, 64)
+    assert fields["x_alloc_bytes"] == 8 * 64 * 4 and fields["x_alloc_scales_with_v"]
+    assert fields["x_alloc_bytes_per_row_token"] == 4.0
+    fields = upstream.allocation_fields("x", per_row(64), per_row(32), lambda: None, 8, 64)
+    assert fields["x_alloc_bytes"] == 8 * 4 and not fields["x_alloc_scales_with_v"]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's masked -inf arithmetic
+def test_verify_filtered_plugin_side_runs_on_cpu_without_upstream(device):
+    """The tiny configuration's plugin half (what needs no vLLM 0.33): valid
+    tokens inside the top-k set, and per-call allocations that do not grow
+    with V (the folded filters build no [rows, V] buffer)."""
+    shape = upstream.verify_filtered_cases(upstream.SMALL)[0][1]
+    for variant in ("ngram+topk_topp", "eagle+topk_topp"):
+        pair = upstream.build_verify_filtered(variant, {**shape, "V": 256}, device)
+        sampled, num_sampled = pair.plugin()
+        assert sampled.shape == (shape["B"], shape["K"] + 1)
+        assert ((num_sampled >= 1) & (num_sampled <= shape["K"] + 1)).all()
+    from vllm_sampling_plugin.ops.rejection import rejection_sample_packed
+
+    num_reqs, num_spec = shape["B"], shape["K"]
+    rows = num_reqs * (num_spec + 1)
+    target = torch.randn(rows, 512, device=device)
+
+    def call(columns):
+        return lambda: rejection_sample_packed(
+            target[:, :columns],
+            torch.zeros(rows, dtype=torch.int32, device=device),
+            torch.arange(num_reqs + 1, dtype=torch.int32, device=device) * (num_spec + 1),
+            torch.arange(num_reqs, dtype=torch.int32, device=device),
+            torch.arange(rows, device=device),
+            torch.ones(num_reqs, device=device),
+            torch.arange(num_reqs, device=device),
+            num_spec,
+            apply_temperature=True,
+            top_k=torch.full((num_reqs,), 5, dtype=torch.int32, device=device),
+            top_p=torch.full((num_reqs,), 0.9, device=device),
+        )
+
+    fields = upstream.allocation_fields(
+        "plugin", call(512), call(256), upstream.drop_plugin_workspaces, rows, 512
+    )
+    assert not fields["plugin_alloc_scales_with_v"]
+    assert fields["plugin_alloc_bytes"] < rows * 512
+
+
+@needs_vllm_line("0.32", "0.33")
+def test_cpu_run_of_verify_filtered_against_the_installed_line(tmp_path):
+    """The command the GPU session runs, on tiny shapes: both sides called,
+    their tokens valid and inside the top-k set, the allocation fields there
+    (upstream's canvas grows with V, the plugin's calls do not)."""
+    proc = run_module(
+        "--device", "cpu", "--small", "--parts", "verify_filtered", "--out", str(tmp_path),
+        env={"TRITON_INTERPRET": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    data = json.loads((tmp_path / "upstream.json").read_text())
+    rows = data["results"]
+    assert {row["variant"] for row in rows} == {"ngram+topk_topp", "eagle+topk_topp"}
+    for row in rows:
+        assert "error" not in row and "check_error" not in row, row
+        assert row["plugin_counts_valid"] and row["upstream_counts_valid"]
+        assert row["plugin_in_top_k"] == row["upstream_in_top_k"] == 1.0
+        assert row["upstream_alloc_scales_with_v"] and not row["plugin_alloc_scales_with_v"]

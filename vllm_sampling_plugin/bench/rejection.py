@@ -15,6 +15,11 @@ drawn from the draft distribution, temperature ``--temperature``), it times
   acceptance that ``plugin_fp32`` measured on this case as its rates, so both
   accept equally often and the columns compare like with like;
 * ``plugin_fp32_point``: standard mode without draft logits (n-gram drafts);
+* ``plugin_fp32_topk_topp``: ``plugin_fp32`` with top_k=50 and top_p=0.9
+  folded in (the per-row threshold pass, then the masked kernels), on the
+  same logits read as raw ones (``apply_temperature=True``);
+  ``filter_cost`` = plugin_fp32_topk_topp / plugin_fp32. Against upstream
+  0.33's canvas-and-filters path: ``bench upstream --parts verify_filtered``;
 * ``stock_probabilistic``: vLLM 0.20's ``probabilistic_rejection_sample`` on
   the same tensors;
 * ``stock_synthetic``: what vLLM 0.20's synthetic method runs after the
@@ -114,13 +119,29 @@ def make_case(num_reqs: int, num_spec: int, vocab_size: int, args) -> Case:
     )
 
 
+FILTER_TOP_K, FILTER_TOP_P = 50, 0.9
+
+
 def plugin(
     use_fp64: bool = False,
     synthetic: bool = False,
     draft_logits: bool = True,
     tuning: RejectionTuning | None = None,
+    filtered: bool = False,
 ) -> Callable:
     def make(case: Case):
+        filters = {}
+        if filtered:
+            num_reqs = case.temperature.shape[0]
+            filters = {
+                "apply_temperature": True,
+                "top_k": torch.full(
+                    (num_reqs,), FILTER_TOP_K, dtype=torch.int32, device=case.temperature.device
+                ),
+                "top_p": torch.full(
+                    (num_reqs,), FILTER_TOP_P, dtype=torch.float32, device=case.temperature.device
+                ),
+            }
         return lambda: rejection_sample_packed(
             case.target_logits,
             case.draft_sampled,
@@ -134,6 +155,7 @@ def plugin(
             synthetic_conditional_rates=case.conditional_rates if synthetic else None,
             use_fp64=use_fp64,
             tuning=tuning,
+            **filters,
         )
 
     return make
@@ -298,6 +320,7 @@ AREA = Area(
         "plugin_fp64": Candidate(plugin(use_fp64=True), tokens=True),
         "plugin_synthetic": Candidate(plugin(synthetic=True), tokens=True),
         "plugin_fp32_point": Candidate(plugin(draft_logits=False), tokens=True),
+        "plugin_fp32_topk_topp": Candidate(plugin(filtered=True), tokens=True),
         "stock_probabilistic": Candidate(stock_probabilistic, tokens=True),
         "stock_synthetic": Candidate(stock_synthetic, tokens=True),
     },
@@ -307,6 +330,7 @@ AREA = Area(
     ratios=(
         Ratio("speedup", "stock_probabilistic", "plugin_fp32"),
         Ratio("synthetic_over_standard", "plugin_synthetic", "plugin_fp32"),
+        Ratio("filter_cost", "plugin_fp32_topk_topp", "plugin_fp32"),
     ),
     plot=Plot(
         title="Rejection sampling step, median ({gpu})",

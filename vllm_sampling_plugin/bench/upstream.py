@@ -1,6 +1,7 @@
 """The plugin's ops against vLLM 0.32's or 0.33's own code for the same job, on one GPU.
 
     vllm-sampling-plugin bench upstream --out bench-results/upstream
+    vllm-sampling-plugin bench upstream --parts verify_filtered --budget-s 500 --out bench-results/verify-filtered
     TRITON_INTERPRET=1 vllm-sampling-plugin bench upstream --device cpu --small --out /tmp/upstream
     python3 -m vllm_sampling_plugin.bench.upstream --ratios bench-results/upstream/upstream.json
 
@@ -31,6 +32,22 @@ Every row runs two calls on the same tensors, each as its runtime makes it:
   ``spec_decode/rejection_sampler_utils.py``'s ``rejection_sample`` on the
   processed target logits (``apply_sampling_params``, which both need, is not
   timed).
+* ``verify_filtered`` (``ngram+topk_topp``: no draft logits;
+  ``eagle+topk_topp``: draft logits), fp32, temperature 0.8, top_k=50,
+  top_p=0.9 on every request, ``rows = B * (K + 1)`` target rows of raw
+  float32 logits: ``ops.rejection_sample_packed`` with the temperature and
+  the filters folded in (``apply_temperature=True``, ``top_k``, ``top_p``)
+  against upstream's whole verification path as ``RejectionSampler``
+  runs it (0.33's ``_verify_in_chunks``): per chunk of at most 1 GiB of
+  float32 rows, the FP32 canvas (``apply_sampling_params``' copy), the
+  temperature kernel, ``apply_top_k_top_p``, then ``rejection_sample``.
+  Here nothing is left out of the timing: the filters are the work. The row
+  also says what each side allocates per call (``<side>_alloc_bytes``, every
+  new tensor of a torch op during one warm call, counted by a dispatch mode;
+  ``_half_v``: the same call on the first V/2 columns) and whether that
+  grows with V (``<side>_alloc_scales_with_v``); ``<side>_cold_alloc_bytes``
+  counts the first call with the side's kept workspaces dropped (the
+  plugin's rejection tile statistics grow with V / 2048).
 * ``ngram``, R histories of L tokens, n in [2, 3], k drafts:
   ``ops.ngram_propose_into`` against ``NgramGPUSpeculator.propose``, built
   from a namespace holding the four config values its constructor reads.
@@ -72,6 +89,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vllm_sampling_plugin.bench import report, timing
 from vllm_sampling_plugin.bench.harness import (
@@ -105,6 +124,9 @@ class Shapes:
     ngram_requests: int
     ngram_length: int  # L: history width, max_model_len
     ngram_ks: tuple[int, ...]
+    # verify_filtered: target rows B * (K + 1), at each K; V = rejection_vocab_size
+    filtered_rows: tuple[int, ...] = (1024, 2048, 4096)
+    filtered_num_specs: tuple[int, ...] = (3, 7)
 
 
 FULL = Shapes(
@@ -129,6 +151,8 @@ SMALL = Shapes(
     ngram_requests=4,
     ngram_length=256,
     ngram_ks=(3,),
+    filtered_rows=(8,),
+    filtered_num_specs=(3,),
 )
 
 
@@ -463,6 +487,280 @@ def build_rejection(variant: str, shape: dict, device: torch.device) -> Pair:
     )
 
 
+# Verification with top-k/top-p folded in, against upstream's whole path.
+
+FILTERED_TEMPERATURE = 0.8
+
+
+def verify_filtered_cases(shapes: Shapes) -> list[tuple[str, dict]]:
+    return [
+        (variant, {"B": rows // (k + 1), "K": k, "V": shapes.rejection_vocab_size})
+        for k in shapes.filtered_num_specs
+        for rows in shapes.filtered_rows
+        for variant in ("ngram+topk_topp", "eagle+topk_topp")
+    ]
+
+
+class AllocationCounter(TorchDispatchMode):
+    """Counts every tensor a torch op allocates while active (outputs whose
+    storage is none of the op's inputs'): what a call asks of the caching
+    allocator, on any device. Triton kernels allocate nothing themselves."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in pytree.tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor)
+        }
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                if storage.nbytes() and storage.data_ptr() not in inputs:
+                    self.total += storage.nbytes()
+                    self.largest = max(self.largest, storage.nbytes())
+        return out
+
+
+def allocated_bytes(call: Callable[[], object]) -> tuple[int, int]:
+    """(total, largest) bytes the torch ops of one ``call()`` allocate."""
+    with AllocationCounter() as counter:
+        call()
+    return counter.total, counter.largest
+
+
+def allocation_fields(
+    side: str,
+    call: Callable[[], object],
+    call_half_v: Callable[[], object],
+    drop_workspaces: Callable[[], None],
+    rows: int,
+    vocab_size: int,
+) -> dict:
+    """What ``call`` allocates per warm call, at V and at V / 2, and on a cold
+    first call (``drop_workspaces`` first), at both."""
+    drop_workspaces()
+    cold, _ = allocated_bytes(call)
+    drop_workspaces()
+    cold_half, _ = allocated_bytes(call_half_v)
+    call()
+    total, largest = allocated_bytes(call)
+    total_half, _ = allocated_bytes(call_half_v)
+    return {
+        f"{side}_alloc_bytes": total,
+        f"{side}_largest_alloc_bytes": largest,
+        f"{side}_alloc_bytes_half_v": total_half,
+        f"{side}_alloc_bytes_per_row_token": total / (rows * vocab_size),
+        f"{side}_alloc_scales_with_v": total > total_half,
+        f"{side}_cold_alloc_bytes": cold,
+        f"{side}_cold_alloc_bytes_half_v": cold_half,
+    }
+
+
+def drop_plugin_workspaces() -> None:
+    from vllm_sampling_plugin.ops.rejection import filters, workspace
+
+    filters._FILTER_WORKSPACES.clear()
+    workspace._WORKSPACES.clear()
+
+
+def drop_upstream_workspaces() -> None:
+    from vllm.v1.sample.ops import topk_topp_triton
+
+    for name in ("_TRITON_BUFFER_CACHE", "_TRITON_TABLE_CACHE", "_TRITON_SPLIT_CACHE"):
+        getattr(topk_topp_triton, name, {}).clear()
+
+
+def upstream_filtered_verify(
+    logits: torch.Tensor,
+    draft_logits: torch.Tensor | None,
+    draft_sampled: torch.Tensor,
+    cu_num_logits: torch.Tensor,
+    cu_num_logits_np: np.ndarray,
+    pos: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    expanded_idx_mapping: torch.Tensor,
+    expanded_local_pos: torch.Tensor,
+    temperature: torch.Tensor,
+    seeds: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    num_spec: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Upstream's verification of one batch, step for step as 0.33's
+    ``RejectionSampler._verify_in_chunks`` (``spec_decode/rejection_sampler.py``)
+    runs it for requests with temperature, top-k and top-p and nothing else
+    (no penalties, bias, min_p, logprobs): per chunk of at most
+    ``get_max_chunk_logits(V)`` rows, ``Sampler.apply_sampling_params``'
+    steps (``sample/sampler.py``: the FP32 canvas, ``apply_temperature``,
+    ``apply_top_k_top_p`` on the gathered per-row values), then
+    ``rejection_sample`` on the canvas. Upstream's own functions, called
+    here because its Sampler needs a whole engine's state to build."""
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
+    from vllm.v1.worker.gpu.sample.gumbel import apply_temperature
+    from vllm.v1.worker.gpu.spec_decode import rejection_sampler
+    from vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils import rejection_sample
+
+    takes_topp_only_flag = "has_topp_only_rows" in inspect.signature(apply_top_k_top_p).parameters
+    num_reqs = cu_num_logits.shape[0] - 1
+    max_chunk = rejection_sampler.get_max_chunk_logits(logits.shape[1])
+    if logits.shape[0] <= max_chunk:
+        chunks: Iterable[tuple[int, int]] = ((0, num_reqs),)
+    else:
+        chunks = rejection_sampler._iter_request_chunks(cu_num_logits_np, max_chunk)
+    sampled_chunks, num_sampled_chunks = [], []
+    for start, end in chunks:
+        lo, hi = int(cu_num_logits_np[start]), int(cu_num_logits_np[end])
+        rows = expanded_idx_mapping[lo:hi]
+        canvas = torch.empty_like(logits[lo:hi], dtype=torch.float32).copy_(logits[lo:hi])
+        apply_temperature(canvas, rows, temperature)
+        canvas = apply_top_k_top_p(
+            canvas,
+            top_k[rows],
+            top_p[rows],
+            **({"has_topp_only_rows": False} if takes_topp_only_flag else {}),
+        )
+        sampled, num_sampled = rejection_sample(
+            canvas,
+            draft_logits,
+            draft_sampled[lo:hi],
+            cu_num_logits[start : end + 1] - lo,
+            pos[lo:hi],
+            idx_mapping[start:end],
+            rows,
+            expanded_local_pos[lo:hi],
+            temperature,
+            seeds,
+            num_spec,
+            None,
+            use_fp64=False,
+        )
+        del canvas
+        sampled_chunks.append(sampled)
+        num_sampled_chunks.append(num_sampled)
+    if len(sampled_chunks) == 1:
+        return sampled_chunks[0], num_sampled_chunks[0]
+    return torch.cat(sampled_chunks), torch.cat(num_sampled_chunks)
+
+
+def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pair:
+    from vllm_sampling_plugin.ops.rejection import rejection_sample_packed
+
+    num_reqs, num_spec, vocab_size = shape["B"], shape["K"], shape["V"]
+    gen = generator(device, num_reqs * 137 + num_spec)
+    num_logits = num_reqs * (num_spec + 1)
+    # Raw target logits: both sides apply the temperature and the filters.
+    target = torch.randn(num_logits, vocab_size, generator=gen, device=device) * 3
+    raw_draft = target.view(num_reqs, num_spec + 1, vocab_size)[:, :num_spec]
+    raw_draft = (raw_draft + 0.5 * torch.randn(raw_draft.shape, generator=gen, device=device))
+    uniform = torch.rand(raw_draft.shape, generator=gen, device=device).clamp_(min=1e-20)
+    drafts = (raw_draft / FILTERED_TEMPERATURE - (-uniform.log()).log()).argmax(-1)
+    del uniform
+    draft_sampled = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32, device=device)
+    draft_sampled[:, 1:] = drafts
+    draft_sampled = draft_sampled.view(-1)
+    idx_mapping = torch.arange(num_reqs, dtype=torch.int64, device=device)
+    start_pos = torch.randint(0, 1 << 14, (num_reqs, 1), generator=gen, device=device)
+    pos = (start_pos + torch.arange(num_spec + 1, device=device)).view(-1)
+    cu_num_logits_np = np.arange(num_reqs + 1, dtype=np.int32) * (num_spec + 1)
+    cu_num_logits = torch.from_numpy(cu_num_logits_np).to(device)
+    expanded_idx_mapping = idx_mapping.repeat_interleave(num_spec + 1)
+    expanded_local_pos = torch.arange(num_spec + 1, dtype=torch.int32, device=device).repeat(
+        num_reqs
+    )
+    temperature = torch.full((num_reqs,), FILTERED_TEMPERATURE, device=device)
+    seeds = torch.randint(-(2**63), 2**63 - 1, (num_reqs,), generator=gen, device=device)
+    top_k = torch.full((num_reqs,), TOP_K, dtype=torch.int32, device=device)
+    top_p = torch.full((num_reqs,), TOP_P, dtype=torch.float32, device=device)
+    eagle = variant.startswith("eagle")
+    # Upstream divides its raw draft logits by the temperature; the plugin
+    # takes them divided (Eagle's layout on 0.20).
+    upstream_draft = raw_draft.contiguous() if eagle else None
+    plugin_draft = (raw_draft / FILTERED_TEMPERATURE).contiguous() if eagle else None
+
+    def plugin_call(columns: int = vocab_size):
+        return lambda: rejection_sample_packed(
+            target[:, :columns],
+            draft_sampled,
+            cu_num_logits,
+            idx_mapping=idx_mapping,
+            pos=pos,
+            temperature=temperature,
+            seeds=seeds,
+            num_speculative_steps=num_spec,
+            draft_logits=None if plugin_draft is None else plugin_draft[..., :columns],
+            apply_temperature=True,
+            top_k=top_k,
+            top_p=top_p,
+        )
+
+    def upstream_call(columns: int = vocab_size):
+        return lambda: upstream_filtered_verify(
+            target[:, :columns],
+            None if upstream_draft is None else upstream_draft[..., :columns],
+            draft_sampled,
+            cu_num_logits,
+            cu_num_logits_np,
+            pos,
+            idx_mapping,
+            expanded_idx_mapping,
+            expanded_local_pos,
+            temperature,
+            seeds,
+            top_k,
+            top_p,
+            num_spec,
+        )
+
+    def in_top_k_share_of(sampled: torch.Tensor, num_sampled: torch.Tensor) -> float:
+        """Share of emitted tokens among the TOP_K largest logits of the row
+        that emitted them (accepted drafts and the corrected or bonus token)."""
+        cols = torch.arange(num_spec + 1, device=device)
+        emitted = cols[None, :] < num_sampled[:, None]
+        rows = (torch.arange(num_reqs, device=device)[:, None] * (num_spec + 1) + cols)[emitted]
+        tokens = sampled[emitted].long()
+        kth = target[rows].topk(TOP_K, dim=-1).values[:, -1]
+        return float((target[rows, tokens] >= kth).float().mean())
+
+    def check(plugin_out, upstream_out) -> dict:
+        out = {"rows": num_logits}
+        for side, (sampled, num_sampled) in (("plugin", plugin_out), ("upstream", upstream_out)):
+            out[f"{side}_counts_valid"] = sampled.shape == (num_reqs, num_spec + 1) and bool(
+                ((num_sampled >= 1) & (num_sampled <= num_spec + 1)).all()
+            )
+            out[f"{side}_mean_emitted"] = float(num_sampled.float().mean())
+            out[f"{side}_in_top_k"] = in_top_k_share_of(sampled, num_sampled)
+        half = vocab_size // 2
+        out.update(
+            allocation_fields(
+                "plugin", plugin_call(), plugin_call(half), drop_plugin_workspaces,
+                num_logits, vocab_size,
+            )
+        )
+        out.update(
+            allocation_fields(
+                "upstream", upstream_call(), upstream_call(half), drop_upstream_workspaces,
+                num_logits, vocab_size,
+            )
+        )
+        return out
+
+    return Pair(
+        plugin=plugin_call(),
+        upstream=upstream_call(),
+        check=check,
+        note=f"rows={num_logits}, temperature {FILTERED_TEMPERATURE}, top_k={TOP_K}, "
+        f"top_p={TOP_P}, raw fp32 logits; upstream: chunked FP32 canvas + temperature + "
+        "apply_top_k_top_p + rejection_sample; "
+        + ("point-mass drafts" if upstream_draft is None else "draft logits [B, K, V]"),
+    )
+
+
 # N-gram proposer.
 
 
@@ -566,6 +864,7 @@ PARTS = (
     ),
     Part("topk_topp_seeded", parts.TOP_K_TOP_P_SEEDED, topk_cases, build_topk_topp_seeded),
     Part("rejection", parts.REJECTION, rejection_cases, build_rejection),
+    Part("verify_filtered", parts.REJECTION, verify_filtered_cases, build_verify_filtered),
     Part("ngram", parts.NGRAM, ngram_cases, build_ngram),
     Part(
         "gumbel",
@@ -584,6 +883,9 @@ PARTS = (
     ),
 )
 PART_NAMES = {part.name: part.parts_name for part in PARTS}
+# Parts a plain run leaves out: verify_filtered's 12 cases move up to 2.5 GB
+# of logits each (``--parts verify_filtered --budget-s 500``).
+OPT_IN_PARTS = ("verify_filtered",)
 
 
 # Measuring.
@@ -788,7 +1090,8 @@ def parser() -> argparse.ArgumentParser:
         "--parts",
         nargs="+",
         choices=list(PART_NAMES),
-        default=list(PART_NAMES),
+        default=[name for name in PART_NAMES if name not in OPT_IN_PARTS],
+        help=f"default: all but {', '.join(OPT_IN_PARTS)} (ask for those by name)",
     )
     p.add_argument(
         "--repeats",

@@ -52,6 +52,16 @@ class OutputWithProposals(AsyncModelRunnerOutput):
         setattr(model_runner_output, PROPOSED_ATTR, self.num_proposed.tolist())
         return model_runner_output
 
+    def get_kv_connector_output(self):
+        # Abstract from vLLM 0.33 on (the executor salvages the step's KV
+        # output through it when get_output fails); wrapped, not changed.
+        return self.output.get_kv_connector_output()
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else vLLM reads from its own async output (e.g.
+        # model_runner_output) comes from the wrapped one.
+        return getattr(self.__dict__["output"], name)
+
 
 def reporting_proposals(sample_tokens):
     """Wrap ``GPUModelRunner.sample_tokens`` to send the proposal counts along.

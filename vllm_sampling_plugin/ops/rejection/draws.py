@@ -33,6 +33,7 @@ def draft_accepted(
     target_lse,
     draft_lse,
     target_row_ptr,  # [V]
+    threshold,  # the target row's filter threshold (filters.py)
     draft_row_ptr,  # [V]
     conditional_rates_ptr,
     vocab_size,
@@ -40,6 +41,7 @@ def draft_accepted(
     HAS_DRAFT_LOGITS: tl.constexpr,
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
 ):
     in_vocab = (draft >= 0) & (draft < vocab_size)
     accept_counter = tl.full([], _ACCEPT_COUNTER, tl.int32)
@@ -53,9 +55,15 @@ def draft_accepted(
     elif temp == 0.0:
         accepted = greedy_token == draft
     else:
-        log_p = load_logits(target_row_ptr, draft, in_vocab, temp, APPLY_TEMPERATURE) - target_lse
+        # A draft the filters drop has log p = -inf: never accepted.
+        log_p = (
+            load_logits(
+                target_row_ptr, draft, in_vocab, temp, threshold, APPLY_TEMPERATURE, FILTERED
+            )
+            - target_lse
+        )
         if HAS_DRAFT_LOGITS:
-            log_q = load_logits(draft_row_ptr, draft, in_vocab, temp, False) - draft_lse
+            log_q = load_logits(draft_row_ptr, draft, in_vocab, temp, 0, False, False) - draft_lse
         else:
             # An n-gram draft is a point mass: q(draft) = 1.
             log_q = 0.0
@@ -73,6 +81,7 @@ def corrected_block_winners(
     target_lse,
     draft_lse,
     target_row_ptr,  # [V]
+    threshold,  # the target row's filter threshold (filters.py)
     draft_row_ptr,  # [V]
     block_start,
     block_end,
@@ -81,6 +90,7 @@ def corrected_block_winners(
     HAS_DRAFT_LOGITS: tl.constexpr,
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
 ):
     """Gumbel-max winners of one block for a rejected draft (temperature > 0).
 
@@ -100,12 +110,16 @@ def corrected_block_winners(
         chunk_start = block_start + chunk * SAMPLE_CHUNK
         offsets = chunk_start + lanes
         mask = offsets < vocab_size
-        logits = load_logits(target_row_ptr, offsets, mask, temp, APPLY_TEMPERATURE)
+        logits = load_logits(
+            target_row_ptr, offsets, mask, temp, threshold, APPLY_TEMPERATURE, FILTERED
+        )
         if HAS_DRAFT_LOGITS:
             # log(p - q) = log p + log(1 - q / p) where q < p.
             log_p = logits - target_lse
             ratio = tl.exp(
-                load_logits(draft_row_ptr, offsets, mask, temp, False) - draft_lse - log_p
+                load_logits(draft_row_ptr, offsets, mask, temp, 0, False, False)
+                - draft_lse
+                - log_p
             )
             has_mass = ratio < 1.0
             residual = tl.where(
@@ -136,12 +150,14 @@ def bonus_block_winner(
     pos,
     temp,
     target_row_ptr,  # [V]
+    threshold,  # the row's filter threshold (filters.py)
     block_start,
     block_end,
     vocab_size,
     SAMPLE_CHUNK: tl.constexpr,
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
 ):
     """Gumbel-max (argmax when greedy) winner of one block of the bonus row."""
     score_dtype = tl.float64 if NOISE >= FP64_PHILOX else tl.float32
@@ -153,7 +169,8 @@ def bonus_block_winner(
         chunk_start = block_start + chunk * SAMPLE_CHUNK
         offsets = chunk_start + lanes
         scores = load_logits(
-            target_row_ptr, offsets, offsets < vocab_size, temp, APPLY_TEMPERATURE
+            target_row_ptr, offsets, offsets < vocab_size, temp, threshold, APPLY_TEMPERATURE,
+            FILTERED,
         ).to(score_dtype)
         if temp != 0.0:
             # The sampler's own stream at this position.

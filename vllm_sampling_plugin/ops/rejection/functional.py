@@ -73,28 +73,50 @@ def rejection_sample(
     *,
     synthetic_rates: Sequence[float] | torch.Tensor | None = None,
     use_fp64: bool = False,
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    min_p: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Verify ``K`` draft tokens per request against the target model.
 
-    Row ``b`` holds ``K`` drafts and ``K + 1`` target logit vectors: logit
-    ``j`` predicts the token after draft ``j - 1``, at position
-    ``positions[b] + j``; logit ``K`` is the bonus position. With
-    :math:`p_j = \mathrm{softmax}(\text{target\_logits}[b, j] / T_b)` and
-    :math:`q_j` the draft distribution, the drafts are walked in order:
+    Fused speculative-decoding verification from raw target logits: the
+    temperature and the sampling filters (top-k, top-p, min_p) are applied
+    inside the kernels, so no ``[B * (K + 1), V]`` probability canvas is
+    built. Row ``b`` holds ``K`` drafts and ``K + 1`` target logit vectors:
+    logit ``j`` predicts the token after draft ``j - 1``, at position
+    ``positions[b] + j``; logit ``K`` is the bonus position.
+
+    The target distribution of logit ``j`` is that of vLLM 0.33's sampler
+    (``Sampler.apply_sampling_params``), in its order:
+
+    1. temperature: :math:`z = \text{target\_logits}[b, j] / T_b` (float32 division);
+    2. ``min_p``: tokens with :math:`z < \max z + \log(\text{min\_p}_b)` are removed;
+    3. ``top_k``: tokens below the ``top_k[b]``-th largest remaining logit are removed;
+    4. ``top_p``: of what is left, renormalised, the smallest set of most
+       likely tokens whose probability reaches ``top_p[b]`` is kept (a token
+       is kept iff the mass of the tokens strictly more likely than it is
+       ``< top_p[b]``);
+
+    and :math:`p_j` is the softmax of :math:`z` over the kept tokens. Tokens
+    tied at a cut are kept or removed together, and the largest logit is
+    always kept. The drafts are then walked in order:
 
     * ``temperature[b] == 0`` (greedy): draft ``j`` is accepted while it equals
-      :math:`\arg\max p_j`; the first mismatch emits that argmax instead.
+      :math:`\arg\max_x z(x)` (lowest id on ties); the first mismatch emits that
+      argmax instead. Greedy rows are not filtered: every filter keeps the max.
     * ``temperature[b] > 0``: draft :math:`x_j` is accepted with probability
       :math:`\min(1, p_j(x_j) / q_j(x_j))`, tested as
-      :math:`\log p_j(x_j) > \log u + \log q_j(x_j)`. The first rejection emits
-      a sample of the residual :math:`\max(0, p_j - q_j)` normalised. Without
-      ``draft_probs`` the draft is a point mass (n-gram drafts):
-      :math:`\log q_j(x_j) = 0`, and the residual is :math:`p_j` without
-      :math:`x_j`.
+      :math:`\log p_j(x_j) > \log u + \log q_j(x_j)`; a draft the filters
+      removed has :math:`p_j(x_j) = 0` and is never accepted. The first
+      rejection emits a sample of the residual :math:`\max(0, p_j - q_j)`
+      normalised. Without ``draft_probs`` the draft is a point mass (n-gram
+      drafts): :math:`\log q_j(x_j) = 0`, and the residual is :math:`p_j`
+      without :math:`x_j`.
     * When every draft is accepted, a bonus token is sampled from :math:`p_K`.
 
-    Whatever :math:`q` is, each emitted token is distributed as the target
-    :math:`p` given the tokens before it (greedy: exactly the target argmax).
+    Whatever :math:`q` is, each emitted token is distributed as the filtered
+    target :math:`p` given the tokens before it (greedy: exactly the argmax).
+    :math:`q` itself is used as given (not filtered), as upstream does.
 
     Synthetic mode (``synthetic_rates`` given) accepts draft ``j`` with the
     conditional rate derived from the unconditional ``synthetic_rates``
@@ -111,53 +133,88 @@ def rejection_sample(
     finite logit emits token 0) and ``+inf`` counts as the largest finite
     float, so every emitted id is in ``[0, V)``.
 
-    Args:
-        target_logits: float ``[B, K + 1, V]``, raw: the temperature is applied here.
-        draft_token_ids: int64 ``[B, K]``, ``K >= 1``. Ids outside ``[0, V)``
-            are never accepted.
-        draft_probs: None, or float ``[B, K, V]``: the distribution each draft
-            was drawn from (normalised here; zeros allowed).
-        temperature: float ``[B]``, ``>= 0``.
-        seeds: int64 ``[B]``.
-        positions: int64 ``[B]``: position of logit 0 of each row.
-        synthetic_rates: None (standard mode), or ``K`` non-increasing
-            unconditional acceptance rates in ``[0, 1]`` (synthetic mode).
-        use_fp64: draw the acceptance uniforms and the resampling noise in
-            FP64 instead of FP32.
+    Parameters
+    ----------
+    target_logits : torch.Tensor
+        Float ``[B, K + 1, V]`` (float32, bfloat16 or float16; read as
+        float32), raw: the temperature and the filters are applied here.
+    draft_token_ids : torch.Tensor
+        int64 ``[B, K]``, ``K >= 1``. Ids outside ``[0, V)`` are never accepted.
+    draft_probs : torch.Tensor or None
+        None for point-mass (n-gram) drafts, or float ``[B, K, V]``: the
+        distribution each draft was drawn from (normalised here; zeros allowed).
+    temperature : torch.Tensor
+        float ``[B]``, ``>= 0``; 0 is greedy.
+    seeds : torch.Tensor
+        int64 ``[B]``.
+    positions : torch.Tensor
+        int64 ``[B]``: position of logit 0 of each row.
+    synthetic_rates : Sequence[float] or torch.Tensor, optional
+        None (standard mode), or ``K`` non-increasing unconditional
+        acceptance rates in ``[0, 1]`` (synthetic mode).
+    use_fp64 : bool
+        Draw the acceptance uniforms and the resampling noise in FP64 instead
+        of FP32.
+    top_k : torch.Tensor, optional
+        int32 or int64 ``[B]``; ``<= 0`` or ``>= V`` is off for the row.
+    top_p : torch.Tensor, optional
+        float32 ``[B]`` in ``(0, 1]``; ``1`` is off for the row.
+    min_p : torch.Tensor, optional
+        float32 ``[B]`` in ``[0, 1]``; ``0`` is off for the row. With any of
+        the three, one pass over the logits finds each row's threshold
+        (``ops/rejection/filters.py``; scratch: int32 ``[B * (K + 1)]`` and,
+        with top-p, 2 KiB a row, kept between calls) and the kernels mask the
+        tokens below it as they read the logits. Without them the filter code
+        is compiled out.
 
-    Returns:
-        ``(output_token_ids, num_emitted)``: int64 ``[B, K + 1]`` whose row
-        ``b`` starts with the ``num_emitted[b]`` tokens to append (accepted
-        drafts, then one corrected or bonus token) and is padded with ``-1``;
+    Returns
+    -------
+    output_token_ids : torch.Tensor
+        int64 ``[B, K + 1]`` whose row ``b`` starts with the ``num_emitted[b]``
+        tokens to append (accepted drafts, then one corrected or bonus token)
+        and is padded with ``-1``.
+    num_emitted : torch.Tensor
         int32 ``[B]`` with ``1 <= num_emitted[b] <= K + 1``.
 
-    Raises:
-        ValueError: naming the argument, before any kernel launch, for wrong
-            shapes, dtypes or devices, CPU tensors without ``TRITON_INTERPRET=1``
-            set before import, ``K = 0``, a negative or NaN temperature,
-            ``draft_probs`` with a negative, NaN or infinite entry, a
-            ``use_fp64`` that is not a bool, or synthetic rates outside
-            ``[0, 1]`` or increasing. (The value checks cost one
-            device-to-host copy.)
+    Raises
+    ------
+    ValueError
+        Naming the argument, before any kernel launch, for wrong shapes,
+        dtypes or devices, CPU tensors without ``TRITON_INTERPRET=1`` set
+        before import, ``K = 0``, a negative or NaN temperature,
+        ``draft_probs`` with a negative, NaN or infinite entry, ``top_p``
+        outside ``(0, 1]``, ``min_p`` outside ``[0, 1]``, a ``use_fp64`` that
+        is not a bool, or synthetic rates outside ``[0, 1]`` or increasing.
+        (The value checks cost one device-to-host copy.)
 
-    Example:
-        >>> import torch
-        >>> from vllm_sampling_plugin.ops import rejection_sample
-        >>> B, K, V = 2, 3, 32
-        >>> target_logits = torch.randn(B, K + 1, V, device="cuda")
-        >>> draft_probs = torch.softmax(torch.randn(B, K, V, device="cuda"), dim=-1)
-        >>> draft_token_ids = torch.multinomial(draft_probs.view(-1, V), 1).view(B, K)
-        >>> tokens, num_emitted = rejection_sample(
-        ...     target_logits,
-        ...     draft_token_ids,
-        ...     draft_probs,
-        ...     temperature=torch.tensor([0.0, 0.8], device="cuda"),
-        ...     seeds=torch.tensor([1, 2], device="cuda"),
-        ...     positions=torch.tensor([17, 230], device="cuda"),
-        ... )
-        >>> tokens.shape, num_emitted.dtype
-        (torch.Size([2, 4]), torch.int32)
-        >>> new_tokens_of_row_0 = tokens[0, : num_emitted[0]]
+    Examples
+    --------
+    >>> import torch
+    >>> from vllm_sampling_plugin.ops import rejection_sample
+    >>> B, K, V = 2, 3, 32
+    >>> target_logits = torch.randn(B, K + 1, V, device="cuda")
+    >>> draft_probs = torch.softmax(torch.randn(B, K, V, device="cuda"), dim=-1)
+    >>> draft_token_ids = torch.multinomial(draft_probs.view(-1, V), 1).view(B, K)
+    >>> tokens, num_emitted = rejection_sample(
+    ...     target_logits,
+    ...     draft_token_ids,
+    ...     draft_probs,
+    ...     temperature=torch.tensor([0.0, 0.8], device="cuda"),
+    ...     seeds=torch.tensor([1, 2], device="cuda"),
+    ...     positions=torch.tensor([17, 230], device="cuda"),
+    ...     top_k=torch.tensor([0, 20], dtype=torch.int32, device="cuda"),
+    ...     top_p=torch.tensor([1.0, 0.9], device="cuda"),
+    ...     min_p=torch.tensor([0.0, 0.05], device="cuda"),
+    ... )
+    >>> tokens.shape, num_emitted.dtype
+    (torch.Size([2, 4]), torch.int32)
+    >>> new_tokens_of_row_0 = tokens[0, : num_emitted[0]]
+
+    Note
+    ----
+    vLLM 0.33's Triton top-k/top-p kernel keeps exactly ``k`` tokens when
+    several tie at the k-th logit (the lowest ids); here every tied token
+    stays, as in the plugin's sampler. The laws differ only on exact ties.
     """
     if not isinstance(target_logits, torch.Tensor):
         raise ValueError(f"target_logits must be a tensor, got {type(target_logits).__name__}")
@@ -203,6 +260,14 @@ def rejection_sample(
         raise ValueError(f"temperature must be a float tensor, got {temperature.dtype}")
     _check_1d("seeds", seeds, batch_size, torch.int64, device)
     _check_1d("positions", positions, batch_size, torch.int64, device)
+    if top_k is not None:
+        _check_1d("top_k", top_k, batch_size, None, device)
+        if top_k.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"top_k must be torch.int32 or torch.int64, got {top_k.dtype}")
+    if top_p is not None:
+        _check_1d("top_p", top_p, batch_size, torch.float32, device)
+    if min_p is not None:
+        _check_1d("min_p", min_p, batch_size, torch.float32, device)
     check_fp64_choice(use_fp64)
     rates = None if synthetic_rates is None else _check_synthetic_rates(synthetic_rates, num_drafts)
     # One device-to-host copy for every value check, here in the public API
@@ -213,7 +278,17 @@ def rejection_sample(
         if draft_probs is None
         else ((draft_probs < 0) | ~draft_probs.isfinite()).any()
     )
-    bad_temperature, bad_draft_probs = torch.stack([bad_temperature, bad_draft_probs]).tolist()
+    no = torch.zeros((), dtype=torch.bool, device=device)
+    # top_p in (0, 1] and min_p in [0, 1], as vLLM's SamplingParams requires.
+    bad_top_p = no if top_p is None else ~((top_p > 0) & (top_p <= 1)).all()
+    bad_min_p = no if min_p is None else ~((min_p >= 0) & (min_p <= 1)).all()
+    bad_temperature, bad_draft_probs, bad_top_p, bad_min_p = torch.stack(
+        [bad_temperature, bad_draft_probs, bad_top_p, bad_min_p]
+    ).tolist()
+    if bad_top_p:
+        raise ValueError("top_p must be in (0, 1] (1 = off)")
+    if bad_min_p:
+        raise ValueError("min_p must be in [0, 1] (0 = off)")
     if bad_temperature:
         raise ValueError("temperature must be >= 0 (0 = greedy) and not NaN")
     if bad_draft_probs:
@@ -252,4 +327,7 @@ def rejection_sample(
         conditional_rates,
         use_fp64=use_fp64,
         apply_temperature=True,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
     )

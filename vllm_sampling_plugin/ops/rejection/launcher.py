@@ -16,6 +16,7 @@ from ..host_math import cdiv, next_power_of_2
 from ..random import noise_code
 from .draws import MAX_VOCAB_SIZE
 from .emit import emit_row
+from .filters import filter_thresholds
 from .plan import (
     TUNING,
     LaunchPlan,
@@ -64,7 +65,7 @@ def _rejection_kernel(
     tile_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
     target_logits,  # ([num_logits, V], row stride)
     draft_logits,  # ([max_num_reqs, num_spec_steps, V], two strides)
-    requests,  # per-logit and per-slot request state
+    requests,  # per-logit and per-slot request state, filter thresholds
     sizes,  # (vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit)
     num_blocks,
     block_size,
@@ -78,6 +79,7 @@ def _rejection_kernel(
     HAS_DRAFT_LOGITS: tl.constexpr,
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
 ):
     """Every step of every request in one launch: the blocks of a request
     meet at a per-request barrier between steps, and the last block to
@@ -90,7 +92,9 @@ def _rejection_kernel(
     help, and the launcher keeps ``num_blocks`` at most the SM count, so the
     newest request's blocks always fit once the others are done.
     """
-    draft_tokens_ptr, cu_num_logits_ptr, idx_mapping_ptr, _, temperature_ptr, seeds_ptr, _ = requests
+    draft_tokens_ptr, cu_num_logits_ptr, idx_mapping_ptr, _, temperature_ptr, seeds_ptr, _, _ = (
+        requests
+    )
     vocab_size, num_spec_steps, _, _, _ = sizes
     ticket = tl.atomic_add(launch_counters_ptr, 1, sem="relaxed")
     req_idx = ticket // num_blocks
@@ -132,6 +136,7 @@ def _rejection_kernel(
                 HAS_DRAFT_LOGITS,
                 NOISE,
                 APPLY_TEMPERATURE,
+                FILTERED,
             )
             all_arrived = num_blocks * (step + 1)
             arrived = _arrive(arrivals_ptr + req_idx) + 1
@@ -181,7 +186,7 @@ def _rejection_step_kernel(
     tile_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
     target_logits,  # ([num_logits, V], row stride)
     draft_logits,  # ([max_num_reqs, num_spec_steps, V], two strides)
-    requests,  # per-logit and per-slot request state
+    requests,  # per-logit and per-slot request state, filter thresholds
     sizes,  # (vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit)
     step,
     block_size,
@@ -193,10 +198,11 @@ def _rejection_step_kernel(
     HAS_DRAFT_LOGITS: tl.constexpr,
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
 ):
     """One step of every request per launch, for launch plans whose blocks
     cannot wait for each other (see ``plan_launch``); ``_emit_kernel`` follows."""
-    _, cu_num_logits_ptr, idx_mapping_ptr, _, temperature_ptr, seeds_ptr, _ = requests
+    _, cu_num_logits_ptr, idx_mapping_ptr, _, temperature_ptr, seeds_ptr, _, _ = requests
     vocab_size, num_spec_steps, _, _, _ = sizes
     # Requests on grid axis 0: axes 1 and 2 are limited to 65535 programs.
     req_idx = tl.program_id(0)
@@ -239,6 +245,7 @@ def _rejection_step_kernel(
             HAS_DRAFT_LOGITS,
             NOISE,
             APPLY_TEMPERATURE,
+            FILTERED,
         )
     if block_idx == 0:
         tl.store(reached_row_ptr + step, reached.to(tl.int8))
@@ -308,6 +315,10 @@ def rejection_sample_packed(
     use_fp64: bool = False,
     apply_temperature: bool = False,
     tuning: RejectionTuning | None = None,
+    # [max_num_reqs] each
+    top_k: torch.Tensor | None = None,
+    top_p: torch.Tensor | None = None,
+    min_p: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rejection sampling on the V2 runner's packed layout (no host sync).
 
@@ -343,6 +354,16 @@ def rejection_sample_packed(
         apply_temperature: see ``target_logits``.
         tuning: launch parameters; None takes ``TUNING[use_fp64]``. Speed
             only: the output is the same for every tuning.
+        top_k: None, or int32/int64 ``[max_num_reqs]`` by state slot; ``<= 0``
+            or ``>= V`` is off for the request.
+        top_p: None, or float32 ``[max_num_reqs]``; ``>= 1`` is off.
+        min_p: None, or float32 ``[max_num_reqs]``; ``0`` is off. With any of
+            the three, every target row of a request with temperature > 0 is
+            filtered as vLLM 0.33's sampler filters it (after the
+            temperature: min_p, then top-k, then top-p; ``filters.py``)
+            before it is verified against: one per-row threshold pass, then
+            the kernels mask the tokens below it as they read the logits.
+            Greedy rows are not filtered (their argmax is the same).
 
     Returns:
         ``(sampled, num_sampled)``: int64 ``[num_reqs, K + 1]`` holding the
@@ -382,6 +403,19 @@ def rejection_sample_packed(
         raise ValueError(f"synthetic_conditional_rates must have shape ({num_speculative_steps},)")
     if tuning is not None and not isinstance(tuning, RejectionTuning):
         raise ValueError(f"tuning must be a RejectionTuning or None, got {type(tuning).__name__}")
+    for name, tensor, dtypes in (
+        ("top_k", top_k, (torch.int32, torch.int64)),
+        ("top_p", top_p, (torch.float32,)),
+        ("min_p", min_p, (torch.float32,)),
+    ):
+        if tensor is not None and (
+            tensor.shape != temperature.shape or tensor.dtype not in dtypes
+        ):
+            raise ValueError(
+                f"{name} must be {' or '.join(map(str, dtypes))} of shape "
+                f"{tuple(temperature.shape)} like temperature, got {tuple(tensor.shape)} "
+                f"{tensor.dtype}"
+            )
 
     device = target_logits.device
     sampled = torch.empty(num_reqs, num_speculative_steps + 1, dtype=torch.int64, device=device)
@@ -392,6 +426,21 @@ def rejection_sample_packed(
         target_logits = target_logits.contiguous()
     if draft_logits is not None and draft_logits.stride(2) != 1:
         draft_logits = draft_logits.contiguous()
+
+    filtered = top_k is not None or top_p is not None or min_p is not None
+    thresholds = temperature  # never read unless filtered
+    if filtered:
+        thresholds = filter_thresholds(
+            target_logits,
+            cu_num_logits,
+            idx_mapping,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            num_speculative_steps,
+            apply_temperature=apply_temperature,
+        )
 
     plan = device_plan(num_reqs, vocab_size, tuning or TUNING[use_fp64], device)
     tile = stats_tile(vocab_size)
@@ -424,6 +473,7 @@ def rejection_sample_packed(
             temperature,
             seeds,
             synthetic_conditional_rates if synthetic_conditional_rates is not None else temperature,
+            thresholds,
         ),
         (
             vocab_size,
@@ -442,6 +492,7 @@ def rejection_sample_packed(
         "HAS_DRAFT_LOGITS": has_draft_logits,
         "NOISE": noise_code(use_fp64),
         "APPLY_TEMPERATURE": apply_temperature,
+        "FILTERED": filtered,
         "num_warps": plan.num_warps,
     }
     emit_constants = {

@@ -4,18 +4,35 @@ log-sum-exp and argmax rebuilt from them, the same bits whatever the launch plan
 import triton
 import triton.language as tl
 
+from ..topk_topp.select import order_key
+
 _FLOAT32_MAX = tl.constexpr(3.4028234663852886e38)
 
 
 @triton.jit
-def load_logits(row_ptr, offsets, mask, temp, APPLY_TEMPERATURE: tl.constexpr):
+def load_logits(
+    row_ptr,
+    offsets,
+    mask,
+    temp,
+    threshold,
+    APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
+):
+    """Logits as the kernels see them: float32, divided by ``temp`` when
+    ``APPLY_TEMPERATURE``, NaN as -inf, +inf as the largest float; with
+    ``FILTERED``, -inf where the order key is below ``threshold``, the row's
+    top-k/top-p/min_p threshold (``filters.py``)."""
     logits = tl.load(row_ptr + offsets, mask=mask, other=float("-inf")).to(tl.float32)
     if APPLY_TEMPERATURE:
         # Division, not a reciprocal multiply: bit-identical to vLLM's temperature kernel.
         logits = logits / tl.where(temp == 0.0, 1.0, temp)
     # NaN never wins (it counts as -inf) and +inf becomes the largest finite
     # float, so log-sum-exp, log-probabilities and noisy scores stay NaN-free.
-    return tl.where(logits == logits, tl.minimum(logits, _FLOAT32_MAX), float("-inf"))
+    logits = tl.where(logits == logits, tl.minimum(logits, _FLOAT32_MAX), float("-inf"))
+    if FILTERED:
+        logits = tl.where(order_key(logits) >= threshold, logits, float("-inf"))
+    return logits
 
 
 @triton.jit
@@ -29,12 +46,14 @@ def block_stats(
     vocab_size,
     num_tiles,
     temp,
+    threshold,
     fixed_one,
     CHUNK: tl.constexpr,
     STATS_TILE: tl.constexpr,
     STORE_ARGMAX: tl.constexpr,
     STORE_SUMEXP: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
 ):
     """Max, first argmax and fixed-point sum of exp(logit - max) per stats tile."""
     tiles = tl.arange(0, CHUNK // STATS_TILE)
@@ -42,7 +61,9 @@ def block_stats(
     for chunk in range(tl.cdiv(block_end - block_start, CHUNK)):
         chunk_start = block_start + chunk * CHUNK
         offsets = chunk_start + tiles[:, None] * STATS_TILE + lanes[None, :]
-        logits = load_logits(row_ptr, offsets, offsets < vocab_size, temp, APPLY_TEMPERATURE)
+        logits = load_logits(
+            row_ptr, offsets, offsets < vocab_size, temp, threshold, APPLY_TEMPERATURE, FILTERED
+        )
         tile_max, tile_argmax = tl.max(logits, axis=1, return_indices=True)
         tile_idx = chunk_start // STATS_TILE + tiles
         in_row = tile_idx < num_tiles

@@ -36,7 +36,8 @@ def rejection_step(
     # (draft_tokens [num_logits]: logit j + 1 of a request holds its draft j,
     #  cu_num_logits [num_reqs + 1], idx_mapping [num_reqs], pos [num_logits],
     #  temperature [max_num_reqs], seeds [max_num_reqs],
-    #  conditional_rates [num_spec_steps])
+    #  conditional_rates [num_spec_steps],
+    #  thresholds [num_logits]: each target row's filter threshold, FILTERED only)
     requests,
     # (vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit)
     sizes,
@@ -48,6 +49,7 @@ def rejection_step(
     HAS_DRAFT_LOGITS: tl.constexpr,
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
 ):
     """Step ``step`` of one block of a request whose row ``step - 1`` was reached.
 
@@ -60,7 +62,7 @@ def rejection_step(
     target_max_ptr, target_argmax_ptr, target_sumexp_ptr, draft_max_ptr, draft_sumexp_ptr = tile_stats
     target_logits_ptr, target_logits_stride = target_logits
     draft_logits_ptr, draft_stride_0, draft_stride_1 = draft_logits
-    draft_tokens_ptr, _, _, pos_ptr, _, _, conditional_rates_ptr = requests
+    draft_tokens_ptr, _, _, pos_ptr, _, _, conditional_rates_ptr, thresholds_ptr = requests
     vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit = sizes
     winner_offset = req_idx * num_blocks + block_idx
     stats_offset = req_idx * num_spec_steps * num_tiles
@@ -79,6 +81,9 @@ def rejection_step(
         key = request_key(seed, tl.load(pos_ptr + logit_idx), NOISE)
         # Draft `row` is the input token of logit `row + 1`.
         draft = tl.load(draft_tokens_ptr + logit_idx + 1).to(tl.int32)
+        threshold = tl.full((), 0, tl.uint32)
+        if FILTERED:
+            threshold = tl.load(thresholds_ptr + logit_idx).to(tl.uint32, bitcast=True)
         greedy_max, greedy_token = row_argmax(
             target_max_ptr + row_stats, target_argmax_ptr + row_stats, num_tiles, NUM_TILES_PAD
         )
@@ -110,6 +115,7 @@ def rejection_step(
             target_lse,
             draft_lse,
             target_row_ptr,
+            threshold,
             draft_row_ptr,
             conditional_rates_ptr,
             vocab_size,
@@ -117,6 +123,7 @@ def rejection_step(
             HAS_DRAFT_LOGITS,
             NOISE,
             APPLY_TEMPERATURE,
+            FILTERED,
         )
         if reached == 0:
             if temp == 0.0:
@@ -134,6 +141,7 @@ def rejection_step(
                     target_lse,
                     draft_lse,
                     target_row_ptr,
+                    threshold,
                     draft_row_ptr,
                     block_start,
                     block_end,
@@ -142,6 +150,7 @@ def rejection_step(
                     HAS_DRAFT_LOGITS,
                     NOISE,
                     APPLY_TEMPERATURE,
+                    FILTERED,
                 )
                 tl.store(winner_value_ptr + winner_offset, value)
                 tl.store(winner_token_ptr + winner_offset, token)
@@ -150,18 +159,23 @@ def rejection_step(
 
     logit_idx = start + step
     target_row_ptr = target_logits_ptr + logit_idx.to(tl.int64) * target_logits_stride
+    threshold = tl.full((), 0, tl.uint32)
+    if FILTERED:
+        threshold = tl.load(thresholds_ptr + logit_idx).to(tl.uint32, bitcast=True)
     if reached & (step == num_drafts):
         value, token = bonus_block_winner(
             seed,
             tl.load(pos_ptr + logit_idx),
             temp,
             target_row_ptr,
+            threshold,
             block_start,
             block_end,
             vocab_size,
             SAMPLE_CHUNK,
             NOISE,
             APPLY_TEMPERATURE,
+            FILTERED,
         )
         tl.store(winner_value_ptr + winner_offset, value)
         tl.store(winner_token_ptr + winner_offset, token)
@@ -182,12 +196,14 @@ def rejection_step(
                 vocab_size,
                 num_tiles,
                 temp,
+                threshold,
                 fixed_one,
                 CHUNK,
                 STATS_TILE,
                 True,
                 False,
                 APPLY_TEMPERATURE,
+                FILTERED,
             )
         else:
             block_stats(
@@ -200,12 +216,14 @@ def rejection_step(
                 vocab_size,
                 num_tiles,
                 temp,
+                threshold,
                 fixed_one,
                 CHUNK,
                 STATS_TILE,
                 True,
                 True,
                 APPLY_TEMPERATURE,
+                FILTERED,
             )
             if HAS_DRAFT_LOGITS:
                 block_stats(
@@ -220,11 +238,13 @@ def rejection_step(
                     vocab_size,
                     num_tiles,
                     temp,
+                    0,
                     fixed_one,
                     CHUNK,
                     STATS_TILE,
                     False,
                     True,
+                    False,
                     False,
                 )
     return reached

@@ -34,7 +34,7 @@ MAX_VOCAB_SIZE = 1 << 22
 
 
 @triton.jit
-def _kth_largest_key_of_row(
+def kth_largest_key_of_row(
     row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     rank,
     BLOCK: tl.constexpr,
@@ -57,7 +57,7 @@ def _kth_largest_key_of_row(
 
 
 @triton.jit
-def _top_p_key_of_row(
+def top_p_key_of_row(
     row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
     row_max,
     top_k_key,
@@ -147,10 +147,10 @@ def sample_row_exactly(
     filter_k, top_k, filter_p, top_p = filters
     top_k_key = tl.full((), 0, tl.uint32)
     if filter_k:
-        top_k_key = _kth_largest_key_of_row(row_logits, top_k, BLOCK, APPLY_TEMPERATURE)
+        top_k_key = kth_largest_key_of_row(row_logits, top_k, BLOCK, APPLY_TEMPERATURE)
     top_p_key = tl.full((), 0, tl.uint32)
     if filter_p:
-        top_p_key = _top_p_key_of_row(
+        top_p_key = top_p_key_of_row(
             row_logits, row_max, top_k_key, top_p, mass_hist_ptr, BLOCK, APPLY_TEMPERATURE
         )
     # The top token always stays, even for top_p <= 0.
