@@ -51,7 +51,9 @@ from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
 # Every line where the plugin keeps upstream's Sampler and replaces its draw
 # (checked on an H100 on 0.32 and 0.33; on 0.23-0.31 run the sampler tests,
-# whose engine arguments every such line has, e.g. -k "sampler_run or seeded").
+# whose engine arguments every such line has, e.g. -k "seeded_request or
+# valid_tokens or runner_holds"; on 0.26 the route recorder first met the
+# sample(skip_top_k_top_p) shape, which has no _sample_random).
 LINES = tuple(
     line
     for line, seams in LINE_SEAMS.items()
@@ -204,17 +206,31 @@ ROUTE_RECORDER = """
 def install_route_recorder(worker):
     import inspect
     sampler = worker.model_runner.sampler
-    original = sampler._sample_random
-    signature = inspect.signature(original)
     worker.sampler_routes = []
-    def recording(*args, **kwargs):
-        arguments = signature.bind(*args, **kwargs).arguments
-        worker.sampler_routes.append({
-            "fused": bool(arguments["use_fused_sampler"]),
-            "top_k_top_p": arguments["top_k"] is not None or arguments["top_p"] is not None,
-        })
-        return original(*args, **kwargs)
-    sampler._sample_random = recording
+    def record(fused, top_k, top_p):
+        worker.sampler_routes.append(
+            {"fused": bool(fused), "top_k_top_p": top_k is not None or top_p is not None})
+    if hasattr(sampler, "_sample_random"):
+        # 0.30-0.33: upstream's _sample_random gets the fused flag.
+        original = sampler._sample_random
+        signature = inspect.signature(original)
+        def recording(*args, **kwargs):
+            arguments = signature.bind(*args, **kwargs).arguments
+            record(arguments["use_fused_sampler"], arguments["top_k"], arguments["top_p"])
+            return original(*args, **kwargs)
+        sampler._sample_random = recording
+        return
+    # 0.23-0.29 (sample(skip_top_k_top_p)): a batch goes either to upstream's
+    # flashinfer_sample or to the plugin's draw.
+    import vllm.v1.worker.gpu.sample.sampler as upstream
+    flashinfer_sample, plugin_draw = upstream.flashinfer_sample, sampler.plugin_draw
+    def recording_flashinfer(logits, top_k, top_p, *args, **kwargs):
+        record(True, top_k, top_p)
+        return flashinfer_sample(logits, top_k, top_p, *args, **kwargs)
+    def recording_draw(logits, idx_mapping, pos, top_k, top_p, *args, **kwargs):
+        record(False, top_k, top_p)
+        return plugin_draw(logits, idx_mapping, pos, top_k, top_p, *args, **kwargs)
+    upstream.flashinfer_sample, sampler.plugin_draw = recording_flashinfer, recording_draw
 def take_routes(worker):
     routes, worker.sampler_routes = worker.sampler_routes, []
     return routes
