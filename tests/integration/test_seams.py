@@ -62,7 +62,7 @@ def test_fp32_stream_of_an_engine_that_speculates_is_upstreams_where_the_plugin_
         print(f"upstream={noise.upstream_fp32_noise()}")
         print(f"speculating={noise.fp32_noise(speculating)[0]}")
         print(f"plain={noise.fp32_noise(plain)[0]}")
-        print(f"no_match={'no FP32 stream of the plugin' in noise.fp32_noise(speculating)[1]}")
+        print(f"no_match={'is not upstream' in noise.fp32_noise(speculating)[1]}")
         from vllm.plugins import load_general_plugins
         load_general_plugins()
         print(f"registered={noise.fp32_noise(speculating)[0]}")
@@ -78,3 +78,63 @@ def test_fp32_stream_of_an_engine_that_speculates_is_upstreams_where_the_plugin_
     assert found["registered"] == expected
     # 0.20: the plugin's RejectionSampler verifies drafts by matching its draws.
     assert found["matching"] == str(INSTALLED_LINE == "0.20")
+
+
+def test_engine_speculating_in_fp32_keeps_upstreams_draw_where_the_plugin_lacks_its_noise():
+    """0.21-0.30: upstream's RejectionSampler draws the steps with drafts in
+    noise the plugin has no FP32 stream for, so an engine that speculates in
+    FP32 keeps upstream's Sampler (its seeded requests stay reproducible, as
+    in stock vLLM); FP64 engines and engines without speculation get the
+    plugin's draw, and so does every engine on 0.20 and from 0.31 on."""
+    out = run_python(
+        """
+        import types
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        from vllm_sampling_plugin.integration.seams import noise
+
+        def engine(speculating, fp64):
+            return types.SimpleNamespace(
+                speculative_config=object() if speculating else None,
+                model_config=types.SimpleNamespace(use_fp64_gumbel=fp64))
+        for name, config in [("fp32_spec", engine(True, False)), ("fp64_spec", engine(True, True)),
+                             ("fp32_plain", engine(False, False))]:
+            print(f"{name}={noise.upstream_draw_reason(config) is not None}")
+        built = noise.upstream_sampler_instead(
+            lambda *args, **kwargs: ("upstream", args, kwargs), engine(True, False), (1,), {"x": 2})
+        print(f"built={built}")
+        """
+    )
+    found = dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
+    upstreams = INSTALLED_LINE != "0.20" and UPSTREAM_FP32_NOISE[INSTALLED_LINE] != "murmur3"
+    assert found["fp32_spec"] == str(upstreams)
+    assert (found["fp64_spec"], found["fp32_plain"]) == ("False", "False")
+    assert found["built"] == (str(("upstream", (1,), {"x": 2})) if upstreams else "None")
+
+
+def test_the_draw_seams_sampler_builds_upstreams_for_an_engine_that_keeps_its_draw():
+    """The plugin's Sampler class of the installed draw shape, built by the
+    runner for such an engine, is upstream's Sampler from the same arguments
+    (its ``__new__``), so nothing of the plugin's ``__init__`` runs. Upstream's
+    class is a stub here: its real one needs a GPU."""
+    out = run_python(
+        """
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+        from vllm_sampling_plugin.integration import sampler as whole_sample
+        from vllm_sampling_plugin.integration.seams import draw, noise
+
+        class UpstreamSampler:
+            def __init__(self, *args, **kwargs):
+                self.arguments = (args, kwargs)
+        plugin_class = draw.sampler_class(draw.detect().shape)
+        noise.upstream_draw_reason = lambda config: "kept for this test"
+        draw.upstream.Sampler = whole_sample.Sampler = UpstreamSampler
+        built = plugin_class(4, 32, device="cpu", req_states=None)
+        print(f"upstream={type(built) is UpstreamSampler}")
+        print(f"arguments={built.arguments}")
+        """
+    )
+    found = dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
+    assert found["upstream"] == "True"
+    assert found["arguments"] == str(((4, 32), {"device": "cpu", "req_states": None}))

@@ -78,7 +78,8 @@ WHY_PLUGIN = {
     GUMBEL: "the plugin's Gumbel-max kernel (FP64 in upstream's noise stream: Philox "
     "through 0.30, murmur3 from 0.31; FP32 in upstream's murmur3 stream on engines "
     "that speculate from 0.31, where upstream's RejectionSampler draws the steps with "
-    "drafts); it must own this draw whenever it owns the seeded top-k/top-p draw, or "
+    "drafts; on 0.21-0.30, whose FP32 rejection noise the plugin lacks, an engine that "
+    "speculates in FP32 keeps upstream's Sampler); it must own this draw whenever it owns the seeded top-k/top-p draw, or "
     "a seeded request's noise would depend on its batch-mates",
     TOP_K_TOP_P_SEEDED: "upstream sorts, masks, then samples; the plugin's fused "
     "kernel is seeded and batch-invariant",

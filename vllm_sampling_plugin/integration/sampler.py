@@ -29,7 +29,11 @@ from vllm.v1.worker.gpu.sample.states import NO_LOGPROBS, SamplingStates
 
 from vllm_sampling_plugin.config import PluginSettings, settings_from_model_config
 from vllm_sampling_plugin.integration.logit_bias import RaceFreeLogitBiasState
-from vllm_sampling_plugin.integration.seams.noise import PLUGIN_FP32_STREAM, fp32_noise
+from vllm_sampling_plugin.integration.seams.noise import (
+    PLUGIN_FP32_STREAM,
+    fp32_noise,
+    upstream_sampler_instead,
+)
 from vllm_sampling_plugin.integration.spec_bad_words import DraftAlignedBadWordsState
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
@@ -91,6 +95,13 @@ class PluginSampler(Sampler):
     # The FP32 noise stream (the draw seam's noise.py picks it per engine).
     fp32_stream = PLUGIN_FP32_STREAM
 
+    def __new__(cls, *args, settings: PluginSettings | None = None, **kwargs):
+        # 0.21/0.22: an engine whose seeded draws only upstream's noise keeps
+        # reproducible stays upstream's (noise.py); 0.20 never does (the
+        # plugin verifies drafts there).
+        sampler = upstream_sampler_instead(Sampler, get_current_vllm_config_or_none(), args, kwargs)
+        return sampler if sampler is not None else super().__new__(cls)
+
     def __init__(
         self,
         max_num_reqs: int,
@@ -129,8 +140,8 @@ class PluginSampler(Sampler):
         # with it; later steps pass tensors of the same dtypes, devices and
         # roles, so their checks (a few microseconds of host time) are skipped.
         self.gumbel_inputs_checked = False
-        # The draw seam's noise.py: on 0.21/0.22 upstream's RejectionSampler
-        # draws the steps with drafts in noise no FP32 stream here matches.
+        # The draw seam's noise.py (engines whose FP32 noise would differ from
+        # upstream's RejectionSampler's never get here: __new__).
         self.fp32_stream, fp32_note = fp32_noise(vllm_config)
         logger.info(
             "vllm-sampling-plugin sampler: Gumbel-max noise in %s.",

@@ -53,6 +53,7 @@ from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.seams.noise import (
     PLUGIN_FP32_STREAM,
     fp32_noise,
+    upstream_sampler_instead,
     upstream_fp64_stream,
 )
 from vllm_sampling_plugin.integration.seams.shapes import (
@@ -165,6 +166,12 @@ class PluginDrawMixin:
     (noise.py), and to log those decisions."""
 
     fp32_stream = PLUGIN_FP32_STREAM
+
+    def __new__(cls, *args, **kwargs):
+        # An engine whose seeded draws only upstream's noise keeps
+        # reproducible stays upstream's (noise.py).
+        sampler = upstream_sampler_instead(upstream.Sampler, _engine_config(args, kwargs), args, kwargs)
+        return sampler if sampler is not None else super().__new__(cls)
 
     def __init__(self, *args, **kwargs):
         from vllm import envs

@@ -24,10 +24,12 @@ same noise. Upstream's noise, read from the wheels
 The plugin's FP32 ``philox`` stream (ops/random.py: 7-round Philox, four
 tokens a call) is not Triton's ``tl.rand`` (10-round Philox, one token a
 call, another uniform), so before 0.31 no FP32 stream of the plugin is
-upstream's: there a seeded request that speculates in FP32 can get other
-tokens when batch-mates' drafts change, and ``--use-fp64-gumbel`` (whose
-stream is upstream's on every line) makes it reproducible. The start-up log
-line says which case an engine is in.
+upstream's. There the plugin's draw would make a seeded request that
+speculates in FP32 get other tokens when batch-mates' drafts change, while
+stock vLLM (one noise in both samplers) keeps it reproducible: such an
+engine keeps upstream's Sampler whole (:func:`upstream_sampler_instead`),
+and ``--use-fp64-gumbel`` (whose stream is upstream's on every line) lets the
+plugin draw. The start-up log line says which case an engine is in.
 
 Why not upstream's FP32 murmur3 noise on every engine: it costs more GPU
 time and buys nothing without speculation (host side the two streams are
@@ -39,7 +41,10 @@ ALU-bound at production vocabularies; docs/architecture.md, "FP32 noise").
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
+
+logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
 # The plugin's own FP32 stream (ops/random.py), the faster one.
 PLUGIN_FP32_STREAM = "philox"
@@ -77,6 +82,42 @@ def upstream_verifies_drafts() -> bool:
     return model_runner.RejectionSampler.__module__.startswith("vllm.")
 
 
+def upstream_draw_reason(vllm_config: Any) -> str | None:
+    """Why the engine with ``vllm_config`` keeps upstream's draw, or None
+    where the plugin draws its tokens: an engine that speculates in FP32 where
+    upstream's RejectionSampler draws the steps with drafts in noise that no
+    FP32 stream of the plugin reproduces (0.21-0.30)."""
+    if getattr(vllm_config, "speculative_config", None) is None:
+        return None
+    if getattr(getattr(vllm_config, "model_config", None), "use_fp64_gumbel", False):
+        return None
+    if not upstream_verifies_drafts():
+        return None
+    upstream = upstream_fp32_noise()
+    if upstream == MURMUR3:
+        return None
+    drawn = "FP64 Philox noise only" if upstream is None else f"FP32 noise from {upstream}"
+    return (
+        f"speculative decoding in FP32: upstream's RejectionSampler draws the steps "
+        f"with drafts with {drawn}, which no FP32 stream of the plugin reproduces, "
+        "so the plugin's draw would make a seeded request's tokens depend on its "
+        "batch-mates' drafts; with --use-fp64-gumbel the plugin draws (its FP64 "
+        "stream is upstream's)"
+    )
+
+
+def upstream_sampler_instead(upstream_sampler: type, vllm_config: Any, args: tuple, kwargs: dict):
+    """Upstream's Sampler built from the runner's arguments, for an engine
+    whose draw stays upstream's (:func:`upstream_draw_reason`, logged once),
+    else None. Called from the plugin Samplers' ``__new__``: returning an
+    object that is not the plugin's class skips the plugin's ``__init__``."""
+    reason = upstream_draw_reason(vllm_config)
+    if reason is None:
+        return None
+    logger.info("vllm-sampling-plugin sampler: upstream's Sampler draws this engine's tokens: %s.", reason)
+    return upstream_sampler(*args, **kwargs)
+
+
 def fp32_noise(vllm_config: Any) -> tuple[str, str]:
     """``(fp32_stream, what the log line says)`` for the plugin's FP32 draw
     on an engine with ``vllm_config`` (None: no speculation known)."""
@@ -87,16 +128,13 @@ def fp32_noise(vllm_config: Any) -> tuple[str, str]:
             "FP32, the plugin's Philox stream (the plugin verifies drafts by "
             "matching its own draws)"
         )
-    upstream = upstream_fp32_noise()
-    if upstream == MURMUR3:
+    if upstream_fp32_noise() == MURMUR3:
         return MURMUR3, (
             "FP32, upstream's murmur3 stream (speculative decoding: upstream's "
             "RejectionSampler draws the steps with drafts, with the same noise)"
         )
-    drawn = "FP64 Philox noise only" if upstream is None else f"FP32 noise from {upstream}"
+    # Only FP64 engines get here (upstream_draw_reason keeps FP32 ones upstream's).
     return PLUGIN_FP32_STREAM, (
-        "FP32, the plugin's Philox stream; upstream's RejectionSampler draws the "
-        f"steps with drafts with {drawn}, which no FP32 stream of the plugin "
-        "reproduces, so a seeded request's tokens can depend on batch-mates' "
-        "drafts; --use-fp64-gumbel draws upstream's FP64 stream (docs/compatibility.md)"
+        "FP32, the plugin's Philox stream, which is not upstream's FP32 noise: "
+        "an engine that speculates in FP32 keeps upstream's Sampler"
     )
