@@ -138,3 +138,48 @@ def test_the_draw_seams_sampler_builds_upstreams_for_an_engine_that_keeps_its_dr
     found = dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
     assert found["upstream"] == "True"
     assert found["arguments"] == str(((4, 32), {"device": "cpu", "req_states": None}))
+
+
+# The dtype of the request slots each line's runner hands the sampler
+# (``idx_mapping_np = np.fromiter(..., dtype=...)`` in the wheels'
+# model_runner.py): np.int32 through 0.27, np.intp from 0.28.
+STEP_SLOT_DTYPE = {f"0.{minor}": "int32" if minor <= 27 else "int64" for minor in range(20, 34)}
+
+
+def test_warm_up_launches_the_draw_in_the_request_slot_dtype_of_the_runners_steps():
+    """Triton compiles one kernel per pointer dtype: a warm-up in a dtype the
+    steps do not use leaves the first requests to compile (0.26, H200)."""
+    out = run_python(
+        """
+        import torch
+        from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
+        from vllm_sampling_plugin.integration.seams.warmup import step_slot_dtypes, warm_up_plugin_draw
+
+        class RecordingDraw(PluginDrawMixin):
+            use_fp64_gumbel = False
+            fp64_stream = fp32_stream = "philox"
+            sampling_states = type("States", (), {"vocab_size": 64})()
+
+            def __new__(cls):
+                return object.__new__(cls)
+
+            def __init__(self):
+                self.seen = set()
+
+            def draw_gumbel(self, rows, slots, positions):
+                self.seen.add(("gumbel", rows.dtype, slots.dtype, positions.dtype))
+
+            def draw_top_k_top_p(self, rows, slots, positions):
+                self.seen.add(("fused", rows.dtype, slots.dtype, positions.dtype))
+
+        (slot_dtype,) = step_slot_dtypes()
+        sampler = RecordingDraw()
+        warm_up_plugin_draw(sampler, 8, torch.device("cpu"), (torch.float32, torch.bfloat16), (slot_dtype,))
+        assert sampler.seen == {
+            (kernel, logits, slot_dtype, torch.int64)
+            for kernel in ("gumbel", "fused") for logits in (torch.float32, torch.bfloat16)
+        }, sampler.seen
+        print(str(slot_dtype).removeprefix("torch."))
+        """
+    )
+    assert out.strip().splitlines()[-1] == STEP_SLOT_DTYPE[INSTALLED_LINE]

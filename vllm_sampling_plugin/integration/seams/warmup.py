@@ -18,10 +18,11 @@ its memory is measured) is followed by one launch of the plugin's Gumbel-max
 and fused top-k/top-p kernels per compile variant of 1 .. max_num_reqs rows
 (integration/compile_variants.py), through the methods the step calls
 (``draw_gumbel``, ``draw_top_k_top_p``), in the engine's precision and noise
-stream, with the runner's dtypes (int64 request slots and positions; logits
-in float32 and in the model's dtype: upstream copies them to float32 only
-when some request needs processing, so a greedy batch reaches the draw in
-bfloat16), on zero logits and the zero-initialised request state.
+stream, with the runner's dtypes (request slots in the dtype its steps use,
+:func:`step_slot_dtypes`; int64 positions; logits in float32 and in the
+model's dtype: upstream copies them to float32 only when some request needs
+processing, so a greedy batch reaches the draw in bfloat16), on zero logits
+and the zero-initialised request state.
 It writes only its outputs, which it drops: no token changes. Upstream's
 speculative verification draws with its own kernels, so the plugin's draw
 sees at most max_num_reqs rows. Where the user keeps FlashInfer
@@ -32,7 +33,10 @@ their first-use cost.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import re
+import sys
 import time
 from typing import Any
 
@@ -53,6 +57,10 @@ logger = logging.getLogger("vllm.vllm_sampling_plugin")
 NAME = shapes.WARM_UP
 # Marks the wrapper, so that applying twice wraps once.
 _MARKER = "warms_up_plugin_kernels"
+
+# How the runner's steps build the request slots they hand the sampler.
+_STEP_SLOTS = re.compile(r"idx_mapping_np\s*=\s*np\.fromiter\([^)]*dtype=np\.(\w+)")
+_TORCH_INT = {"int32": torch.int32, "int64": torch.int64, "intp": torch.int64}
 
 
 def detect(draw_found: Found) -> Found:
@@ -90,6 +98,28 @@ def warming_up(dummy_sampler_run):
     return _dummy_sampler_run
 
 
+@functools.cache
+def step_slot_dtypes() -> tuple[torch.dtype, ...]:
+    """The dtype of the request slots (``expanded_idx_mapping``) the runner's
+    steps hand the sampler: int32 through 0.27, int64 (``np.intp``) from 0.28.
+
+    Triton compiles a kernel per pointer dtype, so a warm-up in another dtype
+    compiles nothing the steps use (on 0.26 the first greedy request then
+    compiled the Gumbel-max kernel and the first top-k/top-p request the fused
+    one, 9.9 s, H200). It is read from the runner's module, where the steps
+    build the slots from a NumPy array; the runner's dummy batch is no guide
+    (0.31's is int32, its steps int64). Both dtypes where the source says
+    nothing or more than one thing.
+    """
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    source = inspect.getsource(sys.modules[GPUModelRunner.__module__])
+    found = {_TORCH_INT.get(name) for name in _STEP_SLOTS.findall(source)}
+    if len(found) == 1 and None not in found:
+        return (found.pop(),)
+    return (torch.int32, torch.int64)
+
+
 def warm_up(runner: Any) -> None:
     """Warm up the kernels of whichever plugin sampler the runner holds."""
     if isinstance(runner.sampler, PluginDrawMixin):
@@ -98,6 +128,7 @@ def warm_up(runner: Any) -> None:
             runner.max_num_reqs,
             runner.device,
             (torch.float32, runner.model_config.dtype),
+            step_slot_dtypes(),
         )
     else:
         from vllm_sampling_plugin.integration.warmup import warm_up_sampling
@@ -111,16 +142,17 @@ def warm_up_plugin_draw(
     max_num_reqs: int,
     device: torch.device,
     logits_dtypes: tuple[torch.dtype, ...] = (torch.float32,),
+    slot_dtypes: tuple[torch.dtype, ...] = (torch.int64,),
 ) -> dict[str, list[int]]:
-    """Launch the plugin's draw kernels once per compile variant and logits
-    dtype; returns (and logs in one line) the batch sizes launched per kernel."""
+    """Launch the plugin's draw kernels once per compile variant, logits dtype
+    and request-slot dtype; returns (and logs in one line) the batch sizes
+    launched per kernel."""
     if not isinstance(sampler, PluginDrawMixin):
         return {}
     start = time.perf_counter()
     use_fp64 = sampler.use_fp64_gumbel
     vocab_size = sampler.sampling_states.vocab_size
     dtypes = list(dict.fromkeys(logits_dtypes))
-    slots = torch.arange(max_num_reqs, dtype=torch.int64, device=device)
     positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
     launched = {
         "gumbel": representatives(
@@ -136,17 +168,20 @@ def warm_up_plugin_draw(
         rows = torch.zeros(1, vocab_size, dtype=dtype, device=device).expand(
             max_num_reqs, vocab_size
         )
-        for kernel, sizes in launched.items():
-            for n in sizes:
-                draws[kernel](rows[:n], slots[:n], positions[:n])
+        for slot_dtype in slot_dtypes:
+            slots = torch.arange(max_num_reqs, dtype=slot_dtype, device=device)
+            for kernel, sizes in launched.items():
+                for n in sizes:
+                    draws[kernel](rows[:n], slots[:n], positions[:n])
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     logger.info(
-        "vllm-sampling-plugin warm-up: compiled and ran %s in %s on %s logits, batch "
-        "sizes %s, covering every batch size 1..%d, in %.1f s.",
+        "vllm-sampling-plugin warm-up: compiled and ran %s in %s on %s logits and %s "
+        "request slots, batch sizes %s, covering every batch size 1..%d, in %.1f s.",
         ", ".join(launched),
         f"FP64 ({sampler.fp64_stream})" if use_fp64 else f"FP32 ({sampler.fp32_stream})",
         " and ".join(str(dtype).removeprefix("torch.") for dtype in dtypes),
+        " and ".join(str(dtype).removeprefix("torch.") for dtype in slot_dtypes),
         "; ".join(f"{kernel} {sizes}" for kernel, sizes in launched.items()),
         max_num_reqs,
         time.perf_counter() - start,
