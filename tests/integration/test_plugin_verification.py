@@ -309,7 +309,8 @@ first = sampled[:, 0]
 support = probs > 0
 assert bool(support[first].all()), "a filtered-out token was emitted"
 counts = torch.bincount(first, minlength=vocab)[support].double()
-expected = probs[support].double() * n
+expected = probs[support].double()
+expected = expected / expected.sum() * n
 stat, p_value = chisquare(counts.numpy(), expected.numpy())
 accepted = int((num == 2).sum())
 print(f"p={{p_value:.4f}} accepted={{accepted}}")
