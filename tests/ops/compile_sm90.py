@@ -216,7 +216,13 @@ def _top_k_top_p(*, vocab: int, rows: int, apply_temperature: bool, noise: str) 
 
 
 def _rejection(
-    *, num_reqs: int, synthetic: bool, draft_logits: bool, use_fp64: bool, apply_temperature: bool
+    *,
+    num_reqs: int,
+    synthetic: bool,
+    draft_logits: bool,
+    use_fp64: bool,
+    apply_temperature: bool,
+    filters: str = "",
 ) -> None:
     from unittest import mock
 
@@ -230,6 +236,12 @@ def _rejection(
     max_num_reqs = num_reqs + 2
     num_logits = num_reqs * (NUM_SPEC_STEPS + 1)
     idx_mapping, temperature, seeds, _ = _request_state(num_reqs, max_num_reqs)
+    # The folded top-k/top-p/min_p: one threshold launch per set of filters on.
+    filter_values = {
+        "top_k": torch.full((max_num_reqs,), 50, dtype=torch.int32),
+        "top_p": torch.full((max_num_reqs,), 0.9),
+        "min_p": torch.full((max_num_reqs,), 0.05),
+    }
     with mock.patch.object(rejection_kernel, "num_sms", lambda device: H100_NUM_SMS):
         rejection_kernel.rejection_sample_packed(
             torch.empty(num_logits, VOCAB),
@@ -244,6 +256,7 @@ def _rejection(
             torch.full((NUM_SPEC_STEPS,), 0.8) if synthetic else None,
             use_fp64=use_fp64,
             apply_temperature=apply_temperature,
+            **{name: filter_values[name] for name in filters.split("+") if name},
         )
 
 
@@ -351,6 +364,17 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
         draft_logits=on_off,
         use_fp64=on_off,
         apply_temperature=on_off,
+    )
+    # The folded filters: each alone and all three, in both launch styles.
+    yield from _variants(
+        "rejection_filtered",
+        _rejection,
+        num_reqs=REJECTION_BATCHES,
+        synthetic=(False,),
+        draft_logits=on_off,
+        use_fp64=(False,),
+        apply_temperature=on_off,
+        filters=("top_k", "top_p", "min_p", "top_k+top_p+min_p"),
     )
     yield from _variants("rejection_matching", _matching, num_reqs=(2,))
     # vLLM's default n, and a range from 1. The match loop is unrolled MAX_N

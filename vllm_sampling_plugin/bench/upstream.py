@@ -403,6 +403,54 @@ def rejection_cases(shapes: Shapes) -> list[tuple[str, dict]]:
     ]
 
 
+@dataclasses.dataclass
+class _SpecBatch:
+    """One verification step's inputs in the V2 runner's packed layout: B
+    requests with K drafts each, request slot = batch row."""
+
+    target: torch.Tensor  # [B * (K + 1), V] float32, raw logits
+    raw_draft: torch.Tensor  # [B, K, V] float32, the draft model's raw logits
+    draft_sampled: torch.Tensor  # [B * (K + 1)] int32: input_ids[logits_indices]
+    idx_mapping: torch.Tensor  # [B] int64
+    pos: torch.Tensor  # [B * (K + 1)] int64
+    cu_num_logits: torch.Tensor  # [B + 1] int32
+    expanded_idx_mapping: torch.Tensor  # [B * (K + 1)] int64
+    expanded_local_pos: torch.Tensor  # [B * (K + 1)] int32
+    seeds: torch.Tensor  # [B] int64
+
+
+def _spec_batch(
+    num_reqs: int, num_spec: int, vocab_size: int, gen, device, draft_temperature: float
+) -> _SpecBatch:
+    num_logits = num_reqs * (num_spec + 1)
+    target = torch.randn(num_logits, vocab_size, generator=gen, device=device) * 3
+    raw_draft = target.view(num_reqs, num_spec + 1, vocab_size)[:, :num_spec]
+    raw_draft = raw_draft + 0.5 * torch.randn(raw_draft.shape, generator=gen, device=device)
+    # Drafts drawn from the draft distribution (Gumbel-max), as Eagle draws
+    # them; without draft logits (n-gram) the same ids are point masses.
+    uniform = torch.rand(raw_draft.shape, generator=gen, device=device).clamp_(min=1e-20)
+    drafts = (raw_draft / draft_temperature - (-uniform.log()).log()).argmax(-1)
+    del uniform
+    # input_ids[logits_indices]: request r's draft j sits at row r * (K + 1) + j + 1.
+    draft_sampled = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32, device=device)
+    draft_sampled[:, 1:] = drafts
+    idx_mapping = torch.arange(num_reqs, dtype=torch.int64, device=device)
+    start_pos = torch.randint(0, 1 << 14, (num_reqs, 1), generator=gen, device=device)
+    return _SpecBatch(
+        target=target,
+        raw_draft=raw_draft,
+        draft_sampled=draft_sampled.view(-1),
+        idx_mapping=idx_mapping,
+        pos=(start_pos + torch.arange(num_spec + 1, device=device)).view(-1),
+        cu_num_logits=torch.arange(num_reqs + 1, dtype=torch.int32, device=device) * (num_spec + 1),
+        expanded_idx_mapping=idx_mapping.repeat_interleave(num_spec + 1),
+        expanded_local_pos=torch.arange(num_spec + 1, dtype=torch.int32, device=device).repeat(
+            num_reqs
+        ),
+        seeds=torch.randint(-(2**63), 2**63 - 1, (num_reqs,), generator=gen, device=device),
+    )
+
+
 def build_rejection(variant: str, shape: dict, device: torch.device) -> Pair:
     from vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils import rejection_sample
 
@@ -410,35 +458,16 @@ def build_rejection(variant: str, shape: dict, device: torch.device) -> Pair:
 
     num_reqs, num_spec, vocab_size = shape["B"], shape["K"], shape["V"]
     gen = generator(device, num_reqs * 131 + num_spec)
-    num_logits = num_reqs * (num_spec + 1)
-    target = torch.randn(num_logits, vocab_size, generator=gen, device=device) * 3
-    # [B, K, V]: request slot = batch row, as with idx_mapping = arange.
-    draft_logits = target.view(num_reqs, num_spec + 1, vocab_size)[:, :num_spec]
-    draft_logits = draft_logits + 0.5 * torch.randn(
-        draft_logits.shape, generator=gen, device=device
+    batch = _spec_batch(num_reqs, num_spec, vocab_size, gen, device, draft_temperature=1.0)
+    target, draft_sampled, cu_num_logits, idx_mapping, pos, seeds = (
+        batch.target, batch.draft_sampled, batch.cu_num_logits, batch.idx_mapping, batch.pos,
+        batch.seeds,
     )
-    # Drafts drawn from the draft distribution (Gumbel-max), as Eagle draws
-    # them; without draft logits (n-gram) the same ids are point masses.
-    uniform = torch.rand(draft_logits.shape, generator=gen, device=device).clamp_(min=1e-20)
-    drafts = (draft_logits - (-uniform.log()).log()).argmax(-1)
-    del uniform
-    # input_ids[logits_indices]: request r's draft j sits at row r * (K + 1) + j + 1.
-    draft_sampled = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32, device=device)
-    draft_sampled[:, 1:] = drafts
-    draft_sampled = draft_sampled.view(-1)
-    idx_mapping = torch.arange(num_reqs, dtype=torch.int64, device=device)
-    start_pos = torch.randint(0, 1 << 14, (num_reqs, 1), generator=gen, device=device)
-    pos = (start_pos + torch.arange(num_spec + 1, device=device)).view(-1)
-    cu_num_logits = torch.arange(num_reqs + 1, dtype=torch.int32, device=device) * (num_spec + 1)
-    expanded_idx_mapping = idx_mapping.repeat_interleave(num_spec + 1)
-    expanded_local_pos = torch.arange(num_spec + 1, dtype=torch.int32, device=device).repeat(
-        num_reqs
-    )
+    expanded_idx_mapping, expanded_local_pos = batch.expanded_idx_mapping, batch.expanded_local_pos
     # Temperature 1: upstream divides its (raw) draft logits by the
     # temperature, the plugin takes them already divided; at 1 they agree.
     temperature = torch.ones(num_reqs, dtype=torch.float32, device=device)
-    seeds = torch.randint(-(2**63), 2**63 - 1, (num_reqs,), generator=gen, device=device)
-    draft = draft_logits.contiguous() if variant == "eagle" else None
+    draft = batch.raw_draft.contiguous() if variant == "eagle" else None
 
     def check(plugin_out, upstream_out) -> dict:
         out = {}
@@ -655,26 +684,16 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
     gen = generator(device, num_reqs * 137 + num_spec)
     num_logits = num_reqs * (num_spec + 1)
     # Raw target logits: both sides apply the temperature and the filters.
-    target = torch.randn(num_logits, vocab_size, generator=gen, device=device) * 3
-    raw_draft = target.view(num_reqs, num_spec + 1, vocab_size)[:, :num_spec]
-    raw_draft = (raw_draft + 0.5 * torch.randn(raw_draft.shape, generator=gen, device=device))
-    uniform = torch.rand(raw_draft.shape, generator=gen, device=device).clamp_(min=1e-20)
-    drafts = (raw_draft / FILTERED_TEMPERATURE - (-uniform.log()).log()).argmax(-1)
-    del uniform
-    draft_sampled = torch.zeros(num_reqs, num_spec + 1, dtype=torch.int32, device=device)
-    draft_sampled[:, 1:] = drafts
-    draft_sampled = draft_sampled.view(-1)
-    idx_mapping = torch.arange(num_reqs, dtype=torch.int64, device=device)
-    start_pos = torch.randint(0, 1 << 14, (num_reqs, 1), generator=gen, device=device)
-    pos = (start_pos + torch.arange(num_spec + 1, device=device)).view(-1)
-    cu_num_logits_np = np.arange(num_reqs + 1, dtype=np.int32) * (num_spec + 1)
-    cu_num_logits = torch.from_numpy(cu_num_logits_np).to(device)
-    expanded_idx_mapping = idx_mapping.repeat_interleave(num_spec + 1)
-    expanded_local_pos = torch.arange(num_spec + 1, dtype=torch.int32, device=device).repeat(
-        num_reqs
+    batch = _spec_batch(
+        num_reqs, num_spec, vocab_size, gen, device, draft_temperature=FILTERED_TEMPERATURE
     )
+    target, raw_draft, draft_sampled, cu_num_logits, idx_mapping, pos, seeds = (
+        batch.target, batch.raw_draft, batch.draft_sampled, batch.cu_num_logits,
+        batch.idx_mapping, batch.pos, batch.seeds,
+    )
+    expanded_idx_mapping, expanded_local_pos = batch.expanded_idx_mapping, batch.expanded_local_pos
+    cu_num_logits_np = cu_num_logits.cpu().numpy()
     temperature = torch.full((num_reqs,), FILTERED_TEMPERATURE, device=device)
-    seeds = torch.randint(-(2**63), 2**63 - 1, (num_reqs,), generator=gen, device=device)
     top_k = torch.full((num_reqs,), TOP_K, dtype=torch.int32, device=device)
     top_p = torch.full((num_reqs,), TOP_P, dtype=torch.float32, device=device)
     eagle = variant.startswith("eagle")

@@ -244,9 +244,7 @@ class PluginDrawMixin:
             states.top_k.gpu,
             states.top_p.gpu,
             apply_temperature=False,
-            use_fp64=self.use_fp64_gumbel,
-            fp64_stream=self.fp64_stream,
-            fp32_stream=self.fp32_stream,
+            **self.noise_options(),
         )
 
     def draw_gumbel(
@@ -263,10 +261,16 @@ class PluginDrawMixin:
             states.seeds.gpu,
             pos,
             apply_temperature=False,
-            use_fp64=self.use_fp64_gumbel,
-            fp64_stream=self.fp64_stream,
-            fp32_stream=self.fp32_stream,
+            **self.noise_options(),
         )
+
+    def noise_options(self) -> dict[str, Any]:
+        """The draw's precision and noise streams, as the ops take them."""
+        return {
+            "use_fp64": self.use_fp64_gumbel,
+            "fp64_stream": self.fp64_stream,
+            "fp32_stream": self.fp32_stream,
+        }
 
 
 class PluginSampler(PluginDrawMixin, upstream.Sampler):
