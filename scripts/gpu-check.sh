@@ -4,8 +4,8 @@
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
-#        ops-upstream | e2e-upstream | e2e-spec-stock
-#        (the last four: vLLM 0.32/0.33)
+#        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify
+#        (the last five: vLLM 0.32/0.33)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -82,6 +82,20 @@ for step in "$@"; do
         --output-len 256 --identity-requests 32 --breakdown-mixes none \
         --gpu-memory-utilization 0.42 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
         --out "$out/$step-k${SPEC_K:-3}" ;;
+    e2e-verify)
+      # Issue 25: the plugin's verification (--plugin-verification plugin)
+      # against upstream's and against no speculation, 8B, k = 3, fixed k,
+      # accepting and non-repeating text, max_num_seqs 64 and 256. One
+      # sampling mix per call fits the 10-minute limit: SPEC_MIXES=topk_topp,
+      # then SPEC_MIXES=seeded_topp (the copy checkpoint stays in
+      # /tmp/e2e-checkpoints between calls). Three engines, two at a time.
+      run "$step-${SPEC_MIXES:-topk_topp}" python3 -m vllm_sampling_plugin.cli bench e2e \
+        --models 8b:151936 --mixes ngram --spec-engines plugin --spec-policies fixed \
+        --spec-verification both --spec-mixes "${SPEC_MIXES:-topk_topp}" --ngram-k 3 \
+        --max-num-seqs 64,256 --spec-workloads accepting,nonrepeating --pairs 2 \
+        --num-requests 256 --output-len 128 --identity-requests 32 --breakdown-mixes none \
+        --gpu-memory-utilization 0.42 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
+        --out "$out/$step-${SPEC_MIXES:-topk_topp}" ;;
     e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
         --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \

@@ -22,6 +22,15 @@ Two settings steer the plugin:
     measured it, and ``fixed`` on 0.32/0.33 until one does there
     (integration/engine_args.py, ``default_speculation_policy``).
 
+``plugin_verification`` (``--plugin-verification`` / ``LLM(plugin_verification=...)``)
+    Who verifies speculative drafts on vLLM 0.32/0.33: ``upstream`` (the
+    default) keeps upstream's RejectionSampler; ``plugin`` lets the plugin's
+    fused rejection kernel verify the batches it carries exactly (the
+    ``standard`` method; temperature, min_p, top-k and top-p folded into the
+    kernel, no ``[B * (k + 1), V]`` float32 canvas) and leaves every other
+    batch to upstream's code (integration/plugin_verification.py). Opt-in
+    until a GPU run measures it.
+
 All are resolved once, in the front-end process, by the ``create_model_config``
 wrapper, and stored on the ``ModelConfig`` instance under the attribute names
 below. ``ModelConfig`` travels to every engine-core and worker process (fork,
@@ -42,10 +51,15 @@ FLASHINFER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"
 FP64_ATTR = "use_fp64_gumbel"
 FLASHINFER_ATTR = "flashinfer_sampler"
 SPECULATION_POLICY_ATTR = "speculation_policy"
+VERIFICATION_ATTR = "plugin_verification"
 
 ADAPTIVE = "adaptive"
 FIXED = "fixed"
 SPECULATION_POLICIES = (ADAPTIVE, FIXED)
+
+UPSTREAM = "upstream"
+PLUGIN = "plugin"
+VERIFICATIONS = (UPSTREAM, PLUGIN)
 
 FP64_HELP = (
     "Draw the Gumbel noise of sampling and the uniforms of rejection sampling "
@@ -61,6 +75,25 @@ SPECULATION_POLICY_HELP = (
     "proposal cost one token; 'fixed' verifies num_speculative_tokens for every "
     "request every step, as vLLM does."
 )
+
+VERIFICATION_HELP = (
+    "Who verifies speculative drafts (vllm-sampling-plugin, vLLM 0.32/0.33). "
+    "'upstream' keeps vLLM's RejectionSampler; 'plugin' verifies the batches "
+    "of the 'standard' method whose sampling parameters are only temperature, "
+    "min_p, top-k and top-p with the plugin's fused rejection kernel (no "
+    "float32 [B*(k+1), V] canvas) and leaves every other batch to vLLM's. "
+    "Opt-in: not yet measured on a GPU."
+)
+
+
+def check_verification(value: object) -> str:
+    """``value`` if it names a verification owner; ValueError naming the setting otherwise."""
+    if value not in VERIFICATIONS:
+        raise ValueError(
+            f"plugin_verification={value!r} is not valid: use one of "
+            f"{', '.join(repr(v) for v in VERIFICATIONS)}."
+        )
+    return value
 
 
 def check_speculation_policy(value: object) -> str:
@@ -81,6 +114,7 @@ class PluginSettings:
     # None: unset (FlashInfer where supported); True/False: set explicitly.
     flashinfer_sampler: bool | None = None
     speculation_policy: str = ADAPTIVE
+    plugin_verification: str = UPSTREAM
 
 
 def parse_flashinfer_env(environ: dict[str, str] | None = None) -> bool | None:
@@ -108,4 +142,5 @@ def settings_from_model_config(model_config: object | None) -> PluginSettings:
         use_fp64_gumbel=bool(getattr(model_config, FP64_ATTR, False)),
         flashinfer_sampler=getattr(model_config, FLASHINFER_ATTR, None),
         speculation_policy=getattr(model_config, SPECULATION_POLICY_ATTR, ADAPTIVE),
+        plugin_verification=getattr(model_config, VERIFICATION_ATTR, UPSTREAM),
     )

@@ -575,6 +575,32 @@ def test_speculation_flags_are_checked():
                                                          ngram_k=3).llm_kwargs()
 
 
+def test_spec_verification_compares_plugin_and_upstream_verification(monkeypatch, capsys):
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.33.0")
+    args = run.parse_args(["--spec-policies", "fixed", "--spec-verification", "both"])
+    variants = run.spec_variants(args)
+    assert variants == ["fixed+verify-plugin", "fixed+verify-upstream"]
+    assert [run.split_variant(v) for v in variants] == [("fixed", "plugin"), ("fixed", "upstream")]
+    assert run.spec_variants(run.parse_args(["--spec-policies", "fixed"])) == ["fixed"]
+    assert run.split_variant("fixed") == ("fixed", None)
+    stock = run.parse_args(["--spec-engines", "stock"])
+    assert run.spec_variants(stock) == [run.UPSTREAM_POLICY]
+    assert run.split_variant(run.UPSTREAM_POLICY) == (None, None)
+    spec = engine.EngineSpec("plugin", "/m", 64, 0.4, 400, ngram_k=3, speculation_policy="fixed",
+                             plugin_verification="plugin")
+    assert spec.llm_kwargs()["plugin_verification"] == "plugin"
+    assert spec.label == "plugin+ngram3-fixed-verify-plugin"
+    assert "plugin_verification" not in engine.EngineSpec("plugin", "/m", 64, 0.4, 400,
+                                                          ngram_k=3).llm_kwargs()
+    with pytest.raises(SystemExit):
+        run.parse_args(["--spec-engines", "stock", "--spec-verification", "plugin"])
+    assert "stock engines" in capsys.readouterr().err
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.31.0")
+    with pytest.raises(SystemExit):
+        run.parse_args(["--spec-verification", "plugin"])
+    assert "0.32/0.33 only" in capsys.readouterr().err
+
+
 def test_ngram_engine_captures_its_verification_steps():
     """k = 3 at max_num_seqs 256 verifies 1024 tokens a step: past vLLM's 512."""
     args = run.parse_args(["--max-num-seqs", "64,256"])

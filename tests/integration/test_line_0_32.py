@@ -43,7 +43,14 @@ def test_registration_patches_the_sampler_name():
         assert mr.Sampler is PluginSampler, mr.Sampler
         # The draw's kernels compile in the dummy sampler run (seams/warmup.py).
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
-        assert mr.RejectionSampler is RejectionSampler
+        # The verify-step takeover is bound, and hands back upstream's own
+        # RejectionSampler unless the engine opts in (--plugin-verification).
+        from vllm_sampling_plugin.integration.plugin_verification import (
+            PluginVerifyingRejectionSampler,
+        )
+        assert mr.RejectionSampler is PluginVerifyingRejectionSampler
+        assert issubclass(PluginVerifyingRejectionSampler, RejectionSampler)
+        assert ModelConfig.plugin_verification == "upstream"
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
         # Upstream owns use_fp64_gumbel: ModelConfig and VllmConfig stay
         # upstream's, and so does EngineArgs' field.
@@ -76,11 +83,16 @@ def test_registration_patches_the_policy_seams_over_upstreams_ngram_proposer():
         assert ngram.NgramGPUSpeculator.__name__ == "ReportingNgramGPUSpeculator"
         assert Scheduler.__dict__["_vllm_sampling_plugin_patched"]
         assert mr.GPUModelRunner.sample_tokens.__code__.co_filename.endswith("proposal_report.py")
-        # EngineArgs learns only speculation_policy, as a keyword.
+        # EngineArgs learns only speculation_policy and plugin_verification,
+        # as keywords.
         fields = EngineArgs.__dataclass_fields__
         assert "speculation_policy" not in fields
-        args = EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="fixed")
+        assert "plugin_verification" not in fields
+        args = EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="fixed",
+                          plugin_verification="plugin")
         assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "fixed")
+        assert args.plugin_verification == "plugin"
+        assert EngineArgs(model="m").plugin_verification == "upstream"
         print("ok")
         """
     )

@@ -83,6 +83,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         assert changed == [
             "GPUModelRunner._dummy_sampler_run",
             "GPUModelRunner.sample_tokens",
+            "ModelConfig.plugin_verification",
             "ModelConfig.speculation_policy",
             "ModelCudaGraphManager._init_candidates",
             "Request.vllm_sampling_plugin_verify_cap",
@@ -91,6 +92,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             "Scheduler._vllm_sampling_plugin_patched",
             "Scheduler.update_draft_token_ids",
             "Scheduler.update_from_output",
+            "vllm.v1.worker.gpu.model_runner.RejectionSampler",
             "vllm.v1.worker.gpu.model_runner.Sampler",
             "vllm.v1.worker.gpu.spec_decode.ngram.speculator.NgramGPUSpeculator",
         ], changed
@@ -111,6 +113,19 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         fields = arg_utils.EngineArgs.__dataclass_fields__
         assert fields["use_fp64_gumbel"].default is False
         assert "speculation_policy" not in fields
+        assert "plugin_verification" not in fields
+        assert arg_utils.EngineArgs(model="m").plugin_verification == "upstream"
+        assert ModelConfig.plugin_verification == "upstream"
+        # The verify-step takeover (seams/rejection.py) subclasses upstream's
+        # RejectionSampler and overrides only the verify step.
+        from vllm_sampling_plugin.integration.plugin_verification import (
+            PluginVerifyingRejectionSampler,
+        )
+        assert mr.RejectionSampler is PluginVerifyingRejectionSampler
+        assert issubclass(PluginVerifyingRejectionSampler, rejection.RejectionSampler)
+        overridden = sorted(n for n in vars(PluginVerifyingRejectionSampler)
+                            if n in vars(rejection.RejectionSampler) and not n.startswith("__"))
+        assert overridden == ["_verify", "_verify_in_chunks"], overridden
         args = arg_utils.EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="adaptive")
         assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "adaptive")
         # The policy is opt-in on this line until measured on a GPU: unnamed,

@@ -8,7 +8,8 @@ themselves are detected later, in ``register()``, which vLLM's config import
 must not wait for): ``use_fp64_gumbel`` where the settings seam is the
 plugin's (0.20, 0.21; later lines have the field upstream, which
 engine_args.py leaves alone), ``speculation_policy`` where the speculator
-seam is (0.20, 0.32, 0.33). The only hook vLLM runs earlier is
+seam is (0.20, 0.32, 0.33), ``plugin_verification`` where the rejection
+seam takes upstream's verify step (0.32, 0.33). The only hook vLLM runs earlier is
 platform-plugin discovery, which happens on the first use of
 ``vllm.platforms.current_platform`` while ``vllm.config`` is imported. This
 module is registered as a ``vllm.platform_plugins`` entry point for that reason
@@ -68,6 +69,8 @@ def line_keywords(line: str) -> tuple[str, ...]:
         keywords.append(cfg.FP64_ATTR)
     if seams[shapes.SPECULATOR]:
         keywords.append(cfg.SPECULATION_POLICY_ATTR)
+    if seams[shapes.REJECTION] == shapes.VERIFY_STEP_OVER_UPSTREAM:
+        keywords.append(cfg.VERIFICATION_ATTR)
     return tuple(keywords)
 
 

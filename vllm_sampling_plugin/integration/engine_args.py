@@ -1,5 +1,5 @@
-"""Teach ``EngineArgs`` the plugin's ``use_fp64_gumbel`` and
-``speculation_policy`` and carry the settings into ``ModelConfig``.
+"""Teach ``EngineArgs`` the plugin's ``use_fp64_gumbel``,
+``speculation_policy`` and ``plugin_verification`` and carry the settings into ``ModelConfig``.
 
 vLLM gives plugins no way to add an engine argument, so four methods are
 wrapped (each wrapper calls the original and adds one thing):
@@ -10,7 +10,8 @@ wrapped (each wrapper calls the original and adds one thing):
 * ``EngineArgs.add_cli_args`` (a staticmethod, also reached from
   ``AsyncEngineArgs.add_cli_args``) adds ``--use-fp64-gumbel`` /
   ``--no-use-fp64-gumbel`` to the ModelConfig group and
-  ``--speculation-policy`` to the SpeculativeConfig group;
+  ``--speculation-policy`` and ``--plugin-verification`` to the
+  SpeculativeConfig group;
 * ``EngineArgs.from_cli_args`` copies the parsed flags, which it would
   otherwise drop because they are not dataclass fields;
 * ``EngineArgs.create_model_config`` stores the resolved settings on the
@@ -18,7 +19,8 @@ wrapped (each wrapper calls the original and adds one thing):
 
 Each seam that needs a keyword asks for it (:func:`patch_engine_args`): the
 settings seam for ``use_fp64_gumbel`` (and the FlashInfer setting it carries),
-the speculator seam for ``speculation_policy``; integration/early.py asks
+the speculator seam for ``speculation_policy``, the rejection seam for
+``plugin_verification`` (0.32, 0.33); integration/early.py asks
 for those of the line's seams before any ``EngineArgs(...)``. Only keywords
 the installed ``EngineArgs`` lacks are added (:func:`plugin_keywords`): 0.22
 and later have their own ``use_fp64_gumbel`` field, flag and ModelConfig
@@ -42,6 +44,7 @@ from vllm_sampling_plugin.integration.version import (
 _PATCHED = "_vllm_sampling_plugin_patched"
 FP64_FLAG = "--use-fp64-gumbel"
 POLICY_FLAG = "--speculation-policy"
+VERIFICATION_FLAG = "--plugin-verification"
 
 
 def plugin_keywords(
@@ -83,6 +86,8 @@ def patch_engine_args(
         engine_args_cls.use_fp64_gumbel = False
     if cfg.SPECULATION_POLICY_ATTR in keywords:
         engine_args_cls.speculation_policy = default_policy
+    if cfg.VERIFICATION_ATTR in keywords:
+        engine_args_cls.plugin_verification = cfg.UPSTREAM
     for cls in (engine_args_cls, async_engine_args_cls):
         cls.__init__ = _accepting_plugin_keywords(
             cls.__dict__["__init__"], keywords, default_policy)
@@ -110,6 +115,10 @@ def _accepting_plugin_keywords(init, keywords: tuple[str, ...], default_policy: 
         if cfg.SPECULATION_POLICY_ATTR in keywords:
             self.speculation_policy = cfg.check_speculation_policy(
                 kwargs.pop(cfg.SPECULATION_POLICY_ATTR, default_policy)
+            )
+        if cfg.VERIFICATION_ATTR in keywords:
+            self.plugin_verification = cfg.check_verification(
+                kwargs.pop(cfg.VERIFICATION_ATTR, cfg.UPSTREAM)
             )
         init(self, *args, **kwargs)
 
@@ -144,6 +153,14 @@ def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], default_policy
                 default=default_policy,
                 help=f"{cfg.SPECULATION_POLICY_HELP} Default here: {default_policy!r}.",
             )
+        if cfg.VERIFICATION_ATTR in keywords and VERIFICATION_FLAG not in flags:
+            spec_group.add_argument(
+                VERIFICATION_FLAG,
+                dest="plugin_verification",
+                choices=cfg.VERIFICATIONS,
+                default=cfg.UPSTREAM,
+                help=f"{cfg.VERIFICATION_HELP} Default: {cfg.UPSTREAM!r}.",
+            )
         return parser
 
     return wrapper
@@ -158,6 +175,10 @@ def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...], default_pol
         if cfg.SPECULATION_POLICY_ATTR in keywords:
             engine_args.speculation_policy = cfg.check_speculation_policy(
                 getattr(args, "speculation_policy", default_policy)
+            )
+        if cfg.VERIFICATION_ATTR in keywords:
+            engine_args.plugin_verification = cfg.check_verification(
+                getattr(args, "plugin_verification", cfg.UPSTREAM)
             )
         return engine_args
 
@@ -175,6 +196,12 @@ def _storing_settings(create_model_config, keywords: tuple[str, ...]):
             setattr(model_config, cfg.FLASHINFER_ATTR, cfg.parse_flashinfer_env())
         if cfg.SPECULATION_POLICY_ATTR in keywords:
             setattr(model_config, cfg.SPECULATION_POLICY_ATTR, self.speculation_policy)
+        if cfg.VERIFICATION_ATTR in keywords:
+            setattr(
+                model_config,
+                cfg.VERIFICATION_ATTR,
+                cfg.check_verification(self.plugin_verification),
+            )
         return model_config
 
     return wrapper

@@ -21,6 +21,8 @@ from vllm_sampling_plugin.integration.version import LINE_SEAMS
 class Owner(enum.Enum):
     PLUGIN = "plugin"
     UPSTREAM = "upstream"
+    # Upstream's unless the engine opts in (OPT_IN names the setting).
+    OPT_IN = "upstream by default, plugin opt-in"
 
 
 # The parts, in the order a decode step reaches them.
@@ -29,6 +31,7 @@ GUMBEL = "Gumbel-max sampling (no top-k/top-p)"
 TOP_K_TOP_P_SEEDED = "top-k/top-p, batches FlashInfer may not take"
 TOP_K_TOP_P_FLASHINFER = "top-k/top-p, batches FlashInfer may take"
 REJECTION = "rejection sampling"
+VERIFICATION = "speculative verification owner"
 NGRAM = "n-gram speculator"
 SPECULATION_POLICY = "adaptive speculation policy"
 FP64_SETTING = "use_fp64_gumbel setting"
@@ -39,6 +42,7 @@ PARTS = (
     TOP_K_TOP_P_SEEDED,
     TOP_K_TOP_P_FLASHINFER,
     REJECTION,
+    VERIFICATION,
     NGRAM,
     SPECULATION_POLICY,
     FP64_SETTING,
@@ -51,6 +55,7 @@ SEAM_OF_PART = {
     TOP_K_TOP_P_SEEDED: shapes.DRAW,
     TOP_K_TOP_P_FLASHINFER: shapes.DRAW,
     REJECTION: shapes.REJECTION,
+    VERIFICATION: shapes.REJECTION,
     NGRAM: shapes.SPECULATOR,
     SPECULATION_POLICY: shapes.SPECULATOR,
     FP64_SETTING: shapes.SETTINGS,
@@ -65,6 +70,15 @@ SEAM_OF_PART = {
 PART_SHAPES = {
     ALLOWED_BIAS_MIN_TOKENS: (shapes.SAMPLE,),
     NGRAM: (shapes.NGRAM_BEFORE_REQUEST_STATE,),
+    REJECTION: (shapes.STRICT_PROBABILISTIC_SYNTHETIC,),
+    VERIFICATION: (shapes.STRICT_PROBABILISTIC_SYNTHETIC,),
+}
+
+# Parts a seam's shape offers to an engine that opts in, with the setting:
+# upstream's by default (integration/plugin_verification.py).
+OPT_IN = {
+    VERIFICATION: ((shapes.VERIFY_STEP_OVER_UPSTREAM,), "--plugin-verification plugin"),
+    REJECTION: ((shapes.VERIFY_STEP_OVER_UPSTREAM,), "--plugin-verification plugin"),
 }
 
 # Why the plugin takes a part where its seam has a known shape.
@@ -87,6 +101,7 @@ WHY_PLUGIN = {
     "kernel draws them (the same law, drawn faster); =1 keeps them FlashInfer's",
     REJECTION: "one fused kernel for strict, probabilistic and synthetic; n-gram drafts "
     "verified by matching the sampler's own draws",
+    VERIFICATION: "the plugin's RejectionSampler verifies every draft (0.20's methods)",
     NGRAM: "upstream's V2 runner has no n-gram speculator; the plugin's GPU proposer",
     SPECULATION_POLICY: "the scheduler verifies only the drafts the n-gram proposer "
     "found (counts sent back with each output, no sync; full decode graphs for "
@@ -112,6 +127,15 @@ WHY_UPSTREAM = {
 
 # Why a part stays upstream's in a shape of its seam that the plugin takes.
 WHY_UPSTREAM_IN_SHAPE = {
+    VERIFICATION: "upstream's RejectionSampler by default; --plugin-verification plugin "
+    "(opt-in, not yet run on a GPU) verifies the standard method's batches whose "
+    "requests use only temperature, min_p, top-k and top-p with the plugin's fused "
+    "kernel (no float32 [B*(k+1), V] canvas); other methods, adaptive verification, "
+    "watermarks, sampling masks, logits processors, thinking budgets, processed "
+    "logprobs and draft logits at temperatures other than 0 or 1 stay upstream's",
+    REJECTION: "upstream's kernels by default; with --plugin-verification plugin the "
+    "plugin's fused rejection kernel (filters folded in) on the batches the "
+    "verification owner row names",
     NGRAM: "upstream's own GPU n-gram proposer (spec_decode/ngram/); the plugin "
     "binds a subclass that also counts the drafts it found, for the speculation policy",
 }
@@ -136,6 +160,13 @@ def plugin_takes(part: str, found: dict[str, Found]) -> bool:
     return shape is not None and shape in PART_SHAPES.get(part, (shape,))
 
 
+def opt_in(part: str, found: dict[str, Found]) -> str | None:
+    """The setting that gives ``part`` to the plugin on an engine, where
+    its seam's shape offers it; None elsewhere."""
+    shapes_offering, setting = OPT_IN.get(part, ((), ""))
+    return setting if found[SEAM_OF_PART[part]].shape in shapes_offering else None
+
+
 def line_found(line: str) -> dict[str, Found]:
     """``LINE_SEAMS``'s row for ``line``, as detection would report it."""
     return {
@@ -152,6 +183,8 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
         seam = found[SEAM_OF_PART[part]]
         taken = plugin_takes(part, found)
         owner = Owner.PLUGIN if taken else Owner.UPSTREAM
+        if not taken and opt_in(part, found) is not None:
+            owner = Owner.OPT_IN
         if taken:
             why = WHY_PLUGIN[part]
         elif seam.is_taken and part in WHY_UPSTREAM_IN_SHAPE:
@@ -176,6 +209,7 @@ SHORT_NAMES = {
     TOP_K_TOP_P_SEEDED: "top-k/top-p",
     TOP_K_TOP_P_FLASHINFER: "FlashInfer's batches",
     REJECTION: "rejection",
+    VERIFICATION: "verification",
     NGRAM: "n-gram",
     SPECULATION_POLICY: "speculation policy",
     FP64_SETTING: "--use-fp64-gumbel",
@@ -194,7 +228,11 @@ def compatibility_markdown() -> str:
     for line in LINE_SEAMS:
         found = line_found(line)
         mine = [SHORT_NAMES[p] for p in PARTS if plugin_takes(p, found)]
-        theirs = [SHORT_NAMES[p] for p in PARTS if SHORT_NAMES[p] not in mine]
+        theirs = [
+            SHORT_NAMES[p] + (f" ({opt_in(p, found)} opts in)" if opt_in(p, found) else "")
+            for p in PARTS
+            if SHORT_NAMES[p] not in mine
+        ]
         ratios = "; ".join(
             f"{SHORT_NAMES[part]}: {measurements.ratio_text(line, part, measured)}"
             for part in PARTS

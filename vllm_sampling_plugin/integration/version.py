@@ -50,8 +50,16 @@ LINE_SEAMS: dict[str, dict[str, str | None]] = {
     "0.29": _seams(draw=shapes.SAMPLE_SKIPPING_TOP_K_TOP_P),
     "0.30": _seams(draw=shapes.SAMPLE_RANDOM),
     "0.31": _seams(draw=shapes.SAMPLE_RANDOM),
-    "0.32": _seams(draw=shapes.SAMPLE_RANDOM, speculator=shapes.POLICY_OVER_UPSTREAM_NGRAM),
-    "0.33": _seams(draw=shapes.SAMPLE_RANDOM, speculator=shapes.POLICY_OVER_UPSTREAM_NGRAM),
+    "0.32": _seams(
+        draw=shapes.SAMPLE_RANDOM,
+        rejection=shapes.VERIFY_STEP_OVER_UPSTREAM,
+        speculator=shapes.POLICY_OVER_UPSTREAM_NGRAM,
+    ),
+    "0.33": _seams(
+        draw=shapes.SAMPLE_RANDOM,
+        rejection=shapes.VERIFY_STEP_OVER_UPSTREAM,
+        speculator=shapes.POLICY_OVER_UPSTREAM_NGRAM,
+    ),
 }
 SUPPORTED_LINES = tuple(LINE_SEAMS)
 # The lines whose parts were measured on a GPU (data/measurements.json).

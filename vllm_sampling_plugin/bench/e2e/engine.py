@@ -76,6 +76,9 @@ class EngineSpec:
     # With ngram_k: the plugin's speculation_policy ("adaptive" or "fixed");
     # None leaves the engine's default.
     speculation_policy: str | None = None
+    # With ngram_k: the plugin's plugin_verification ("plugin" or "upstream",
+    # vLLM 0.32/0.33); None leaves the engine's default (upstream's).
+    plugin_verification: str | None = None
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -103,6 +106,8 @@ class EngineSpec:
             }
             if self.speculation_policy:
                 kwargs["speculation_policy"] = self.speculation_policy
+            if self.plugin_verification:
+                kwargs["plugin_verification"] = self.plugin_verification
         return kwargs
 
     @property
@@ -110,7 +115,8 @@ class EngineSpec:
         if not self.ngram_k:
             return self.role
         policy = f"-{self.speculation_policy}" if self.speculation_policy else ""
-        return f"{self.role}+ngram{self.ngram_k}{policy}"
+        verify = f"-verify-{self.plugin_verification}" if self.plugin_verification else ""
+        return f"{self.role}+ngram{self.ngram_k}{policy}{verify}"
 
 
 def child_env(spec: EngineSpec, triton_cache: str) -> dict[str, str]:

@@ -25,6 +25,10 @@ PEAKEDNESS_PROMPTS = 64
 # the cells give upstream's own (no plugin policy: every request verifies k).
 SPEC_ENGINES = ("plugin", "stock")
 UPSTREAM_POLICY = "upstream"
+# --spec-verification: who verifies the plugin engines' drafts (0.32/0.33's
+# --plugin-verification); "both" measures each policy with plugin, then
+# upstream verification. Engine names: "<policy>+verify-<owner>".
+SPEC_VERIFICATIONS = ("default", "plugin", "upstream", "both")
 PEAKEDNESS_TOKENS = 32
 WARMUP_TOKENS = 16
 
@@ -100,6 +104,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "(every engine of the cells stock vLLM, VLLM_PLUGINS=none, with "
                              "upstream's n-gram proposer; --spec-policies does not apply). "
                              "Default plugin")
+    parser.add_argument("--spec-verification", choices=SPEC_VERIFICATIONS, default="default",
+                        help="who verifies the drafts of the plugin's ngram engines (vLLM "
+                             "0.32/0.33, plugin_verification=...): 'plugin', 'upstream', or "
+                             "'both' (each policy with plugin verification against no "
+                             "speculation, then against the same policy with upstream's "
+                             "verification); 'default' passes nothing. Needs --spec-engines "
+                             "plugin")
+    parser.add_argument("--spec-mixes", type=_choice_list("mixes", workload.MIXES),
+                        default=["ngram"],
+                        help="sampling mixes of the ngram cells, comma list: 'ngram' is "
+                             "greedy (the default); topk_topp, seeded_topp, t1 or mixed make "
+                             "verification sample (each a cell of its own, named "
+                             "WORKLOAD/MIX)")
     parser.add_argument("--spec-workloads", type=_choice_list("workloads", copying.SPEC_WORKLOADS),
                         default=list(copying.SPEC_WORKLOADS),
                         help="workloads of the ngram cells, comma list of "
@@ -143,7 +160,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--spec-engines stock: stock vLLM 0.20's V2 model runner has no n-gram "
                      "proposer (the plugin brings one); use a vLLM >= 0.32 or --spec-engines "
                      "plugin")
+    if args.spec_verification != "default":
+        if args.spec_engines == "stock":
+            parser.error("--spec-verification: stock engines (VLLM_PLUGINS=none) verify "
+                         "upstream's way; use --spec-engines plugin")
+        if release_line(installed_vllm_version()) not in ("0.32", "0.33"):
+            parser.error("--spec-verification: plugin_verification exists on vLLM 0.32/0.33 only")
     return args
+
+
+def spec_variants(args: argparse.Namespace) -> list[str]:
+    """The speculating engines' names, in order: policies, each with the
+    verification owners of ``--spec-verification``."""
+    policies = [UPSTREAM_POLICY] if args.spec_engines == "stock" else list(args.spec_policies)
+    owners = {"default": [None], "both": ["plugin", "upstream"]}.get(
+        args.spec_verification, [args.spec_verification])
+    return [p if owner is None else f"{p}+verify-{owner}" for p in policies for owner in owners]
+
+
+def split_variant(name: str) -> tuple[str | None, str | None]:
+    """``(speculation_policy, plugin_verification)`` of an engine name of
+    :func:`spec_variants` (None: the engine's default)."""
+    policy, _, owner = name.partition("+verify-")
+    return (None if policy == UPSTREAM_POLICY else policy), (owner or None)
 
 
 def fp64_kwarg(args: argparse.Namespace, role: str) -> bool:
@@ -348,16 +387,18 @@ class Run:
         and the spec-decode counters."""
         a = self.args
         pair = {baseline: engines[baseline], policy: engines[policy]}
-        for name in a.spec_workloads:
+        cells = [(w, mix) for w in a.spec_workloads for mix in a.spec_mixes]
+        for workload_name, mix in cells:
+            name = workload_name if mix == "ngram" else f"{workload_name}/{mix}"
             for wave in a.max_num_seqs:
                 if self.out_of_time(f"{model} {name} k={k} {policy} vs {baseline} B={wave}"):
                     return
-                prompts = copying.workload_prompts(name, a.num_requests, a.prompt_len, vocab,
-                                                   seed=wave)
+                prompts = copying.workload_prompts(workload_name, a.num_requests, a.prompt_len,
+                                                   vocab, seed=wave)
                 # Continuous batching: a request that speculation finishes
                 # early frees its place, as in a server (lock-step waves would
                 # wait for the wave's slowest request).
-                orders, tok_s = self.measure_pairs(pair, (baseline, policy), "ngram", prompts,
+                orders, tok_s = self.measure_pairs(pair, (baseline, policy), mix, prompts,
                                                    wave, continuous=True)
                 greedy, counters, seeded = self.identity(pair, baseline, policy,
                                                          prompts[:a.identity_requests])
@@ -402,7 +443,8 @@ class Run:
 
         def spec_for(role: str, path: str, ngram_k: int = 0,
                      cold_start_first: str = "greedy",
-                     speculation_policy: str | None = None) -> EngineSpec:
+                     speculation_policy: str | None = None,
+                     plugin_verification: str | None = None) -> EngineSpec:
             return EngineSpec(role=role, model=path, max_num_seqs=max(a.max_num_seqs),
                               gpu_memory_utilization=a.gpu_memory_utilization,
                               max_model_len=max_model_len, ngram_k=ngram_k,
@@ -410,7 +452,8 @@ class Run:
                               max_cudagraph_capture_size=capture_size(a, ngram_k),
                               cold_start_first=cold_start_first,
                               use_fp64_gumbel=fp64_kwarg(a, role),
-                              speculation_policy=speculation_policy)
+                              speculation_policy=speculation_policy,
+                              plugin_verification=plugin_verification)
 
         engines: dict[str, Engine] = {}
         try:
@@ -451,11 +494,13 @@ class Run:
         a = self.args
         name, path = self.checkpoint(shape, vocab, "copy")
         role = a.spec_engines
-        policy, *others = [UPSTREAM_POLICY] if role == "stock" else a.spec_policies
+        policy, *others = spec_variants(a)
 
-        def engine_for(k: int, policy_name: str) -> Engine:
-            chosen = None if policy_name == UPSTREAM_POLICY else policy_name
-            return self.start_engine(spec_for(role, path, k, speculation_policy=chosen), name)
+        def engine_for(k: int, variant: str) -> Engine:
+            chosen, owner = split_variant(variant)
+            return self.start_engine(
+                spec_for(role, path, k, speculation_policy=chosen, plugin_verification=owner),
+                name)
 
         for k in a.ngram_k:
             if self.out_of_time(f"{name} k={k} engines"):

@@ -74,12 +74,35 @@ def upstream_fp32_noise() -> str | None:
     return "Triton's tl.rand"
 
 
-def upstream_verifies_drafts() -> bool:
-    """Whether the runner's RejectionSampler is upstream's (the rejection seam
-    left it), so upstream's noise draws the steps with drafts."""
+def upstream_verifies_drafts(vllm_config: Any = None) -> bool:
+    """Whether upstream's noise draws the steps with drafts of the engine with
+    ``vllm_config``: the runner's RejectionSampler is upstream's (the rejection
+    seam left it), or it is the plugin's verify-step takeover (0.32, 0.33)
+    and the engine did not opt in (``--plugin-verification plugin``, which
+    draws from the plugin's Philox streams)."""
     import vllm.v1.worker.gpu.model_runner as model_runner
 
-    return model_runner.RejectionSampler.__module__.startswith("vllm.")
+    rejection_sampler = model_runner.RejectionSampler
+    if rejection_sampler.__module__.startswith("vllm."):
+        return True
+    plugin_verifies = getattr(rejection_sampler, "plugin_verifies", None)
+    if plugin_verifies is not None:
+        return not plugin_verifies(vllm_config)
+    return False
+
+
+def fp64_noise(vllm_config: Any = None) -> str:
+    """The FP64 stream of the plugin's draw on the engine with ``vllm_config``:
+    upstream's (:func:`upstream_fp64_stream`), except where the plugin
+    verifies the drafts (``--plugin-verification plugin``), whose kernel
+    draws the bonus token from the FP64 Philox stream: the draw takes the
+    same, so that a seeded request's token does not depend on whether a
+    batch-mate had drafts."""
+    if getattr(vllm_config, "speculative_config", None) is not None and not upstream_verifies_drafts(
+        vllm_config
+    ):
+        return "philox"
+    return upstream_fp64_stream()
 
 
 def upstream_draw_reason(vllm_config: Any) -> str | None:
@@ -91,7 +114,7 @@ def upstream_draw_reason(vllm_config: Any) -> str | None:
         return None
     if getattr(getattr(vllm_config, "model_config", None), "use_fp64_gumbel", False):
         return None
-    if not upstream_verifies_drafts():
+    if not upstream_verifies_drafts(vllm_config):
         return None
     upstream = upstream_fp32_noise()
     if upstream == MURMUR3:
@@ -118,12 +141,24 @@ def upstream_sampler_instead(upstream_sampler: type, vllm_config: Any, args: tup
     return upstream_sampler(*args, **kwargs)
 
 
+def _runner_rejection_sampler() -> type:
+    import vllm.v1.worker.gpu.model_runner as model_runner
+
+    return model_runner.RejectionSampler
+
+
 def fp32_noise(vllm_config: Any) -> tuple[str, str]:
     """``(fp32_stream, what the log line says)`` for the plugin's FP32 draw
     on an engine with ``vllm_config`` (None: no speculation known)."""
     if getattr(vllm_config, "speculative_config", None) is None:
         return PLUGIN_FP32_STREAM, "FP32, the plugin's Philox stream (no speculative decoding)"
-    if not upstream_verifies_drafts():
+    if not upstream_verifies_drafts(vllm_config):
+        rejection_sampler = _runner_rejection_sampler()
+        if getattr(rejection_sampler, "plugin_verifies", None) is not None:
+            return PLUGIN_FP32_STREAM, (
+                "FP32, the plugin's Philox stream (--plugin-verification plugin: "
+                "the plugin's rejection kernel draws the steps with drafts from it)"
+            )
         return PLUGIN_FP32_STREAM, (
             "FP32, the plugin's Philox stream (the plugin verifies drafts by "
             "matching its own draws)"

@@ -6,8 +6,22 @@ n-gram drafts by matching the plugin sampler's own draws, so it needs the
 draw seam in the ``sample()`` shape and a RejectionSampler built as
 ``(sampler, spec_config, device)``. From 0.21 on upstream's methods are
 ``standard``/``synthetic`` (then ``block``, ``fly``), with adaptive
-verification and watermark keys the plugin's kernel does not handle: there
-rejection stays upstream's.
+verification and watermark keys the plugin's kernel does not handle.
+
+* ``STRICT_PROBABILISTIC_SYNTHETIC`` (0.20): the plugin's RejectionSampler
+  replaces upstream's.
+* ``VERIFY_STEP_OVER_UPSTREAM`` (0.32, 0.33): upstream's RejectionSampler is
+  built as ``(sampler, spec_config, device, *, watermark_key)`` and verifies
+  in ``_verify_in_chunks`` -> ``_verify(logits, draft_logits, draft_sampled,
+  pos, cu_num_logits, idx_mapping, idx_mapping_np, expanded_idx_mapping,
+  expanded_local_pos, seq_lens_upper_bound_np, verify_draft_sampled)``, which
+  builds the float32 canvas (``Sampler.apply_sampling_params``) and runs the
+  method's kernels. The seam binds integration/plugin_verification.py's
+  subclass, which overrides only those two methods, and only on engines
+  that opt in (``--plugin-verification plugin``): on the others its
+  constructor returns upstream's own RejectionSampler. It also teaches
+  EngineArgs the setting.
+* 0.21-0.31: rejection stays upstream's (other methods or signatures).
 """
 
 from __future__ import annotations
@@ -17,11 +31,43 @@ import typing
 
 from vllm_sampling_plugin.integration.seams.found import Found
 from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.shapes import SAMPLE, STRICT_PROBABILISTIC_SYNTHETIC
+from vllm_sampling_plugin.integration.seams.shapes import (
+    SAMPLE,
+    STRICT_PROBABILISTIC_SYNTHETIC,
+    VERIFY_STEP_OVER_UPSTREAM,
+)
 
 NAME = shapes.REJECTION
 _PLUGIN_METHODS = {"strict", "probabilistic", "synthetic"}
 _CONSTRUCTOR = ["sampler", "spec_config", "device"]
+# 0.32/0.33's shape: what the subclass overrides and calls.
+_UPSTREAM_CONSTRUCTOR = ["sampler", "spec_config", "device", "watermark_key"]
+_UPSTREAM_VERIFY = [
+    "logits",
+    "draft_logits",
+    "draft_sampled",
+    "pos",
+    "cu_num_logits",
+    "idx_mapping",
+    "idx_mapping_np",
+    "expanded_idx_mapping",
+    "expanded_local_pos",
+    "seq_lens_upper_bound_np",
+    "verify_draft_sampled",
+]
+_UPSTREAM_VERIFY_IN_CHUNKS = [
+    "logits",
+    "input_batch",
+    "draft_logits",
+    "draft_sampled",
+    "pos",
+    "max_chunk_logits",
+    "max_num_logprobs",
+    "verify_draft_sampled",
+]
+_UPSTREAM_CALL = ["logits", "input_batch", "draft_logits", "invalid_drafts"]
+# What the subclass reads off upstream's Sampler and SamplingStates.
+_SAMPLER_ATTRS = ("logits_processors", "thinking_budget_state", "needs_logits_processing")
 
 
 def detect(draw_found: Found) -> Found:
@@ -29,6 +75,8 @@ def detect(draw_found: Found) -> Found:
     from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
 
     methods = set(typing.get_args(getattr(speculative, "RejectionSampleMethod", None)))
+    if "standard" in methods:
+        return _detect_verify_step(RejectionSampler)
     if methods != _PLUGIN_METHODS:
         return Found.off(NAME, f"upstream's rejection methods are {sorted(methods)}, not {sorted(_PLUGIN_METHODS)}")
     if draw_found.shape != SAMPLE:
@@ -39,8 +87,44 @@ def detect(draw_found: Found) -> Found:
     return Found.taken(NAME, STRICT_PROBABILISTIC_SYNTHETIC)
 
 
+def _parameters(fn) -> list[str]:
+    return [p for p in inspect.signature(fn).parameters if p != "self"]
+
+
+def _detect_verify_step(rejection_sampler: type) -> Found:
+    """0.32/0.33's shape: upstream's verify step, overridable by a subclass."""
+    from vllm.v1.worker.gpu.sample.sampler import Sampler
+    from vllm.v1.worker.gpu.sample.states import SamplingStates
+
+    for name, expected in (
+        ("__init__", _UPSTREAM_CONSTRUCTOR),
+        ("__call__", _UPSTREAM_CALL),
+        ("_verify", _UPSTREAM_VERIFY),
+        ("_verify_in_chunks", _UPSTREAM_VERIFY_IN_CHUNKS),
+    ):
+        method = getattr(rejection_sampler, name, None)
+        if method is None:
+            return Found.off(NAME, f"RejectionSampler has no {name}")
+        params = _parameters(method)
+        if params != expected:
+            return Found.off(NAME, f"RejectionSampler.{name}{tuple(params)} is not {tuple(expected)}")
+    init_names = set(Sampler.__init__.__code__.co_names)
+    missing = [name for name in _SAMPLER_ATTRS if name not in init_names]
+    if missing or not hasattr(Sampler, "add_request"):
+        return Found.off(NAME, f"upstream's Sampler keeps no {missing or 'add_request'}")
+    states = set(SamplingStates.__init__.__code__.co_names)
+    missing = [name for name in ("temperature", "top_k", "top_p", "min_p", "seeds") if name not in states]
+    if missing:
+        return Found.off(NAME, f"SamplingStates keeps no {missing}")
+    return Found.taken(NAME, VERIFY_STEP_OVER_UPSTREAM)
+
+
 def apply(shape: str) -> None:
     import vllm.v1.worker.gpu.model_runner as model_runner
+
+    if shape == VERIFY_STEP_OVER_UPSTREAM:
+        _apply_verify_step(model_runner)
+        return
 
     from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
     from vllm_sampling_plugin.integration.spec_sampling_fields import (
@@ -52,3 +136,21 @@ def apply(shape: str) -> None:
     # The plugin verifies every draft on processed logits: min_p and
     # logit_bias are exact with speculation.
     patch_spec_decode_validation()
+
+
+def _apply_verify_step(model_runner) -> None:
+    import vllm.engine.arg_utils as arg_utils
+    from vllm.config import ModelConfig
+
+    from vllm_sampling_plugin import config as cfg
+    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
+    from vllm_sampling_plugin.integration.plugin_verification import (
+        PluginVerifyingRejectionSampler,
+    )
+
+    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.VERIFICATION_ATTR,))
+    # ModelConfigs built without the front-end wrapper answer the default.
+    setattr(ModelConfig, cfg.VERIFICATION_ATTR, cfg.UPSTREAM)
+    # The runner binds the name at import; its constructor hands back
+    # upstream's RejectionSampler unless the engine opted in.
+    model_runner.RejectionSampler = PluginVerifyingRejectionSampler

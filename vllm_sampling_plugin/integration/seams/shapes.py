@@ -19,6 +19,7 @@ SAMPLE_SKIPPING_TOP_K_TOP_P = "sample(skip_top_k_top_p)"
 SAMPLE_RANDOM = "_sample_random()"
 # rejection.py
 STRICT_PROBABILISTIC_SYNTHETIC = "RejectionSampler(sampler, spec_config, device), strict/probabilistic/synthetic"
+VERIFY_STEP_OVER_UPSTREAM = "upstream's RejectionSampler, its _verify step on --plugin-verification plugin"
 # speculator.py
 NGRAM_BEFORE_REQUEST_STATE = "init_speculator(vllm_config, device), n-gram added"
 POLICY_OVER_UPSTREAM_NGRAM = "upstream's NgramGPUSpeculator, proposal counts added"

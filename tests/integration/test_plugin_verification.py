@@ -1,0 +1,372 @@
+"""``--plugin-verification plugin`` on vLLM 0.32/0.33 (the rejection seam's
+VERIFY_STEP_OVER_UPSTREAM shape; integration/plugin_verification.py), on the
+CPU: upstream's own RejectionSampler and the plugin's subclass, built from the
+same real Sampler, verify the same inputs.
+
+Upstream's rejection kernels are Triton kernels that vLLM compiles against
+its placeholder when it finds no GPU; the prelude rebinds vLLM's
+``triton_utils`` to the real Triton (interpreter mode: ``TRITON_INTERPRET=1``
+before vLLM is imported) and reloads the modules that hold them, so that
+upstream's ``rejection_sample`` runs in Triton's interpreter as the plugin's
+kernel does. Its temperature and min-p kernels stay compiled against the
+placeholder, so upstream's side uses temperature 0 or 1 and no min-p; the
+plugin's law at other temperatures and with min-p is checked against the
+target law computed in torch, in upstream's order.
+
+Token equality with upstream holds for greedy rows (both take the argmax).
+For sampled rows it cannot: upstream's acceptance uniform is Triton's
+``tl.rand(seed, pos)`` (10-round Philox, ``sample/gumbel.py``'s
+``tl_rand32``), which none of the plugin's streams reproduces, and the
+plugin's residual/bonus draws use its own Philox counters. The law is
+checked instead: the first emitted token of each row is distributed as the
+filtered target of its position, whoever verifies (chi-square, fixed seeds).
+"""
+
+import pytest
+
+from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
+from tests.vllm_lines import needs_seam
+from vllm_sampling_plugin.integration.seams import shapes
+
+pytestmark = needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
+
+INTERPRET = {"TRITON_INTERPRET": "1"}
+
+PRELUDE = (
+    CPU_DEVICE_SHIM
+    + """
+import importlib, types
+import numpy as np
+import torch
+import vllm.v1.worker.gpu.buffer_utils as buffer_utils
+buffer_utils.is_uva_available = lambda: False
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+import vllm.v1.worker.gpu.model_runner as mr
+import vllm.v1.worker.gpu.spec_decode.rejection_sampler as rejection
+from vllm.config import VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.v1.worker.gpu.states import RequestState
+from vllm_sampling_plugin.integration import plugin_verification as pv
+
+def real_triton_for_upstreams_rejection_kernels():
+    import triton, triton.language as tl, triton.language.extra.libdevice as tldevice
+    import vllm.triton_utils as tu
+    tu.triton, tu.tl, tu.tldevice = triton, tl, tldevice
+    import vllm.v1.worker.gpu.sample.gumbel as gumbel
+    import vllm.v1.worker.gpu.sample.watermark as watermark
+    import vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils as utils
+    for module in (gumbel, watermark, utils):
+        importlib.reload(module)
+    rejection.rejection_sample = utils.rejection_sample
+
+CPU = torch.device("cpu")
+
+def build_sampler(max_reqs, vocab, k, **overrides):
+    req_states = RequestState(
+        max_num_reqs=max_reqs, max_model_len=128, max_num_batched_tokens=4096,
+        num_speculative_steps=k, vocab_size=vocab, device=CPU,
+    )
+    kwargs = dict(
+        vllm_config=VllmConfig(), max_num_reqs=max_reqs, vocab_size=vocab, device=CPU,
+        req_states=req_states, logprobs_mode="raw_logprobs", num_speculative_tokens=k,
+        use_fp64_gumbel=False, enable_trace_replay=False, return_sampling_mask=False,
+        custom_logits_processors=(),
+    )
+    kwargs.update(overrides)
+    return mr.Sampler(**kwargs)
+
+def spec_config(setting, k, method="standard", adaptive=False):
+    return types.SimpleNamespace(
+        num_speculative_tokens=k, enable_adaptive_verification=adaptive,
+        rejection_sample_method=method, fly_entropy_threshold=0.3, fly_entropy_top_k=3,
+        fly_window_size=4, synthetic_acceptance_rates=[0.5] * k,
+        target_model_config=types.SimpleNamespace(plugin_verification=setting),
+    )
+
+def batch(n, k, vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n * (k + 1), vocab, generator=g) * 2
+    drafts = torch.randint(0, vocab, (n * (k + 1),), dtype=torch.int32, generator=g)
+    idx = torch.arange(n, dtype=torch.int32)
+    local = torch.arange(k + 1, dtype=torch.int32).repeat(n)
+    return types.SimpleNamespace(
+        logits=logits, drafts=drafts, idx=idx, idx_np=idx.numpy(),
+        cu=torch.arange(n + 1, dtype=torch.int32) * (k + 1),
+        cu_np=np.arange(n + 1) * (k + 1),
+        expanded=idx.repeat_interleave(k + 1), local=local,
+        pos=(20 + local).to(torch.int64), seq_lens=torch.full((n,), 24),
+    )
+
+def verify(rs, b, draft_logits=None, max_num_logprobs=-1):
+    input_batch = types.SimpleNamespace(
+        cu_num_logits_np=b.cu_np, cu_num_logits=b.cu, num_reqs=len(b.idx),
+        idx_mapping=b.idx, idx_mapping_np=b.idx_np, expanded_idx_mapping=b.expanded,
+        expanded_local_pos=b.local, seq_lens_cpu_upper_bound=b.seq_lens,
+    )
+    sampled, num_sampled, _, _ = rs._verify_in_chunks(
+        b.logits, input_batch, draft_logits, b.drafts, b.pos, 1 << 20,
+        max_num_logprobs, b.drafts,
+    )
+    return sampled, num_sampled
+
+def add(sampler, n, **params):
+    for slot in range(n):
+        sampler.add_request(slot, SamplingParams(seed=1000 + slot, **params))
+    sampler.apply_staged_writes()
+"""
+)
+
+
+def test_default_and_engine_fallbacks_build_upstreams_rejection_sampler():
+    out = run_python(
+        """
+        import logging
+        records = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record.getMessage())
+        plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
+        plugin_logger.addHandler(Keep())
+        plugin_logger.setLevel(logging.INFO)
+        k = 2
+        sampler = build_sampler(8, 32, k)
+        records.clear()  # the draw's own start-up line
+        assert mr.RejectionSampler is pv.PluginVerifyingRejectionSampler
+        # The default: upstream's own object, nothing of the plugin.
+        rs = mr.RejectionSampler(sampler, spec_config("upstream", k), CPU)
+        assert type(rs) is rejection.RejectionSampler
+        assert sampler.add_request.__qualname__ == "Sampler.add_request"
+        assert records == [], records
+        rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
+        assert type(rs) is pv.PluginVerifyingRejectionSampler
+        assert sum("the plugin's rejection kernel verifies" in r for r in records) == 1, records
+        for spec, kwargs, why in [
+            (spec_config("plugin", k, method="synthetic"), {}, "synthetic"),
+            (spec_config("plugin", k, method="block"), {}, "block"),
+            (spec_config("plugin", k, method="fly"), {}, "fly"),
+            (spec_config("plugin", k, adaptive=True), {}, "adaptive verification"),
+        ]:
+            records.clear()
+            rs = mr.RejectionSampler(sampler, spec, CPU, **kwargs)
+            assert type(rs) is rejection.RejectionSampler, why
+            assert len(records) == 1 and why in records[0], records
+        masked = build_sampler(8, 32, k, return_sampling_mask=True)
+        records.clear()
+        rs = mr.RejectionSampler(masked, spec_config("plugin", k), CPU)
+        assert type(rs) is rejection.RejectionSampler
+        assert "return_sampling_mask" in records[0]
+        # The engine-level decision the draw's noise follows (seams/noise.py).
+        from vllm_sampling_plugin.integration.seams import noise
+        def engine(setting, method="standard"):
+            return types.SimpleNamespace(
+                speculative_config=spec_config(setting, k, method),
+                model_config=types.SimpleNamespace(plugin_verification=setting),
+                watermark_config=None)
+        assert noise.fp32_noise(engine("upstream"))[0] == "murmur3"
+        assert noise.fp64_noise(engine("upstream")) == "murmur3"
+        assert noise.fp32_noise(engine("plugin"))[0] == "philox"
+        assert noise.fp64_noise(engine("plugin")) == "philox"
+        assert noise.fp64_noise(engine("plugin", "block")) == "murmur3"
+        print("ok")
+        """,
+        prelude=PRELUDE,
+        env=INTERPRET,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
+    """Routes only: upstream's apply_sampling_params/rejection_sample and the
+    plugin's kernel are replaced by recorders."""
+    out = run_python(
+        """
+        calls = []
+        def fake_upstream(*args, **kwargs):
+            calls.append("upstream")
+            n = args[3].shape[0] - 1
+            return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
+        def fake_plugin(*args, **kwargs):
+            calls.append(("plugin", tuple(x is not None for x in
+                          (kwargs["top_k"], kwargs["top_p"], kwargs["min_p"]))))
+            n = args[2].shape[0] - 1
+            return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
+        rejection.rejection_sample = fake_upstream
+        pv.rejection_sample_packed = fake_plugin
+        k, n, vocab = 2, 4, 32
+        b = batch(n, k, vocab)
+
+        def route(params, draft_logits=None, max_num_logprobs=-1, logprobs_mode="raw_logprobs"):
+            sampler = build_sampler(n, vocab, k, logprobs_mode=logprobs_mode)
+            sampler.apply_sampling_params = lambda logits, *a, **kw: logits
+            rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
+            rs._get_logprobs_tensors = lambda *args: None  # a GPU kernel
+            add(sampler, n - 1, temperature=1.0)
+            sampler.add_request(n - 1, SamplingParams(seed=7, **params))
+            # The processors' staged writes copy to a GPU; the route needs
+            # only the sampling parameters.
+            sampler.sampling_states.apply_staged_writes()
+            calls.clear()
+            verify(rs, b, draft_logits, max_num_logprobs)
+            assert len(calls) == 1, calls
+            return calls[0]
+
+        plugin = ("plugin", (False, False, False))
+        assert route(dict(temperature=1.0)) == plugin
+        assert route(dict(temperature=0.7, top_k=5, top_p=0.9, min_p=0.1)) == (
+            "plugin", (True, True, True))
+        assert route(dict(temperature=0.0)) == plugin
+        # Logits processors: upstream's path.
+        assert route(dict(temperature=1.0, logit_bias={3: 5.0})) == "upstream"
+        assert route(dict(temperature=1.0, presence_penalty=0.5)) == "upstream"
+        assert route(dict(temperature=1.0, repetition_penalty=1.2)) == "upstream"
+        # A later request in the same slot without them is the plugin's again.
+        assert route(dict(temperature=1.0)) == plugin
+        # Logprobs: raw ones are computed from the raw logits (the plugin's);
+        # processed ones need upstream's canvas.
+        assert route(dict(temperature=1.0, logprobs=2), max_num_logprobs=2) == plugin
+        assert route(dict(temperature=1.0, logprobs=2), max_num_logprobs=2,
+                     logprobs_mode="processed_logprobs") == "upstream"
+        # Draft logits: the plugin's at temperatures 0 and 1, upstream's
+        # (which divides them by the temperature) otherwise.
+        draft_logits = torch.randn(n, k, vocab)
+        assert route(dict(temperature=0.0), draft_logits) == plugin
+        assert route(dict(temperature=0.5), draft_logits) == "upstream"
+        assert route(dict(temperature=1.0), torch.randn(n, k, vocab - 4)) == "upstream"
+        print("ok")
+        """,
+        prelude=PRELUDE,
+        env=INTERPRET,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_greedy_rows_get_upstreams_tokens_exactly():
+    out = run_python(
+        """
+        real_triton_for_upstreams_rejection_kernels()
+        k, n, vocab = 3, 24, 48
+        b = batch(n, k, vocab, seed=3)
+        # Drafts equal to the target argmax for a random prefix, then wrong,
+        # and an invalid (-1) draft in some rows, as a grammar marks them.
+        argmax = b.logits.argmax(-1).to(torch.int32)
+        g = torch.Generator().manual_seed(5)
+        for r in range(n):
+            keep = int(torch.randint(0, k + 1, (1,), generator=g))
+            for j in range(keep):
+                b.drafts[r * (k + 1) + j + 1] = argmax[r * (k + 1) + j]
+            if r % 5 == 0:
+                b.drafts[r * (k + 1) + 1 + min(keep, k - 1)] = -1
+        results = {}
+        for owner in ("upstream", "plugin"):
+            sampler = build_sampler(n, vocab, k)
+            rs = mr.RejectionSampler(sampler, spec_config(owner, k), CPU)
+            add(sampler, n, temperature=0.0, top_k=5, min_p=0.2)
+            sampled, num = verify(rs, b)
+            results[owner] = [sampled[r, : num[r]].tolist() for r in range(n)]
+        assert results["plugin"] == results["upstream"], results
+        lengths = sorted({len(t) for t in results["plugin"]})
+        assert len(lengths) > 2, lengths  # accepted prefixes of several lengths
+        print("ok")
+        """,
+        prelude=PRELUDE,
+        env=INTERPRET,
+        timeout=600,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+LAW_CODE = """
+from scipy.stats import chisquare
+k, n, vocab = 1, {n}, 32
+b = batch(n, k, vocab, seed=11)
+# Every row has the same target logits and draft; seeds differ per row.
+b.logits[0::2] = b.logits[0]
+b.logits[1::2] = b.logits[1]
+z = b.logits[0] / {temperature}
+keep = torch.ones(vocab, dtype=torch.bool)
+if {min_p} > 0:
+    keep &= z >= z.max() + np.log({min_p})
+if {top_k} > 0:
+    keep &= z >= z[keep].sort(descending=True).values[min({top_k}, int(keep.sum())) - 1]
+probs = torch.where(keep, z, -float("inf")).softmax(-1)
+if {top_p} < 1:
+    order = probs.argsort(descending=True)
+    before = probs[order].cumsum(0) - probs[order]
+    mask = torch.zeros(vocab, dtype=torch.bool)
+    mask[order[before < {top_p}]] = True
+    probs = torch.where(mask, probs, 0.0)
+    probs /= probs.sum()
+# A likely draft, so that both acceptance and rejection happen.
+b.drafts[1::2] = int(probs.argsort(descending=True)[1])
+if {real_upstream}:
+    real_triton_for_upstreams_rejection_kernels()
+sampler = build_sampler(n, vocab, k, use_fp64_gumbel={fp64})
+rs = mr.RejectionSampler(sampler, spec_config("{owner}", k), CPU)
+add(sampler, n, temperature={temperature}, top_k={top_k}, top_p={top_p}, min_p={min_p})
+sampled, num = verify(rs, b)
+first = sampled[:, 0]
+support = probs > 0
+assert bool(support[first].all()), "a filtered-out token was emitted"
+counts = torch.bincount(first, minlength=vocab)[support].double()
+expected = probs[support].double()
+expected = expected / expected.sum() * n
+stat, p_value = chisquare(counts.numpy(), expected.numpy())
+accepted = int((num == 2).sum())
+print(f"p={{p_value:.4f}} accepted={{accepted}}")
+assert p_value > 1e-3, (p_value, counts.tolist(), expected.tolist())
+assert 0 < accepted < n
+print("ok")
+"""
+
+
+@pytest.mark.parametrize(
+    "owner, fp64, temperature, top_k, top_p, min_p",
+    [
+        # Upstream itself against the law (its temperature/min-p kernels
+        # need a GPU: temperature 1, top-k/top-p only).
+        ("upstream", False, 1.0, 6, 0.9, 0.0),
+        ("plugin", False, 1.0, 6, 0.9, 0.0),
+        ("plugin", True, 1.0, 6, 0.9, 0.0),
+        ("plugin", False, 0.7, 8, 1.0, 0.05),
+    ],
+    ids=["upstream", "plugin-fp32", "plugin-fp64", "plugin-temperature-min-p"],
+)
+def test_first_emitted_token_follows_the_filtered_target_law(owner, fp64, temperature, top_k, top_p, min_p):
+    out = run_python(
+        LAW_CODE.format(
+            n=400, owner=owner, fp64=fp64, temperature=temperature, top_k=top_k,
+            top_p=top_p, min_p=min_p, real_upstream=owner == "upstream",
+        ),
+        prelude=PRELUDE,
+        env=INTERPRET,
+        timeout=900,
+    )
+    assert out.strip().splitlines()[-1] == "ok", out
+
+
+def test_setting_is_validated_and_reaches_the_model_config(tmp_path):
+    out = run_python(
+        """
+        from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        try:
+            EngineArgs(model="m", plugin_verification="yes")
+        except ValueError as e:
+            assert "plugin_verification='yes'" in str(e), e
+            print("rejected")
+        parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
+        args = parser.parse_args(["--model", "m", "--plugin-verification", "plugin"])
+        assert AsyncEngineArgs.from_cli_args(args).plugin_verification == "plugin"
+        args = parser.parse_args(["--model", "m"])
+        assert AsyncEngineArgs.from_cli_args(args).plugin_verification == "upstream"
+        try:
+            parser.parse_args(["--model", "m", "--plugin-verification", "both"])
+        except SystemExit:
+            print("flag rejected")
+        print("ok")
+        """,
+        prelude=CPU_DEVICE_SHIM,
+    )
+    lines = out.strip().splitlines()
+    assert "rejected" in lines and "flag rejected" in lines and lines[-1] == "ok"

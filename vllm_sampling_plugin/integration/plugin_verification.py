@@ -1,0 +1,303 @@
+"""The plugin's verification of speculative drafts on vLLM 0.32/0.33
+(``--plugin-verification plugin``; the rejection seam binds it).
+
+Upstream's ``RejectionSampler._verify`` (0.33 ``spec_decode/rejection_sampler.py``
+and, the same in 0.32 but for the ``fly`` arguments, there too) builds the
+target law of every logits row in two steps:
+
+1. ``Sampler.apply_sampling_params`` (``sample/sampler.py``): nothing when no
+   request of the batch needs processing (``needs_logits_processing``);
+   otherwise a float32 copy of the ``[B * (k + 1), V]`` logits, then in
+   order the logits processors (logit bias, penalties, bad words, custom
+   ones), the thinking budget, temperature, min_p, top-k/top-p;
+2. ``rejection_sample`` (``spec_decode/rejection_sampler_utils.py``): the
+   method's kernels on those logits, with acceptance uniforms
+   ``tl_rand32(seed, pos)`` (Triton's ``tl.rand``) and the residual/bonus
+   Gumbel draw of ``gumbel_block_argmax`` (murmur3) keyed by
+   ``(seed, pos)``; draft logits (EAGLE-style drafters) are divided by the
+   request's temperature there.
+
+:class:`PluginVerifyingRejectionSampler` subclasses upstream's class and
+overrides only that step for the batches whose law the plugin's
+``rejection_sample_packed`` carries exactly: the ``standard`` method, every
+request's processing being temperature, min_p, top-k and top-p (folded into
+the kernel: no float32 canvas), n-gram drafts, or draft logits when every
+request's temperature is 0 or 1 (the plugin reads draft logits as they are,
+upstream divides them by the temperature). Everything else is upstream's
+own code path:
+
+* per engine (decided in the constructor, one log line): the ``synthetic``,
+  ``block`` and ``fly`` methods, adaptive verification, a watermark key, a
+  sampling mask returned (``return_sampling_mask``);
+* per batch (host-side numpy reads only, the first occurrence of each reason
+  logged once): a request with a logits processor or thinking budget
+  (``Sampler.add_request`` is watched per request), processed logprobs
+  requested, draft logits with a temperature other than 0 or 1 or a
+  narrower draft vocabulary.
+
+A grammar bitmask is applied to the logits by the runner before
+verification and its invalid drafts arrive as ``-1``, which the plugin's
+kernel never accepts: those batches are the plugin's.
+
+Noise: the plugin's kernel draws its acceptance uniforms and residual/bonus
+noise from its own Philox streams; upstream's acceptance uniform is
+Triton's ``tl.rand`` (10-round Philox), which no stream of the plugin
+reproduces, so the tokens follow upstream's law but are not upstream's
+tokens (tests/integration/test_plugin_verification.py checks the law with a
+chi-square test, and greedy rows token for token). On such an engine the
+plugin's Sampler draws the steps without drafts from the same Philox
+streams (seams/noise.py), so a seeded request's bonus token does not depend
+on whether a batch-mate had drafts.
+
+Where the setting is ``upstream`` (the default), or an engine-level reason
+applies, the constructor hands back upstream's own ``RejectionSampler``:
+the runner holds upstream's object and nothing of the plugin runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.v1.worker.gpu.spec_decode import rejection_sampler as upstream
+
+from vllm_sampling_plugin import config as cfg
+from vllm_sampling_plugin.ops.rejection.launcher import rejection_sample_packed
+
+logger = logging.getLogger("vllm.vllm_sampling_plugin")
+
+# Upstream's logprobs modes computed on the processed logits (the canvas).
+_PROCESSED_MODES = ("processed_logprobs", "processed_logits")
+_NO_LOGPROBS = -1
+
+
+def engine_config(spec_config: Any = None) -> Any:
+    """The engine's VllmConfig (the runner builds its samplers under
+    ``set_current_vllm_config``), or None."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    return get_current_vllm_config_or_none()
+
+
+def verification_setting(vllm_config: Any, spec_config: Any = None) -> str:
+    """``plugin_verification`` as the front end stored it on the ModelConfig."""
+    model_config = getattr(vllm_config, "model_config", None)
+    if model_config is None and spec_config is not None:
+        model_config = getattr(spec_config, "target_model_config", None)
+    return getattr(model_config, cfg.VERIFICATION_ATTR, cfg.UPSTREAM)
+
+
+def engine_fallback(vllm_config: Any, spec_config: Any = None) -> str | None:
+    """Why an engine that asked for the plugin's verification keeps
+    upstream's, or None where the plugin verifies (some of) its batches."""
+    spec_config = spec_config or getattr(vllm_config, "speculative_config", None)
+    if spec_config is None:
+        return "no speculative decoding"
+    method = getattr(spec_config, "rejection_sample_method", "standard")
+    if method != "standard":
+        return f"rejection_sample_method={method!r} (the plugin carries 'standard' only)"
+    if getattr(spec_config, "enable_adaptive_verification", False):
+        return "adaptive verification compacts the logits upstream's way"
+    if getattr(vllm_config, "watermark_config", None) is not None:
+        return "watermarked resampling (a watermark key)"
+    model_config = getattr(vllm_config, "model_config", None) or getattr(
+        spec_config, "target_model_config", None
+    )
+    if getattr(model_config, "return_sampling_mask", False):
+        return "return_sampling_mask needs upstream's processed logits"
+    return None
+
+
+def plugin_verifies(vllm_config: Any) -> bool:
+    """Whether the engine with ``vllm_config`` has its drafts verified by the
+    plugin (the setting asks for it and no engine-level reason keeps upstream's)."""
+    return (
+        verification_setting(vllm_config) == cfg.PLUGIN
+        and engine_fallback(vllm_config) is None
+    )
+
+
+class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
+    """Upstream's RejectionSampler whose verify step is the plugin's fused
+    kernel for the batches it carries exactly (module docstring)."""
+
+    # seams/noise.py asks the runner's class whether an engine's drafts are the plugin's.
+    plugin_verifies = staticmethod(plugin_verifies)
+
+    def __new__(cls, sampler, spec_config, device, *args, **kwargs):
+        vllm_config = engine_config(spec_config)
+        if verification_setting(vllm_config, spec_config) != cfg.PLUGIN:
+            return upstream.RejectionSampler(sampler, spec_config, device, *args, **kwargs)
+        reason = engine_fallback(vllm_config, spec_config)
+        if reason is None and kwargs.get("watermark_key") is not None:
+            reason = "watermarked resampling (a watermark key)"
+        if reason is None and getattr(sampler, "return_sampling_mask", False):
+            reason = "return_sampling_mask needs upstream's processed logits"
+        if reason is not None:
+            logger.info(
+                "vllm-sampling-plugin verification: upstream's RejectionSampler "
+                "verifies this engine's drafts: %s.",
+                reason,
+            )
+            return upstream.RejectionSampler(sampler, spec_config, device, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, sampler, spec_config, device, *args, **kwargs):
+        super().__init__(sampler, spec_config, device, *args, **kwargs)
+        # Per request slot: processing beyond temperature/min_p/top-k/top-p.
+        self.needs_upstream = np.zeros(len(sampler.needs_logits_processing), dtype=bool)
+        self.plugin_batch = False
+        self.batches = {"plugin": 0, "upstream": 0}
+        self._logged: set[str] = set()
+        self._watch_requests(sampler)
+        logger.info(
+            "vllm-sampling-plugin verification: the plugin's rejection kernel "
+            "verifies batches of the standard method whose requests use only "
+            "temperature, min_p, top-k and top-p (no float32 [B*(k+1), V] canvas), "
+            "noise in %s Philox; batches with a logits processor or thinking "
+            "budget, processed logprobs, or draft logits at a temperature other "
+            "than 0 or 1 stay upstream's.",
+            "FP64" if sampler.use_fp64_gumbel else "FP32",
+        )
+
+    def _watch_requests(self, sampler) -> None:
+        """Record, per request slot, whether any logits processor or the
+        thinking budget said it needs processing (wrapping the instances'
+        ``add_request``, which upstream's ``Sampler.add_request`` calls)."""
+        needs_upstream = self.needs_upstream
+
+        def watching(state):
+            original = state.add_request
+
+            def add_request(req_idx, sampling_params):
+                needs = original(req_idx, sampling_params)
+                needs_upstream[req_idx] |= bool(needs)
+                return needs
+
+            state.add_request = add_request
+
+        for processor in sampler.logits_processors:
+            watching(processor)
+        watching(sampler.thinking_budget_state)
+        sampler_add_request = sampler.add_request
+
+        def add_request(req_idx, sampling_params):
+            needs_upstream[req_idx] = False
+            return sampler_add_request(req_idx, sampling_params)
+
+        sampler.add_request = add_request
+
+    def batch_fallback(
+        self,
+        idx_mapping_np: np.ndarray,
+        draft_logits: torch.Tensor | None,
+        vocab_size: int,
+        max_num_logprobs: int,
+    ) -> str | None:
+        """Why this batch is upstream's, or None; host-side reads only."""
+        if np.any(self.needs_upstream[idx_mapping_np]):
+            return "a request with a logits processor or thinking budget"
+        if max_num_logprobs != _NO_LOGPROBS and self.sampler.logprobs_mode in _PROCESSED_MODES:
+            return "processed logprobs requested"
+        if draft_logits is not None:
+            if draft_logits.shape[-1] != vocab_size:
+                return "a draft vocabulary narrower than the target's"
+            temperature = self.sampler.sampling_states.temperature.np[idx_mapping_np]
+            if not np.all((temperature == 0.0) | (temperature == 1.0)):
+                return "draft logits at a temperature other than 0 or 1"
+        return None
+
+    def _verify_in_chunks(
+        self,
+        logits,
+        input_batch,
+        draft_logits,
+        draft_sampled,
+        pos,
+        max_chunk_logits,
+        max_num_logprobs,
+        verify_draft_sampled=None,
+    ):
+        reason = self.batch_fallback(
+            input_batch.idx_mapping_np, draft_logits, logits.shape[1], max_num_logprobs
+        )
+        self.plugin_batch = reason is None
+        self.batches["plugin" if reason is None else "upstream"] += 1
+        if reason is None:
+            # No canvas: one launch covers the batch.
+            max_chunk_logits = max(max_chunk_logits, logits.shape[0])
+        elif reason not in self._logged:
+            self._logged.add(reason)
+            logger.info(
+                "vllm-sampling-plugin verification: batches with %s are verified by "
+                "upstream's code (logged once).",
+                reason,
+            )
+        return super()._verify_in_chunks(
+            logits,
+            input_batch,
+            draft_logits,
+            draft_sampled,
+            pos,
+            max_chunk_logits,
+            max_num_logprobs,
+            verify_draft_sampled,
+        )
+
+    def _verify(
+        self,
+        logits,
+        draft_logits,
+        draft_sampled,
+        pos,
+        cu_num_logits,
+        idx_mapping,
+        idx_mapping_np,
+        expanded_idx_mapping,
+        expanded_local_pos,
+        seq_lens_upper_bound_np,
+        verify_draft_sampled,
+    ):
+        if not self.plugin_batch:
+            return super()._verify(
+                logits,
+                draft_logits,
+                draft_sampled,
+                pos,
+                cu_num_logits,
+                idx_mapping,
+                idx_mapping_np,
+                expanded_idx_mapping,
+                expanded_local_pos,
+                seq_lens_upper_bound_np,
+                verify_draft_sampled,
+            )
+        states = self.sampler.sampling_states
+        vocab_size = states.vocab_size
+        # Only the filters some request of the batch uses are compiled in.
+        top_k = states.top_k.gpu if np.any(states.top_k.np[idx_mapping_np] < vocab_size) else None
+        top_p = states.top_p.gpu if np.any(states.top_p.np[idx_mapping_np] < 1.0) else None
+        min_p = states.min_p.gpu if np.any(states.min_p.np[idx_mapping_np] > 0.0) else None
+        sampled, num_sampled = rejection_sample_packed(
+            logits,
+            verify_draft_sampled,
+            cu_num_logits,
+            idx_mapping,
+            pos,
+            states.temperature.gpu,
+            states.seeds.gpu,
+            self.num_speculative_steps,
+            draft_logits,
+            None,
+            use_fp64=self.sampler.use_fp64_gumbel,
+            apply_temperature=True,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+        )
+        # int64 [num_reqs, k + 1] and int32 [num_reqs], as upstream's kernel
+        # returns them. The raw logits stand for the processed ones: nothing reads them on
+        # a plugin batch (processed logprobs and sampling masks are upstream's).
+        return logits, sampled, num_sampled
