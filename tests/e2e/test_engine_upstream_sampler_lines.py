@@ -216,7 +216,11 @@ def install_route_recorder(worker):
         signature = inspect.signature(original)
         def recording(*args, **kwargs):
             arguments = signature.bind(*args, **kwargs).arguments
-            record(arguments["use_fused_sampler"], arguments["top_k"], arguments["top_p"])
+            # Named use_flashinfer (0.30) or use_fused_sampler (0.31 on); the
+            # plugin's override takes it last of mask_args_and_fused.
+            flags = [arguments[name] for name in ("use_flashinfer", "use_fused_sampler") if name in arguments]
+            fused = flags[0] if flags else arguments["mask_args_and_fused"][-1]
+            record(fused, arguments["top_k"], arguments["top_p"])
             return original(*args, **kwargs)
         sampler._sample_random = recording
         return

@@ -140,10 +140,13 @@ def test_the_draw_seams_sampler_builds_upstreams_for_an_engine_that_keeps_its_dr
     assert found["arguments"] == str(((4, 32), {"device": "cpu", "req_states": None}))
 
 
-# The dtype of the request slots each line's runner hands the sampler
-# (``idx_mapping_np = np.fromiter(..., dtype=...)`` in the wheels'
-# model_runner.py): np.int32 through 0.27, np.intp from 0.28.
-STEP_SLOT_DTYPE = {f"0.{minor}": "int32" if minor <= 27 else "int64" for minor in range(20, 34)}
+# The dtype of the request slots each line's runner hands the sampler, read
+# from the wheels' model_runner.py: ``idx_mapping_np = np.fromiter(...,
+# dtype=np.int32)`` through 0.27, ``np.intp`` from 0.28, copied to the GPU in
+# that dtype except on 0.31 (``dtype=torch.int32``) and 0.32-0.33 (int64).
+STEP_SLOT_DTYPE = {
+    f"0.{minor}": "int32" if minor <= 27 or minor == 31 else "int64" for minor in range(20, 34)
+}
 
 
 def test_warm_up_launches_the_draw_in_the_request_slot_dtype_of_the_runners_steps():

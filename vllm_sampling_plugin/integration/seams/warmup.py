@@ -58,8 +58,11 @@ NAME = shapes.WARM_UP
 # Marks the wrapper, so that applying twice wraps once.
 _MARKER = "warms_up_plugin_kernels"
 
-# How the runner's steps build the request slots they hand the sampler.
-_STEP_SLOTS = re.compile(r"idx_mapping_np\s*=\s*np\.fromiter\([^)]*dtype=np\.(\w+)")
+# How the runner's steps build the request slots they hand the sampler: a
+# NumPy array, copied to the GPU in its own dtype unless the copy names one.
+_HOST_SLOTS = re.compile(r"idx_mapping_np\s*=\s*np\.fromiter\([^)]*dtype=np\.(\w+)")
+_GPU_SLOTS = re.compile(r"\bidx_mapping\s*=\s*async_\w+\(\s*idx_mapping_np\b([^)]*)\)")
+_NAMED_DTYPE = re.compile(r"dtype=torch\.(\w+)")
 _TORCH_INT = {"int32": torch.int32, "int64": torch.int64, "intp": torch.int64}
 
 
@@ -101,20 +104,28 @@ def warming_up(dummy_sampler_run):
 @functools.cache
 def step_slot_dtypes() -> tuple[torch.dtype, ...]:
     """The dtype of the request slots (``expanded_idx_mapping``) the runner's
-    steps hand the sampler: int32 through 0.27, int64 (``np.intp``) from 0.28.
+    steps hand the sampler: int32 through 0.27 and on 0.31, int64 on 0.28-0.30
+    and from 0.32.
 
     Triton compiles a kernel per pointer dtype, so a warm-up in another dtype
     compiles nothing the steps use (on 0.26 the first greedy request then
     compiled the Gumbel-max kernel and the first top-k/top-p request the fused
     one, 9.9 s, H200). It is read from the runner's module, where the steps
-    build the slots from a NumPy array; the runner's dummy batch is no guide
-    (0.31's is int32, its steps int64). Both dtypes where the source says
-    nothing or more than one thing.
+    build the slots as a NumPy array (``np.int32``, or ``np.intp`` from 0.28)
+    and copy it to the GPU, in its own dtype unless the copy names one (0.31
+    names int32, 0.32 int64). The runner's dummy batch is no guide (0.31's
+    is int32 and 0.30's int64 from the same ``np.intp``). Both dtypes where
+    the source says nothing or more than one thing.
     """
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
     source = inspect.getsource(sys.modules[GPUModelRunner.__module__])
-    found = {_TORCH_INT.get(name) for name in _STEP_SLOTS.findall(source)}
+    copies = _GPU_SLOTS.findall(source)
+    named = {match.group(1) for args in copies if (match := _NAMED_DTYPE.search(args))}
+    if copies and len(named) == len(copies):
+        found = {_TORCH_INT.get(name) for name in named}
+    else:
+        found = {_TORCH_INT.get(name) for name in _HOST_SLOTS.findall(source)}
     if len(found) == 1 and None not in found:
         return (found.pop(),)
     return (torch.int32, torch.int64)
