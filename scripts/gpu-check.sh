@@ -4,8 +4,8 @@
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
-#        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify
-#        (the last five: vLLM 0.32/0.33)
+#        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | line-check
+#        (upstream ... e2e-verify: vLLM 0.32/0.33; line-check: a line between 0.21 and 0.31)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -96,6 +96,18 @@ for step in "$@"; do
         --num-requests 256 --output-len 128 --identity-requests 32 --breakdown-mixes none \
         --gpu-memory-utilization 0.42 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
         --out "$out/$step-${SPEC_MIXES:-topk_topp}" ;;
+    line-check)
+      # Issue 23 on a line between 0.21 and 0.31 (docs/compatibility.md): the
+      # seams' engine test (seeded repeat, batch invariance, valid tokens,
+      # the runner's sampler), then the 8B top-k/top-p and seeded top-p mixes
+      # against stock with the cold-start table. About 4 + 6 minutes on an
+      # H100/H200: STEP_TIMEOUT=420 each.
+      run line-check-e2e python3 -m pytest -q -s -p no:cacheprovider \
+        tests/e2e/test_engine_upstream_sampler_lines.py -k "seeded_request or valid_tokens or runner_holds"
+      run line-check-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+        --mixes topk_topp,seeded_topp --max-num-seqs 64,256 --pairs 3 --num-requests 256 \
+        --output-len 128 --breakdown-mixes none --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \
+        --time-budget $((limit - 60)) --out "$out/line-check-8b" ;;
     e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
         --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \
