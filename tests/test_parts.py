@@ -56,7 +56,7 @@ def test_upstream_sampler_lines_keep_upstream_settings(line):
 
 
 def test_unmeasured_lines_say_so():
-    rows = parts_rows(line_found("0.26"), "0.26")
+    rows = parts_rows(line_found("0.27"), "0.27")
     assert {ratio for _, _, _, ratio in rows} == {measurements.NOT_MEASURED}
 
 

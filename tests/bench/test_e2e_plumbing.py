@@ -688,3 +688,123 @@ def test_render_of_a_missing_report_is_a_one_line_usage_error(tmp_path, capsys):
         f"vllm-sampling-plugin bench e2e: error: argument --render: cannot read the report "
         f"{tmp_path / 'e2e.json'}: [Errno 2] No such file or directory: '{tmp_path / 'e2e.json'}'"
     )
+
+
+# --ratios FILE / --record: the cells' plugin/stock ratios as integration/parts.py's rows.
+
+TOPK = "top-k/top-p, batches FlashInfer may take"
+SEEDED = "top-k/top-p, batches FlashInfer may not take"
+GUMBEL = "Gumbel-max sampling (no top-k/top-p)"
+
+
+def _recorded_results() -> dict:
+    """Cells whose pair ratios give the medians below: topk_topp 1.022 (B=64)
+    and 1.037 (B=256), seeded_topp 1.061 and 1.065, greedy 0.990, t1 1.013;
+    a mixed cell and an A/A cell that are never recorded."""
+    def cell(mix, wave, pair_ratios, against="plugin"):
+        stock = [1000.0] * len(pair_ratios)
+        return report.pair_cell("8b-v151936", mix, wave, [("stock", "plugin")] * len(stock),
+                                stock, [1000.0 * r for r in pair_ratios], against=against)
+
+    results = report.new_results({"use_fp64_gumbel": False})
+    results.update(gpu="NVIDIA H200", vllm="0.26.0", torch="2.11.0+cu130")
+    results["models"]["8b-v151936"] = {"shape": "8b", "vocab": 151936, "kind": "peaked"}
+    # B=256 first: the text orders batch sizes.
+    results["cells"] += [
+        cell("topk_topp", 256, [1.037, 1.026, 1.045]),
+        cell("topk_topp", 64, [1.015, 1.022, 1.043]),
+        cell("seeded_topp", 64, [1.051, 1.061, 1.077]),
+        cell("seeded_topp", 256, [1.053, 1.065, 1.076]),
+        cell("greedy", 64, [0.990, 0.980, 1.000]),
+        cell("t1", 64, [1.013, 1.010, 1.020]),
+        cell("mixed", 64, [1.500, 1.500, 1.500]),
+        cell("topk_topp", 128, [2.000, 2.000, 2.000], against="control"),
+    ]
+    return results
+
+
+RECORDED = {
+    TOPK: "8B engine tok/s plugin/stock 1.022 at B=64, 1.037 at B=256 (median of 3 pairs)",
+    SEEDED: "8B engine tok/s plugin/stock 1.061 at B=64, 1.065 at B=256 (median of 3 pairs)",
+    GUMBEL: "8B engine tok/s plugin/stock greedy 0.990 at B=64; t1 1.013 at B=64 "
+            "(median of 3 pairs)",
+}
+
+
+def test_parts_ratios_map_each_mix_to_its_parts_py_row():
+    from vllm_sampling_plugin.integration import parts
+
+    assert set(report.PART_OF_MIX.values()) <= set(parts.PARTS)
+    assert report.parts_ratios(_recorded_results()) == RECORDED
+
+
+def test_ratios_record_writes_the_entries_under_the_runs_line(tmp_path, monkeypatch, capsys):
+    from vllm_sampling_plugin import measurements
+
+    path = tmp_path / "measurements.json"
+    path.write_text(json.dumps({"0.26": {TOPK: {"ratio": "old", "source": "old"}},
+                                "0.33": {TOPK: {"ratio": "kept", "source": "kept"}}}))
+    monkeypatch.setattr(measurements, "PATH", path)
+    report_path = report.write_json(_recorded_results(), str(tmp_path / "out"))
+    assert run.main(["--ratios", report_path, "--record"]) == 0
+    source = "bench e2e, NVIDIA H200, docs/benchmarks.md"
+    assert json.loads(path.read_text()) == {
+        "0.26": {part: {"ratio": text, "source": source} for part, text in RECORDED.items()},
+        "0.33": {TOPK: {"ratio": "kept", "source": "kept"}},
+    }
+    out = capsys.readouterr().out.splitlines()
+    assert f"{TOPK}: {RECORDED[TOPK]}" in out
+    assert f"recorded for vLLM 0.26: {TOPK}: {RECORDED[TOPK]} ({source})" in out
+
+
+def test_ratios_without_record_write_nothing(tmp_path, monkeypatch, capsys):
+    from vllm_sampling_plugin import measurements
+
+    monkeypatch.setattr(measurements, "PATH", tmp_path / "measurements.json")
+    report_path = report.write_json(_recorded_results(), str(tmp_path / "out"))
+    assert run.main(["--ratios", report_path]) == 0
+    assert f"{SEEDED}: {RECORDED[SEEDED]}" in capsys.readouterr().out.splitlines()
+    assert not (tmp_path / "measurements.json").exists()
+
+
+def test_record_of_an_unsupported_line_fails_in_one_line(tmp_path, monkeypatch):
+    from vllm_sampling_plugin import measurements
+
+    monkeypatch.setattr(measurements, "PATH", tmp_path / "measurements.json")
+    results = {**_recorded_results(), "vllm": "0.19.1"}
+    report_path = report.write_json(results, str(tmp_path / "out"))
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--ratios", report_path, "--record"])
+    assert str(exit_info.value) == (
+        "bench e2e --record: the report's vLLM version '0.19.1' is not a supported release "
+        "line: nothing recorded")
+    assert not (tmp_path / "measurements.json").exists()
+
+
+def test_record_with_render_is_a_usage_error(tmp_path, capsys):
+    report_path = report.write_json(_recorded_results(), str(tmp_path / "out"))
+    with pytest.raises(SystemExit) as exit_info:
+        run.parse_args(["--render", report_path, "--record"])
+    assert exit_info.value.code == 2
+    assert last_line(capsys.readouterr().err).endswith(
+        "--record writes the ratios of a run or of --ratios FILE, not of --render")
+
+
+def test_record_after_a_run_writes_its_cells(tmp_path, monkeypatch, capsys):
+    from vllm_sampling_plugin import measurements
+
+    path = tmp_path / "measurements.json"
+    monkeypatch.setattr(measurements, "PATH", path)
+    monkeypatch.setattr(run, "require_gpu", lambda area: None)
+    monkeypatch.setattr(report, "plot", lambda results, png: None)
+    measured = _recorded_results()
+
+    def model(self, shape, vocab):
+        self.results.update(gpu=measured["gpu"], vllm="0.31.0")
+        self.results["models"].update(measured["models"])
+        self.results["cells"] += [c for c in measured["cells"] if c["mix"] == "topk_topp"]
+
+    monkeypatch.setattr(run.Run, "model", model)
+    assert run.main(["--models", "8b:151936", "--out", str(tmp_path / "out"), "--record"]) == 0
+    assert json.loads(path.read_text()) == {"0.31": {TOPK: {
+        "ratio": RECORDED[TOPK], "source": "bench e2e, NVIDIA H200, docs/benchmarks.md"}}}

@@ -46,6 +46,9 @@ How, and why so:
   the run separates the engine's first-request cost from a sampling route's.
 - Results go to ``--out``/e2e.json after every cell (schema in ``report.py``),
   then e2e.png and markdown tables; ``--render e2e.json`` prints the tables.
+  ``--ratios e2e.json`` prints the plugin/stock cells as integration/parts.py's
+  ratio strings (``report.parts_ratios``); ``--record`` (with ``--ratios`` or
+  a run) writes them into data/measurements.json under the run's vLLM line.
 """
 
 

@@ -63,6 +63,8 @@ import os
 import statistics
 from collections.abc import Sequence
 
+from vllm_sampling_plugin.integration import parts
+
 SCHEMA_VERSION = 1
 
 
@@ -378,6 +380,100 @@ def render_markdown(results: dict) -> str:
                          f"{c['warm_ttft_ms']:.1f} | {c['ratio']:.2f} | {compiled} |")
         lines.append("")
     return "\n".join(lines)
+
+
+# integration/parts.py's part of each sampling mix whose stock-vs-plugin
+# cells ``--record`` writes (``mixed`` spans several parts: not recorded).
+PART_OF_MIX = {
+    "topk_topp": parts.TOP_K_TOP_P_FLASHINFER,
+    "seeded_topp": parts.TOP_K_TOP_P_SEEDED,
+    "greedy": parts.GUMBEL,
+    "t1": parts.GUMBEL,
+}
+
+
+def model_label(results: dict, model: str) -> str:
+    """``"8B"`` for the cells' ``"8b-v151936"``: the checkpoint's shape."""
+    shape = (results.get("models") or {}).get(model, {}).get("shape") or model.split("-v")[0]
+    return shape.upper()
+
+
+def parts_ratios(results: dict) -> dict[str, str]:
+    """``{integration/parts.py part name: ratio string}`` from an e2e.json:
+    per part, every stock-vs-plugin cell of its mixes (``PART_OF_MIX``; A/A
+    cells and other mixes are left out), the median of the pair ratios at
+    each batch size, e.g. ``"8B engine tok/s plugin/stock 1.022 at B=64,
+    1.037 at B=256 (median of 5 pairs)"``. Models are joined by "; "; a part
+    measured with two mixes (greedy and t1) names each; ``--use-fp64-gumbel``
+    runs say "FP64 engines". Parts without a cell are left out."""
+    by_part: dict[str, dict[str, dict[str, list[dict]]]] = {}
+    for cell in results.get("cells", []):
+        part = PART_OF_MIX.get(cell["mix"])
+        if part is None or cell.get("against", "plugin") != "plugin":
+            continue
+        models = by_part.setdefault(part, {})
+        models.setdefault(cell["model"], {}).setdefault(cell["mix"], []).append(cell)
+    fp64 = bool((results.get("args") or {}).get("use_fp64_gumbel"))
+    out = {}
+    for part in [p for p in parts.PARTS if p in by_part]:
+        models = by_part[part]
+        texts, pairs = [], set()
+        for model, mixes in models.items():
+            groups = []
+            for mix, cells in mixes.items():
+                at = []
+                for cell in sorted(cells, key=lambda c: c["max_num_seqs"]):
+                    # Files written before paired ratios: the ratio of medians.
+                    paired = cell.get("paired")
+                    at.append(f"{(paired or {'median': cell['ratio']})['median']:.3f} "
+                              f"at B={cell['max_num_seqs']}")
+                    pairs.add(len(cell["stock_tok_s"]) if paired else None)
+                groups.append((f"{mix} " if len(mixes) > 1 else "") + ", ".join(at))
+            texts.append(f"{model_label(results, model)} engine tok/s plugin/stock "
+                         + "; ".join(groups))
+        counts = sorted(n for n in pairs if n is not None)
+        how = []
+        if counts:
+            span = f"{counts[0]}" if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]}"
+            how.append(f"median of {span} pairs")
+        if None in pairs:
+            how.append("ratio of medians")
+        if fp64:
+            how.append("FP64 engines")
+        out[part] = "; ".join(texts) + f" ({', '.join(how)})"
+    return out
+
+
+def results_line(results: dict) -> str:
+    """The vLLM release line an e2e.json's engines ran (``"0.26"`` for
+    ``"0.26.0"``); a ValueError names what the file holds otherwise."""
+    from vllm_sampling_plugin.integration.version import release_line
+
+    found = results.get("vllm")
+    try:
+        line = release_line(str(found).removeprefix("vLLM ").strip()) if found else None
+    except ValueError:  # not a version at all
+        line = None
+    if line is None:
+        raise ValueError(f"the report's vLLM version {found!r} is not a supported release "
+                         "line: nothing recorded")
+    return line
+
+
+def record_ratios(results: dict, path=None) -> dict[str, dict[str, str]]:
+    """Write an e2e.json's ratios (:func:`parts_ratios`) into
+    data/measurements.json under its vLLM line, where ``vllm-sampling-plugin
+    info`` and docs/compatibility.md read them; each replaces its part's
+    entry. Returns ``{part: {"ratio", "source"}}`` as written."""
+    from vllm_sampling_plugin import measurements
+
+    line = results_line(results)
+    source = f"bench e2e, {results.get('gpu') or 'GPU not recorded'}, docs/benchmarks.md"
+    written = {}
+    for part, text in parts_ratios(results).items():
+        measurements.record(line, part, text, source, path or measurements.PATH)
+        written[part] = {"ratio": text, "source": source}
+    return written
 
 
 def plot(results: dict, path: str) -> str | None:

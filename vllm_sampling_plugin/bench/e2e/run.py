@@ -153,9 +153,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "still closed cleanly); default: no limit")
     parser.add_argument("--render", metavar="JSON", type=read_json_argument,
                         help="print the markdown tables of an e2e.json and exit (no GPU needed)")
+    parser.add_argument("--ratios", metavar="FILE", type=read_json_argument,
+                        help="print the parts.py ratio strings of an e2e.json (plugin/stock "
+                             "tok/s of the topk_topp, seeded_topp, greedy and t1 cells) and "
+                             "exit (no GPU needed)")
+    parser.add_argument("--record", action="store_true",
+                        help="write those ratios (of this run, or of --ratios FILE) into the "
+                             "package's data/measurements.json under the run's vLLM line, "
+                             "which info reads")
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
+    if args.record and args.render and not args.ratios:
+        parser.error("--record writes the ratios of a run or of --ratios FILE, not of --render")
     if args.spec_engines == "stock" and release_line(installed_vllm_version()) == LINE_0_20:
         parser.error("--spec-engines stock: stock vLLM 0.20's V2 model runner has no n-gram "
                      "proposer (the plugin brings one); use a vLLM >= 0.32 or --spec-engines "
@@ -230,7 +240,7 @@ class Run:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.start = time.perf_counter()
-        saved = {k: v for k, v in vars(args).items() if k != "render"}
+        saved = {k: v for k, v in vars(args).items() if k not in ("render", "ratios")}
         self.results = report.new_results(saved)
         # The engine each stock engine is paired with.
         self.second = "control" if args.control else "plugin"
@@ -530,10 +540,31 @@ class Run:
                  + (f" and {png}" if png else ""))
 
 
+def record(results: dict) -> None:
+    """``--record``: the run's ratios into data/measurements.json, each
+    written entry printed; a file of an unsupported vLLM line exits in one line."""
+    try:
+        written = report.record_ratios(results)
+    except ValueError as exc:
+        raise SystemExit(f"bench e2e --record: {exc}") from None
+    line = report.results_line(results)
+    if not written:
+        print(f"bench e2e --record: no stock-vs-plugin cell of "
+              f"{', '.join(report.PART_OF_MIX)}: nothing recorded for vLLM {line}")
+    for part, entry in written.items():
+        print(f"recorded for vLLM {line}: {part}: {entry['ratio']} ({entry['source']})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
         print(report.render_markdown(args.render))
+        return 0
+    if args.ratios:
+        for name, text in report.parts_ratios(args.ratios).items():
+            print(f"{name}: {text}")
+        if args.record:
+            record(args.ratios)
         return 0
     # Before any checkpoint is written: an 8B one takes minutes and many GB.
     require_gpu("e2e")
@@ -543,4 +574,6 @@ def main(argv: list[str] | None = None) -> int:
             run.model(shape, vocab)
     finally:
         run.finish()
+    if args.record:
+        record(run.results)
     return 0
