@@ -186,3 +186,21 @@ def test_warm_up_launches_the_draw_in_the_request_slot_dtype_of_the_runners_step
         """
     )
     assert out.strip().splitlines()[-1] == STEP_SLOT_DTYPE[INSTALLED_LINE]
+
+
+def test_warm_up_covers_both_slot_dtypes_where_the_runner_has_no_source():
+    """A vLLM installed without its .py files: the warm-up cannot read the
+    steps' dtype, so it compiles both rather than failing the engine."""
+    out = run_python(
+        """
+        import inspect
+        from vllm_sampling_plugin.integration.seams import warmup
+
+        def no_source(obj):
+            raise OSError("could not get source code")
+
+        inspect.getsource = no_source
+        print(warmup.step_slot_dtypes.__wrapped__())
+        """
+    )
+    assert out.strip().splitlines()[-1] == "(torch.int32, torch.int64)"

@@ -119,7 +119,10 @@ def step_slot_dtypes() -> tuple[torch.dtype, ...]:
     """
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
-    source = inspect.getsource(sys.modules[GPUModelRunner.__module__])
+    try:
+        source = inspect.getsource(sys.modules[GPUModelRunner.__module__])
+    except (OSError, TypeError):  # installed without its sources
+        return (torch.int32, torch.int64)
     copies = _GPU_SLOTS.findall(source)
     named = {match.group(1) for args in copies if (match := _NAMED_DTYPE.search(args))}
     if copies and len(named) == len(copies):
