@@ -35,7 +35,6 @@ def test_registration_patches_the_sampler_name():
         import vllm.v1.worker.gpu.model_runner as mr
         from vllm.config import ModelConfig, VllmConfig
         from vllm.engine.arg_utils import EngineArgs
-        from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
         from vllm_sampling_plugin.integration.register import registration_state
         from vllm_sampling_plugin.integration.seams.draw import PluginSampler
 
@@ -43,20 +42,37 @@ def test_registration_patches_the_sampler_name():
         assert mr.Sampler is PluginSampler, mr.Sampler
         # The draw's kernels compile in the dummy sampler run (seams/warmup.py).
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
-        # The verify-step takeover is bound, and hands back upstream's own
-        # RejectionSampler unless the engine opts in (--plugin-verification).
-        from vllm_sampling_plugin.integration.plugin_verification import (
-            PluginVerifyingRejectionSampler,
-        )
-        assert mr.RejectionSampler is PluginVerifyingRejectionSampler
-        assert issubclass(PluginVerifyingRejectionSampler, RejectionSampler)
-        assert ModelConfig.plugin_verification == "upstream"
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
         # Upstream owns use_fp64_gumbel: ModelConfig and VllmConfig stay
         # upstream's, and so does EngineArgs' field.
         assert "_vllm_sampling_plugin_patched" not in VllmConfig.__dict__
         assert not hasattr(ModelConfig, "flashinfer_sampler")
         assert EngineArgs.__dataclass_fields__["use_fp64_gumbel"].default is False
+        print("ok")
+        """
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+@needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
+def test_registration_binds_the_verify_step_takeover():
+    """Bound where the line's RejectionSampler has the verify-step shape (0.32,
+    not 0.31); it hands back upstream's own RejectionSampler unless the engine
+    opts in (--plugin-verification)."""
+    out = run_python(
+        """
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+
+        import vllm.v1.worker.gpu.model_runner as mr
+        from vllm.config import ModelConfig
+        from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
+        from vllm_sampling_plugin.integration.plugin_verification import (
+            PluginVerifyingRejectionSampler,
+        )
+        assert mr.RejectionSampler is PluginVerifyingRejectionSampler
+        assert issubclass(PluginVerifyingRejectionSampler, RejectionSampler)
+        assert ModelConfig.plugin_verification == "upstream"
         print("ok")
         """
     )
