@@ -194,6 +194,7 @@ def test_warm_up_covers_both_slot_dtypes_where_the_runner_has_no_source():
     out = run_python(
         """
         import inspect
+        import vllm.v1.worker.gpu.model_runner  # imported first: its imports read sources
         from vllm_sampling_plugin.integration.seams import warmup
 
         def no_source(obj):
