@@ -67,7 +67,6 @@ _TORCH_INT = {"int32": torch.int32, "int64": torch.int64, "intp": torch.int64}
 
 
 def detect(draw_found: Found) -> Found:
-
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
     if not draw_found.is_taken:
