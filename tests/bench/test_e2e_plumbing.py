@@ -430,6 +430,58 @@ def test_greedy_tokens_reports_probabilities_and_counter_deltas():
     assert server.greedy_tokens([[5, 6]], 2)["top1_probability"] == []
 
 
+class FakeConn:
+    def __init__(self, commands):
+        self.commands, self.sent = list(commands), []
+
+    def recv(self):
+        return self.commands.pop(0)
+
+    def send(self, message):
+        self.sent.append(message)
+
+
+def test_engine_child_stops_its_engine_core_and_exits(monkeypatch):
+    """On "stop" the child shuts the engine core down (its GPU memory must be
+    free before the parent starts the next engine) and leaves at once."""
+    events = []
+
+    class Server:
+        def __init__(self, spec, triton_cache):
+            pass
+
+        def ready_info(self):
+            return {"ready": True}
+
+        def vocab_size(self):
+            return 7
+
+        def shutdown(self):
+            events.append("shutdown")
+
+    def leave(code):
+        events.append(("exit", code))
+        raise SystemExit(code)
+
+    monkeypatch.setattr(engine, "_EngineServer", Server)
+    monkeypatch.setattr(engine.os, "_exit", leave)
+    monkeypatch.setattr(engine.os, "environ", {})
+    conn = FakeConn([("vocab_size", {}), ("stop", {})])
+    with pytest.raises(SystemExit):
+        engine._serve(conn, engine.EngineSpec("plugin", "/m", 8, 0.4, 100))
+    assert conn.sent == [{"ready": True}, 7]
+    assert events == ["shutdown", ("exit", 0)]
+
+
+def test_engine_server_shutdown_stops_the_engine_core():
+    stopped = []
+    server = _server()
+    server.llm.llm_engine = types.SimpleNamespace(
+        engine_core=types.SimpleNamespace(shutdown=lambda: stopped.append(True)))
+    server.shutdown()
+    assert stopped == [True]
+
+
 @pytest.mark.parametrize("first", engine.COLD_START_MIXES)
 def test_cold_start_times_each_routes_first_request_then_warm(first, monkeypatch):
     sent = []

@@ -189,7 +189,11 @@ def _serve(conn, spec: EngineSpec) -> None:
             conn.send(getattr(server, command)(**kwargs))
         except Exception:  # noqa: BLE001 - reported to the parent, which raises it
             conn.send({"error": traceback.format_exc()})
-    del server
+    server.shutdown()
+    # Nothing is left to run here, and vLLM 0.33's threads kept this process
+    # (and its engine core's GPU memory) alive for minutes after the engine
+    # was dropped: leave at once.
+    os._exit(0)
 
 
 class _EngineServer:
@@ -209,6 +213,11 @@ class _EngineServer:
         self.sampler = self.llm.collective_rpc(hooks.sampler_class)[0]
         check_sampler(spec.role, self.sampler)
         self.cold_start_result = self._cold_start()
+
+    def shutdown(self) -> None:
+        """Stop the engine core and wait for it to exit, so that its GPU
+        memory is free when the parent starts the next engine."""
+        self.llm.llm_engine.engine_core.shutdown()
 
     def ready_info(self) -> dict:
         import torch
