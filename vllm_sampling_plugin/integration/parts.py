@@ -106,8 +106,8 @@ WHY_PLUGIN = {
     SPECULATION_POLICY: "the scheduler verifies only the drafts the n-gram proposer "
     "found (counts sent back with each output, no sync; full decode graphs for "
     "one-token steps); the default on 0.20, where an H100 run measured it, opt-in "
-    "elsewhere (--speculation-policy adaptive; over upstream's proposer not yet run "
-    "on a GPU)",
+    "elsewhere (--speculation-policy adaptive; over upstream's proposer, which runs "
+    "eagerly every step, it still loses on non-repeating text, docs/benchmarks.md)",
     FP64_SETTING: "upstream has no such setting; the plugin adds --use-fp64-gumbel",
     FLASHINFER_SETTING: "read once in the front-end, tri-state (1 forces, 0 off, unset "
     "where supported), carried to workers on ModelConfig",
@@ -128,7 +128,8 @@ WHY_UPSTREAM = {
 # Why a part stays upstream's in a shape of its seam that the plugin takes.
 WHY_UPSTREAM_IN_SHAPE = {
     VERIFICATION: "upstream's RejectionSampler by default; --plugin-verification plugin "
-    "(opt-in, not yet run on a GPU) verifies the standard method's batches whose "
+    "(opt-in; measured 0.75-0.83x upstream's verification) verifies the standard "
+    "method's batches whose "
     "requests use only temperature, min_p, top-k and top-p with the plugin's fused "
     "kernel (no float32 [B*(k+1), V] canvas); other methods, adaptive verification, "
     "watermarks, sampling masks, logits processors, thinking budgets, processed "
