@@ -466,6 +466,7 @@ def test_engine_child_stops_its_engine_core_and_exits(monkeypatch):
     monkeypatch.setattr(engine, "_EngineServer", Server)
     monkeypatch.setattr(engine.os, "_exit", leave)
     monkeypatch.setattr(engine.os, "environ", {})
+    monkeypatch.setattr(engine.tempfile, "mkdtemp", lambda prefix: "/nonexistent")
     conn = FakeConn([("vocab_size", {}), ("stop", {})])
     with pytest.raises(SystemExit):
         engine._serve(conn, engine.EngineSpec("plugin", "/m", 8, 0.4, 100))

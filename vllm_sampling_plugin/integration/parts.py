@@ -129,8 +129,8 @@ WHY_UPSTREAM = {
 WHY_UPSTREAM_IN_SHAPE = {
     VERIFICATION: "upstream's RejectionSampler by default; --plugin-verification plugin "
     "(opt-in; measured 0.75-0.83x upstream's verification) verifies the standard "
-    "method's batches whose "
-    "requests use only temperature, min_p, top-k and top-p with the plugin's fused "
+    "method's batches whose requests use only temperature, min_p, top-k and top-p "
+    "with the plugin's fused "
     "kernel (no float32 [B*(k+1), V] canvas); other methods, adaptive verification, "
     "watermarks, sampling masks, logits processors, thinking budgets, processed "
     "logprobs and draft logits at temperatures other than 0 or 1 stay upstream's",
