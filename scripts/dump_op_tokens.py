@@ -78,6 +78,20 @@ def op_cases(ops, device: str, vocab: int, max_rows: int):
                     ops.rejection_sample,
                     target, drafts, probs, **row, synthetic_rates=rates, use_fp64=fp64,
                 )
+        # The filters folded into verification (vLLM 0.33's order: min_p, top-k,
+        # top-p), one setting per request, some off.
+        filters = {
+            "top_k": torch.randint(1, 200, (rows,), generator=gen, device=device).to(torch.int32),
+            "top_p": torch.rand(rows, generator=gen, device=device) * 0.5 + 0.5,
+            "min_p": torch.rand(rows, generator=gen, device=device) * 0.1,
+        }
+        filters["top_k"][::3] = vocab
+        filters["top_p"][1::3] = 1.0
+        filters["min_p"][::2] = 0.0
+        for name, probs in (("draft_probs", draft_probs), ("no_draft_probs", None)):
+            yield f"rejection_filtered_{name}_B{rows}_K{k}_fp32", partial(
+                ops.rejection_sample, target, drafts, probs, **row, **filters
+            )
     for rows, length in sorted({(min(r, max_rows), n) for r, n in ((1, 1024), (64, 8192), (256, 1024))}):
         gen = torch.Generator(device=device).manual_seed(2000 + rows)
         # A small alphabet makes n-gram matches common.

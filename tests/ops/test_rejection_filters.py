@@ -445,3 +445,82 @@ def test_bad_filter_inputs_raise_value_error(device):
     for kwargs, name in cases:
         with pytest.raises(ValueError, match=name):
             rejection_sample(*args, **kwargs)
+
+
+def _order_keys(x: np.ndarray) -> np.ndarray:
+    """``select.order_key`` in NumPy: uint32 keys whose order is float32 order."""
+    bits = np.where(x == 0, np.float32(0), x).astype(np.float32).view(np.int32)
+    flip = (bits >> 31) | np.int32(-(2**31))
+    return (bits ^ flip).view(np.uint32)
+
+
+def _listed_threshold_rows(vocab: int):
+    """Rows of a vocabulary of several chunks, each (logits, temperature,
+    (top_k, top_p, min_p), the path that must find the threshold)."""
+    generator = np.random.default_rng(61)
+    peaked = lambda: generator.standard_normal(vocab).astype(np.float32) * 3  # noqa: E731
+    flat = lambda: generator.standard_normal(vocab).astype(np.float32) * 0.3  # noqa: E731
+    same_group = peaked()
+    # The three largest logits in one group of 128: the list holds two.
+    same_group[[5, 9, 77]] = same_group.max() + np.array([3.0, 2.0, 1.0], dtype=np.float32)
+    tied = peaked()
+    # Tokens 4th to 6th largest tied, in three groups; top_k = 5 keeps all three.
+    top = np.sort(tied)[::-1]
+    tied[np.argsort(tied)[::-1][3:6]] = (top[3] + top[6]) / 2
+    lists, collected, exact = 1, 2, 3
+    return [
+        (peaked(), 0.8, (20, 1.0, 0.0), lists),
+        (tied, 1.0, (5, 1.0, 0.0), lists),
+        (peaked(), 1.0, (300, 1.0, 0.0), collected),  # beyond the short list
+        (peaked(), 1.0, (3000, 0.99, 0.0), exact),  # beyond the wide list
+        (peaked() * 1.5, 1.0, (0, 0.95, 0.0), collected),  # a wide top-p set
+        (same_group, 1.0, (3, 1.0, 0.0), collected),
+        (peaked() * 2, 0.9, (0, 0.8, 0.0), lists),
+        (flat(), 1.0, (0, 0.9, 0.0), exact),  # the top-p set is thousands wide
+        (peaked(), 1.0, (0, 0.85, 0.2), lists),  # min_p above every floor
+        (flat(), 1.0, (0, 0.85, 0.01), exact),  # top-p of the min_p set: not listed
+        (peaked(), 0.7, (30, 0.7, 0.05), lists),
+        (peaked(), 1.2, (0, 1.0, 0.1), 0),  # min_p alone: the max is enough
+        (peaked(), 0.0, (5, 0.5, 0.1), 0),  # greedy
+    ]
+
+
+def test_thresholds_from_the_chunk_lists_equal_the_whole_row_law(device):
+    """``filter_thresholds`` on a vocabulary of several chunks: the kept set
+    (keys at or above the threshold) is the float64 law's on every row, rows
+    the chunk lists decide and rows that need the whole-row selects alike,
+    and each row takes the path its construction calls for."""
+    from vllm_sampling_plugin.ops.rejection.filters import filter_thresholds
+
+    vocab = 32768  # eight chunks of 4096 tokens, groups of 128
+    rows = _listed_threshold_rows(vocab)
+    logits = torch.from_numpy(np.stack([r[0] for r in rows]))
+    temperature = torch.tensor([r[1] for r in rows], dtype=torch.float32)
+    top_k, top_p, min_p = _filter_tensors([r[2] for r in rows], "cpu")
+    num_rows = len(rows)
+    paths = torch.full((num_rows,), -1, dtype=torch.int32, device=device)
+    thresholds = filter_thresholds(
+        logits.to(device),
+        torch.arange(num_rows + 1, dtype=torch.int32, device=device),
+        torch.arange(num_rows, dtype=torch.int32, device=device),
+        temperature.to(device),
+        top_k.to(device),
+        top_p.to(device),
+        min_p.to(device),
+        0,
+        apply_temperature=True,
+        paths_out=paths,
+    ).cpu().numpy().view(np.uint32)
+    assert paths.cpu().tolist() == [r[3] for r in rows], paths.cpu().tolist()
+    assert {1, 2, 3} <= set(paths.cpu().tolist())  # every path is exercised
+    for i, (row, temp, setting, _) in enumerate(rows):
+        if temp == 0:
+            assert thresholds[i] == 0
+            continue
+        want, _, margin = _filtered(row, temp, *setting)
+        # Top-k alone compares logits exactly (the tied row's cut has no
+        # margin); mass sums and min_p's log need room for rounding.
+        assert margin > 1e-6 or setting[1:] == (1.0, 0.0), i
+        scaled = np.float32(row) / np.float32(temp)
+        kept = _order_keys(scaled) >= thresholds[i]
+        assert np.array_equal(kept, want), (i, int(kept.sum()), int(want.sum()))

@@ -593,8 +593,10 @@ def allocation_fields(
 
 def drop_plugin_workspaces() -> None:
     from vllm_sampling_plugin.ops.rejection import filters, workspace
+    from vllm_sampling_plugin.ops.topk_topp import workspace as topk_topp_workspace
 
-    filters._FILTER_WORKSPACES.clear()
+    filters._THRESHOLDS.clear()
+    topk_topp_workspace._WORKSPACES.clear()
     workspace._WORKSPACES.clear()
 
 
@@ -738,7 +740,9 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
 
     def in_top_k_share_of(sampled: torch.Tensor, num_sampled: torch.Tensor) -> float:
         """Share of emitted tokens among the TOP_K largest logits of the row
-        that emitted them (accepted drafts and the corrected or bonus token)."""
+        that emitted them (accepted drafts and the corrected or bonus token).
+        The outputs arrive as host copies; the logits stay on the device."""
+        sampled, num_sampled = sampled.to(device), num_sampled.to(device)
         cols = torch.arange(num_spec + 1, device=device)
         emitted = cols[None, :] < num_sampled[:, None]
         rows = (torch.arange(num_reqs, device=device)[:, None] * (num_spec + 1) + cols)[emitted]

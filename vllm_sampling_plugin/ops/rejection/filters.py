@@ -18,19 +18,45 @@ so does their composition, so a row's filters come down to one number:
 * the row threshold ``max(t_m, t_k, t_p)``, capped at the row's max (the top
   token always stays).
 
-``_filter_threshold_kernel`` finds it, one program per target row, with the
-exact whole-row selects of ``ops/topk_topp/exact.py`` (radix select of the
-k-th largest order key; the same select weighted by probability mass for
-top-p, which takes the min_p/top-k threshold as its lower bound), and stores
-it as an order key (``ops/topk_topp/select.py``; 0 keeps every token). The
-rejection kernel then reads the raw logits as ever and masks the tokens whose
-key is below the row's threshold as it loads them (``stats.load_logits``), so
-nothing of size ``[rows, V]`` is written. Greedy rows get 0: every filter
-keeps the row's max, so their argmax is the same.
+Two kernels find it without writing anything of size ``[rows, V]``:
 
-Scratch per call, kept between calls (``filter_workspace``): the thresholds,
-int32 ``[num_logits]``, and with top-p a 256-bin int64 mass histogram per row,
-``[num_logits, 256]`` (2 KiB a row, whatever the vocabulary).
+* ``_list_chunks_kernel``, one program per (row, chunk of ``CHUNK`` tokens),
+  reads the row once: the chunk's max and, for top-k/top-p rows, the fused
+  sampler's chunk list (``ops/topk_topp/chunk.py``: the two largest logits of
+  every group of 128 tokens, and the *floor*, the largest logit left out;
+  every token above the floor is listed), plus the chunk's mass for top-p
+  alone;
+* ``_threshold_kernel``, one program per row, decides the cuts on the row's
+  short list with the sampler's pairwise ``decide`` (``ops/topk_topp/row.py``)
+  whenever they lie above the list's floor: exact for every listed token, so
+  the threshold is the one a whole-row select finds. Otherwise (three top
+  tokens in one group, ties across groups, top_k beyond the short list, a
+  wide top-p set) it takes a bound the cuts reach from the list and collects
+  every token at or above it, reading again only the chunks whose floor
+  reaches it, as the sampler's ``sample_wide`` does: pairwise on up to
+  ``short_list`` tokens, bit-by-bit searches on up to ``wide_list``. Rows
+  neither can hold (top_k in the thousands, top-p alone on a flat row, top-p
+  alone under a min_p that cuts below the floor) take the exact whole-row
+  selects of ``ops/topk_topp/exact.py`` (radix select of the k-th largest
+  order key; the same select weighted by mass for top-p): about nine reads
+  of the row by one program.
+
+The threshold is stored as an order key (``ops/topk_topp/select.py``; 0 keeps
+every token). The rejection kernel then reads the raw logits as ever and
+masks the tokens whose key is below the row's threshold as it loads them
+(``stats.load_logits``). Greedy rows get 0 and are not read: every filter
+keeps the row's max, so their argmax is the same. A row thus costs one read
+here where the whole-row selects cost about nine.
+
+The paths agree on every kept set except where a top-p mass sum lands
+within float rounding of ``top_p`` (the list sums in fp32, the exact path in
+fixed point).
+
+Scratch, kept between calls: the fused sampler's own workspace for the
+vocabulary (``ops/topk_topp/workspace.py``; per row the chunk lists, about
+19 KB at V = 151936, a ``wide_list`` scratch row, 32 KB, and a 256-bin int64
+mass histogram for the exact path) and the thresholds; no call allocates
+anything that grows with V.
 """
 
 import dataclasses
@@ -40,18 +66,346 @@ import triton
 import triton.language as tl
 
 from ..host_math import next_power_of_2
+from ..topk_topp.chunk import list_largest_per_group
 from ..topk_topp.exact import kth_largest_key_of_row, top_p_key_of_row
-from ..topk_topp.plan import DEFAULT_TUNING
-from ..topk_topp.select import load_logits_block, order_key
-
-_RADIX_BINS = 256
+from ..topk_topp.merge import PATH_COLLECTED, PATH_EXACT, PATH_NO_FILTER, PATH_SHORT_LIST
+from ..topk_topp.plan import DEFAULT_TUNING, launch_shape
+from ..topk_topp.row import append_taken, collect_at_least, decide, list_largest, load_list
+from ..topk_topp.select import NEG_INF_KEY, largest_key_reaching, load_logits_block, order_key
+from ..topk_topp.workspace import Workspace, workspace_for
 
 
 @triton.jit
-def _filter_threshold_kernel(
+def _row_filters(
+    requests,  # (temperature, top_k, top_p, min_p), each [max_num_reqs]
+    state_idx,
+    vocab_size,
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
+):
+    """The request's temperature and, per filter, whether it is on and its
+    value (tensors either way). A filter the call does not pass is off and
+    never read."""
+    temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr = requests
+    temperature = tl.load(temperature_ptr + state_idx).to(tl.float32)
+    filter_k = tl.full((), 0, tl.int1)
+    top_k = tl.full((), 0, tl.int32)
+    if HAS_TOP_K:
+        top_k_value = tl.load(top_k_ptr + state_idx)
+        filter_k = (top_k_value > 0) & (top_k_value < vocab_size)
+        top_k = top_k_value.to(tl.int32)
+    filter_p = tl.full((), 0, tl.int1)
+    top_p = tl.full((), 1.0, tl.float32)
+    if HAS_TOP_P:
+        top_p = tl.load(top_p_ptr + state_idx).to(tl.float32)
+        filter_p = top_p < 1.0
+    filter_min_p = tl.full((), 0, tl.int1)
+    min_p = tl.full((), 0.0, tl.float32)
+    if HAS_MIN_P:
+        min_p = tl.load(min_p_ptr + state_idx).to(tl.float32)
+        filter_min_p = min_p > 0.0
+    return temperature, (filter_k, top_k, filter_p, top_p), filter_min_p, min_p
+
+
+@triton.jit
+def _list_chunks_kernel(
+    # [num_logits, NUM_CHUNKS] each: max (fp32), mass (fp32, relative to the
+    # max; top-p alone), floor (int32, uint32 key bits; top-k/top-p rows)
+    chunk_max_ptr,
+    chunk_mass_ptr,
+    chunk_floor_ptr,
+    # [num_logits, NUM_CHUNKS, LIST] each: listed logits (fp32) and ids (int32)
+    listed_logits_ptr,
+    listed_ids_ptr,
+    # [num_logits, V]
+    logits_ptr,
+    logits_stride,
+    # [num_reqs + 1]
+    cu_num_logits_ptr,
+    # [num_reqs]
+    idx_mapping_ptr,
+    requests,  # (temperature, top_k, top_p, min_p), each [max_num_reqs]
+    vocab_size,
+    NUM_CHUNKS: tl.constexpr,
+    CHUNK: tl.constexpr,
+    GROUP: tl.constexpr,
+    PER_GROUP: tl.constexpr,
+    LIST: tl.constexpr,
+    HAS_TOP_K: tl.constexpr,
+    HAS_TOP_P: tl.constexpr,
+    HAS_MIN_P: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    req_idx = tl.program_id(0)
+    row = tl.program_id(1) // NUM_CHUNKS
+    chunk = tl.program_id(1) % NUM_CHUNKS
+    start = tl.load(cu_num_logits_ptr + req_idx)
+    if row < tl.load(cu_num_logits_ptr + req_idx + 1) - start:
+        logit_idx = (start + row).to(tl.int64)
+        state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
+        temperature, filters, filter_min_p, min_p = _row_filters(
+            requests, state_idx, vocab_size, HAS_TOP_K, HAS_TOP_P, HAS_MIN_P
+        )
+        filter_k = filters[0]
+        filter_p = filters[2]
+        # Greedy and unfiltered rows are never read.
+        if (temperature != 0.0) & (filter_k | filter_p | filter_min_p):
+            row_logits = (logits_ptr + logit_idx * logits_stride, 1, temperature, vocab_size)
+            # [groups, GROUP]: a group's tokens sit in neighbouring lanes.
+            token_ids, in_vocab, x = load_logits_block(
+                row_logits, chunk * CHUNK, CHUNK // GROUP, GROUP, APPLY_TEMPERATURE
+            )
+            out = logit_idx * NUM_CHUNKS + chunk
+            if filter_k | filter_p:
+                chunk_max, chunk_argmax, floor = list_largest_per_group(
+                    x, token_ids, vocab_size, listed_logits_ptr + out * LIST,
+                    listed_ids_ptr + out * LIST, PER_GROUP,
+                )
+                tl.store(chunk_floor_ptr + out, floor.to(tl.int32, bitcast=True))
+                if filter_p & ~filter_k:
+                    # Top-p alone needs the row's total mass.
+                    mass = tl.where(x == chunk_max, 1.0, tl.exp(x - chunk_max))
+                    mass = tl.where(in_vocab, mass, 0.0)
+                    tl.store(chunk_mass_ptr + out, tl.sum(tl.sum(mass, axis=1), axis=0))
+            else:
+                # min_p alone: the max is all it needs.
+                chunk_max = tl.max(tl.max(x, axis=1), axis=0)
+            tl.store(chunk_max_ptr + out, chunk_max)
+
+
+@triton.jit
+def _listed_threshold(
+    x,  # [CHUNKS_BLOCK, LIST] fp32: the row's listed logits, -inf: no token
+    ids,  # [CHUNKS_BLOCK, LIST] int32
+    valid,  # [CHUNKS_BLOCK, LIST]: listed and kept by min_p
+    floor,  # every valid token of the row above it is listed
+    scratch,  # [LANES] each, this row's: (logits fp32, ids int32)
+    row_max,
+    capacity,
+    filters,  # (filter_k, top_k, filter_p, top_p)
+    total_mass,  # the row's mass relative to row_max (top-p alone)
+    LANES: tl.constexpr,
+):
+    """Top-k then top-p decided on the row's short list, as the sampler's
+    ``sample_short`` decides them: the ``capacity`` largest valid tokens.
+    Returns ``_threshold_of_list``'s (threshold, decided, bound)."""
+    chosen, cut = list_largest(x, valid, row_max, capacity)
+    count = append_taken(x, ids, chosen, 0, scratch, LANES)
+    tl.debug_barrier()
+    return _threshold_of_list(
+        scratch, count, tl.maximum(floor, cut), row_max, filters, total_mass, LANES
+    )
+
+
+@triton.jit
+def _threshold_of_list(
+    scratch,  # [LANES] each: (logits fp32, ids int32) of the tokens
+    count,
+    floor,
+    row_max,
+    filters,  # (filter_k, top_k, filter_p, top_p)
+    total_mass,
+    LANES: tl.constexpr,
+):
+    """``decide`` on the ``count <= LANES`` tokens of a scratch list (every
+    token of the row above ``floor``): the least kept key (the kept tokens
+    are a top set), whether that is the row's, and ``decide``'s bound."""
+    x, ids, keys, listed = load_list(scratch, count, LANES)
+    keep, decided, bound = decide(x, keys, listed, floor, row_max, filters, total_mass)
+    return order_key(tl.min(tl.where(keep, x, float("inf")), axis=0)), decided, bound
+
+
+@triton.jit
+def _list_bound(x, keys, valid, row_max, filters, total_mass):
+    """A key the row's cuts reach, searched on the whole list when the short
+    list cannot tell (top_k beyond it, a wide top-p set): the k-th largest
+    valid listed key, or (top-p alone) the key where the listed mass reaches
+    ``top_p``; 0 if the list holds fewer (the row then needs the exact path)."""
+    filter_k, top_k, filter_p, top_p = filters
+    lanes: tl.constexpr = x.shape[0] * x.shape[1]
+    flat_keys = tl.reshape(tl.where(valid, keys, 0), [lanes])
+    if filter_k:
+        bound = largest_key_reaching(flat_keys, tl.reshape(valid.to(tl.int32), [lanes]), top_k)
+    else:
+        mass = tl.where(valid, tl.exp(x - row_max), 0.0)
+        bound = largest_key_reaching(flat_keys, tl.reshape(mass, [lanes]), top_p * total_mass)
+    return bound
+
+
+@triton.jit
+def _wide_threshold(
+    scratch,  # [WIDE] each: (logits fp32, ids int32), every token at or above the cuts
+    count,
+    min_p_key,  # 0: min_p off
+    row_max,
+    filters,  # (filter_k, top_k, filter_p, top_p)
+    total_mass,  # the row's mass relative to row_max (top-p alone)
+    WIDE: tl.constexpr,
+):
+    """The cuts among ``count <= WIDE`` collected tokens, by bit-by-bit
+    searches instead of pairwise comparisons (too many lanes for those)."""
+    filter_k, top_k, filter_p, top_p = filters
+    x, ids, keys, collected = load_list(scratch, count, WIDE)
+    threshold = min_p_key
+    if filter_k:
+        threshold = tl.maximum(
+            threshold, largest_key_reaching(keys, collected.to(tl.int32), top_k)
+        )
+    mass = tl.where(collected & (keys >= threshold), tl.exp(x - row_max), 0.0)
+    if filter_k:
+        total_mass = tl.sum(mass, axis=0)
+    if filter_p:
+        threshold = tl.maximum(threshold, largest_key_reaching(keys, mass, top_p * total_mass))
+    return threshold
+
+
+@triton.jit
+def _exact_threshold(
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
+    row_max,
+    min_p_key,  # 0: min_p off
+    filters,  # (filter_k, top_k, filter_p, top_p)
+    mass_hist_ptr,  # [256] int64 scratch of this row
+    BLOCK: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """The threshold by whole-row selects: top-k over the min_p-filtered row
+    (``max(t_m, t_k)``, see the module doc), then top-p over what is left."""
+    filter_k, top_k, filter_p, top_p = filters
+    threshold = min_p_key
+    if filter_k:
+        threshold = tl.maximum(
+            threshold, kth_largest_key_of_row(row_logits, top_k, BLOCK, APPLY_TEMPERATURE)
+        )
+    if filter_p:
+        threshold = tl.maximum(
+            threshold,
+            top_p_key_of_row(
+                row_logits, row_max, threshold, top_p, mass_hist_ptr, BLOCK, APPLY_TEMPERATURE
+            ),
+        )
+    return threshold
+
+
+@triton.jit
+def _top_k_top_p_threshold(
+    logit_idx,
+    chunk_max,  # [CHUNKS_BLOCK] fp32: the row's chunk maxima, -inf past the last
+    row_max,
+    min_p_key,  # 0: min_p off
+    filters,  # (filter_k, top_k, filter_p, top_p)
+    lists,  # as _list_chunks_kernel writes them
+    scratch,  # ([num_logits, WIDE] fp32, int32): the short lists, then the collected tokens
+    row_logits,  # ([vocab] logits of this row, column stride, temperature, vocab_size)
+    mass_hist_ptr,  # [256] int64 scratch of this row
+    NUM_CHUNKS: tl.constexpr,
+    CHUNKS_BLOCK: tl.constexpr,
+    CHUNK: tl.constexpr,
+    LIST: tl.constexpr,
+    SHORT: tl.constexpr,
+    WIDE: tl.constexpr,
+    ROW_BLOCK: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """The row's threshold under top-k/top-p (and min_p below them): from its
+    short list, from the tokens collected at or above a bound, else by
+    whole-row selects. Returns the threshold and which path found it."""
+    _, chunk_mass_ptr, chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr = lists
+    scratch_logits_ptr, scratch_ids_ptr = scratch
+    filter_k, top_k, filter_p, top_p = filters
+    chunks = tl.arange(0, CHUNKS_BLOCK)
+    chunk_ok = chunks < NUM_CHUNKS
+    stats = logit_idx * NUM_CHUNKS + chunks
+    # [CHUNKS_BLOCK, LIST]: a chunk's list is a row.
+    listed = stats[:, None] * LIST + tl.arange(0, LIST)[None, :]
+    x = tl.load(listed_logits_ptr + listed, mask=chunk_ok[:, None], other=float("-inf"))
+    ids = tl.load(listed_ids_ptr + listed, mask=chunk_ok[:, None], other=0)
+    floors = tl.load(chunk_floor_ptr + stats, mask=chunk_ok, other=0).to(tl.uint32, bitcast=True)
+    total_mass = 0.0
+    if filter_p & ~filter_k:
+        chunk_mass = tl.load(chunk_mass_ptr + stats, mask=chunk_ok, other=0.0)
+        total_mass = tl.sum(chunk_mass * tl.exp(chunk_max - row_max), axis=0)
+    floor = tl.max(floors, axis=0)
+    listed_tokens = x > float("-inf")
+    keys = tl.where(listed_tokens, order_key(x), 0)
+    valid = listed_tokens & (keys >= min_p_key)
+    # min_p cutting above every chunk's floor: the list holds the whole
+    # min_p-filtered row, so the tokens it drops simply do not exist.
+    whole = min_p_key > floor
+    if whole:
+        total_mass = tl.sum(tl.sum(tl.where(valid, tl.exp(x - row_max), 0.0), axis=1), axis=0)
+    floor = tl.where(whole, tl.full((), NEG_INF_KEY, tl.uint32), floor)
+    # Otherwise top-p alone under min_p needs the mass of the min_p-filtered
+    # row: the chunks' sums are the whole row's.
+    decidable = whole | (min_p_key == 0) | filter_k
+    row_scratch = (scratch_logits_ptr + logit_idx * WIDE, scratch_ids_ptr + logit_idx * WIDE)
+    # As the sampler's merge: room above the k-th token for the histogram's
+    # coarseness; top-p alone takes the whole list; a list that fits in
+    # half the lanes is decided on half.
+    capacity = tl.where(
+        filter_k, tl.minimum(tl.maximum(top_k + top_k // 4 + 2, SHORT // 4), SHORT), SHORT
+    )
+    if capacity <= SHORT // 2:
+        threshold, decided, bound = _listed_threshold(
+            x, ids, valid, floor, row_scratch, row_max, capacity, filters, total_mass,
+            SHORT // 2,
+        )
+    else:
+        threshold, decided, bound = _listed_threshold(
+            x, ids, valid, floor, row_scratch, row_max, capacity, filters, total_mass, SHORT
+        )
+    decided = decided & decidable
+    path = PATH_SHORT_LIST
+    if decidable & ~decided:
+        # As the sampler's ``sample_wide``: the cuts lie at or above a bound
+        # (the short list's, or one searched on the whole list), so the tokens
+        # there decide them: from the lists, and by reading again only the
+        # chunks whose floor reaches the bound (three top tokens in one
+        # group, say).
+        path = PATH_COLLECTED
+        if bound == 0:
+            bound = _list_bound(x, keys, valid, row_max, filters, total_mass)
+        # The top token always stays (top_p <= 0 would put the bound above it).
+        bound = tl.minimum(bound, order_key(row_max))
+        if bound > 0:
+            tl.debug_barrier()
+            count = collect_at_least(
+                x, keys, ids, floors, row_logits, bound, row_scratch, CHUNK, LIST, WIDE,
+                APPLY_TEMPERATURE,
+            )
+            decided = count <= WIDE
+            if count <= SHORT:
+                threshold, collected_decided, collected_bound = _threshold_of_list(
+                    row_scratch, count, bound, row_max, filters, total_mass, SHORT
+                )
+            elif decided:
+                threshold = _wide_threshold(
+                    row_scratch, count, min_p_key, row_max, filters, total_mass, WIDE
+                )
+    if decided:
+        threshold = tl.maximum(threshold, min_p_key)
+    else:
+        path = PATH_EXACT
+        threshold = _exact_threshold(
+            row_logits, row_max, min_p_key, filters, mass_hist_ptr, ROW_BLOCK, APPLY_TEMPERATURE
+        )
+    return threshold, path
+
+
+@triton.jit
+def _threshold_kernel(
     # [num_logits] int32: the row's threshold order key (uint32 bits); 0 keeps all
     thresholds_ptr,
-    # [num_logits, 256] int64 scratch (top-p only)
+    # [num_logits] int32 or None: which path found each threshold (merge.PATH_*)
+    paths_ptr,
+    # As _list_chunks_kernel writes them: (max, mass, floor, listed logits,
+    # listed ids)
+    lists,
+    # ([num_logits, WIDE] fp32 logits and int32 ids: the short list, then the
+    #  collected tokens)
+    scratch,
+    # [num_logits, 256] int64: the exact path's mass histogram
     mass_hist_ptr,
     # [num_logits, V]
     logits_ptr,
@@ -60,13 +414,15 @@ def _filter_threshold_kernel(
     cu_num_logits_ptr,
     # [num_reqs]
     idx_mapping_ptr,
-    # [max_num_reqs] each
-    temperature_ptr,
-    top_k_ptr,
-    top_p_ptr,
-    min_p_ptr,
+    requests,  # (temperature, top_k, top_p, min_p), each [max_num_reqs]
     vocab_size,
-    BLOCK: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr,
+    CHUNKS_BLOCK: tl.constexpr,
+    CHUNK: tl.constexpr,
+    LIST: tl.constexpr,
+    SHORT: tl.constexpr,
+    WIDE: tl.constexpr,
+    ROW_BLOCK: tl.constexpr,
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
     HAS_MIN_P: tl.constexpr,
@@ -78,87 +434,83 @@ def _filter_threshold_kernel(
     if row < tl.load(cu_num_logits_ptr + req_idx + 1) - start:
         logit_idx = (start + row).to(tl.int64)
         state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
-        temp = tl.load(temperature_ptr + state_idx).to(tl.float32)
-        # Off unless the request's value turns it on (constexpr: never read).
-        filter_k = False
-        top_k = 0
-        if HAS_TOP_K:
-            top_k_value = tl.load(top_k_ptr + state_idx)
-            filter_k = (top_k_value > 0) & (top_k_value < vocab_size)
-            top_k = top_k_value.to(tl.int32)
-        filter_p = False
-        top_p = 1.0
-        if HAS_TOP_P:
-            top_p = tl.load(top_p_ptr + state_idx).to(tl.float32)
-            filter_p = top_p < 1.0
-        filter_min_p = False
-        min_p = 0.0
-        if HAS_MIN_P:
-            min_p = tl.load(min_p_ptr + state_idx).to(tl.float32)
-            filter_min_p = min_p > 0.0
+        temperature, filters, filter_min_p, min_p = _row_filters(
+            requests, state_idx, vocab_size, HAS_TOP_K, HAS_TOP_P, HAS_MIN_P
+        )
+        filter_k = filters[0]
+        filter_p = filters[2]
         threshold = tl.full((), 0, tl.uint32)
-        # Greedy rows keep every token: each filter keeps the max, so the
-        # argmax is the same.
-        if (temp != 0.0) & (filter_k | filter_p | filter_min_p):
-            row_logits = (logits_ptr + logit_idx * logits_stride, 1, temp, vocab_size)
-            row_max = tl.full((), float("-inf"), tl.float32)
-            for block_start in range(0, vocab_size, BLOCK):
-                _, _, x = load_logits_block(row_logits, block_start, 1, BLOCK, APPLY_TEMPERATURE)
-                row_max = tl.maximum(row_max, tl.max(x, axis=0))
-            # A row whose max is +-inf is left whole: the rejection kernel
-            # gives its +inf tokens all the mass (or it has no finite logit).
+        path = PATH_NO_FILTER
+        if (temperature != 0.0) & (filter_k | filter_p | filter_min_p):
+            chunks = tl.arange(0, CHUNKS_BLOCK)
+            chunk_max = tl.load(
+                lists[0] + logit_idx * NUM_CHUNKS + chunks, mask=chunks < NUM_CHUNKS,
+                other=float("-inf"),
+            )
+            row_max = tl.max(chunk_max, axis=0)
+            # A row whose max is +-inf is left whole: the rejection kernel gives
+            # its +inf tokens all the mass (or it has no finite logit).
             if (row_max != float("inf")) & (row_max != float("-inf")):
                 if filter_min_p:
                     # sample/min_p.py: logits < max + log(min_p) become -inf.
                     threshold = order_key(row_max + tl.log(min_p))
-                if filter_k:
-                    threshold = tl.maximum(
-                        threshold,
-                        kth_largest_key_of_row(row_logits, top_k, BLOCK, APPLY_TEMPERATURE),
-                    )
-                if filter_p:
-                    # Top-p over the tokens min_p and top-k kept.
-                    threshold = tl.maximum(
-                        threshold,
-                        top_p_key_of_row(
-                            row_logits,
-                            row_max,
-                            threshold,
-                            top_p,
-                            mass_hist_ptr + logit_idx * 256,
-                            BLOCK,
-                            APPLY_TEMPERATURE,
-                        ),
+                if filter_k | filter_p:
+                    threshold, path = _top_k_top_p_threshold(
+                        logit_idx, chunk_max, row_max, threshold, filters, lists, scratch,
+                        (logits_ptr + logit_idx * logits_stride, 1, temperature, vocab_size),
+                        mass_hist_ptr + logit_idx * 256, NUM_CHUNKS, CHUNKS_BLOCK, CHUNK, LIST,
+                        SHORT, WIDE, ROW_BLOCK, APPLY_TEMPERATURE,
                     )
                 # The top token always stays.
                 threshold = tl.minimum(threshold, order_key(row_max))
         tl.store(thresholds_ptr + logit_idx, threshold.to(tl.int32, bitcast=True))
+        if paths_ptr is not None:
+            tl.store(paths_ptr + logit_idx, path)
 
 
-@dataclasses.dataclass
-class FilterWorkspace:
-    capacity: int
-    thresholds: torch.Tensor  # [capacity] int32
-    mass_hist: torch.Tensor  # [capacity, 256] int64
+@dataclasses.dataclass(frozen=True)
+class _ListShape:
+    """The chunk lists' shape, from the vocabulary only (the sampler's)."""
+
+    num_chunks: int
+    chunk: int
+    group: int
+    per_group: int
+    list_len: int
+
+
+def _list_shape(vocab_size: int) -> _ListShape:
+    shape = launch_shape(vocab_size, DEFAULT_TUNING)
+    return _ListShape(
+        num_chunks=shape.num_chunks,
+        chunk=shape.chunk,
+        group=shape.group,
+        per_group=shape.per_group,
+        list_len=shape.per_group * shape.chunk // shape.group,
+    )
 
 
 # Kept per device, grown by doubling, never freed (a CUDA graph may hold an
 # older one's address); calls on one device run in stream order.
-_FILTER_WORKSPACES: dict[torch.device, list[FilterWorkspace]] = {}
+_THRESHOLDS: dict[torch.device, torch.Tensor] = {}
 
 
-def filter_workspace(device: torch.device, num_logits: int) -> FilterWorkspace:
-    kept = _FILTER_WORKSPACES.setdefault(device, [])
-    if not kept or kept[-1].capacity < num_logits:
-        capacity = max(num_logits, 2 * kept[-1].capacity if kept else 64)
-        kept.append(
-            FilterWorkspace(
-                capacity=capacity,
-                thresholds=torch.empty(capacity, dtype=torch.int32, device=device),
-                mass_hist=torch.empty(capacity, _RADIX_BINS, dtype=torch.int64, device=device),
-            )
-        )
-    return kept[-1]
+def _thresholds_buffer(device: torch.device, num_logits: int) -> torch.Tensor:
+    kept = _THRESHOLDS.get(device)
+    if kept is None or kept.shape[0] < num_logits:
+        capacity = max(num_logits, 2 * kept.shape[0] if kept is not None else 64)
+        kept = _THRESHOLDS[device] = torch.empty(capacity, dtype=torch.int32, device=device)
+    return kept[:num_logits]
+
+
+def filter_workspace(device: torch.device, num_logits: int, vocab_size: int) -> Workspace:
+    """The kept scratch of a call: the fused sampler's own workspace for the
+    vocabulary (calls run in stream order, so the two share it); its
+    ``arrivals`` are never touched here."""
+    shape = _list_shape(vocab_size)
+    return workspace_for(
+        device, num_logits, shape.num_chunks, shape.list_len, DEFAULT_TUNING.wide_list, False
+    )
 
 
 def filter_thresholds(
@@ -172,30 +524,72 @@ def filter_thresholds(
     num_speculative_steps: int,
     *,
     apply_temperature: bool,
+    paths_out: torch.Tensor | None = None,  # [num_logits] int32
 ) -> torch.Tensor:
     """The threshold order key of every target row (see the module doc), int32
-    ``[num_logits]`` (a view of the kept workspace), no host sync."""
+    ``[num_logits]`` (a view of a kept buffer), no host sync.
+
+    ``paths_out``, for diagnostics, receives which path found each row's
+    threshold: ``PATH_NO_FILTER`` (0: greedy, unfiltered, min_p alone or an
+    infinite max), ``PATH_SHORT_LIST`` (1: the chunk lists), ``PATH_COLLECTED``
+    (2: the tokens at or above a bound) or ``PATH_EXACT`` (3: the whole-row
+    selects), as ``ops/topk_topp/merge.py`` numbers them."""
     num_logits, vocab_size = target_logits.shape
     num_reqs = cu_num_logits.shape[0] - 1
-    work = filter_workspace(target_logits.device, num_logits)
-    thresholds = work.thresholds[:num_logits]
-    _filter_threshold_kernel[(num_reqs, num_speculative_steps + 1)](
-        thresholds,
-        work.mass_hist,
-        target_logits,
-        target_logits.stride(0),
-        cu_num_logits,
-        idx_mapping,
+    shape = _list_shape(vocab_size)
+    work = filter_workspace(target_logits.device, num_logits, vocab_size)
+    thresholds = _thresholds_buffer(target_logits.device, num_logits)
+    rows = num_speculative_steps + 1
+    requests = (
         temperature,
         top_k if top_k is not None else temperature,
         top_p if top_p is not None else temperature,
         min_p if min_p is not None else temperature,
-        vocab_size,
-        BLOCK=min(DEFAULT_TUNING.row_block, next_power_of_2(vocab_size)),
+    )
+    switches = dict(
         HAS_TOP_K=top_k is not None,
         HAS_TOP_P=top_p is not None,
         HAS_MIN_P=min_p is not None,
         APPLY_TEMPERATURE=apply_temperature,
-        num_warps=8 if vocab_size >= 8192 else 4,
+    )
+    row_inputs = (
+        target_logits,
+        target_logits.stride(0),
+        cu_num_logits,
+        idx_mapping,
+        requests,
+        vocab_size,
+    )
+    _list_chunks_kernel[(num_reqs, rows * shape.num_chunks)](
+        work.chunk_best,
+        work.chunk_mass,
+        work.chunk_floor,
+        work.listed_logits,
+        work.listed_ids,
+        *row_inputs,
+        NUM_CHUNKS=shape.num_chunks,
+        CHUNK=shape.chunk,
+        GROUP=shape.group,
+        PER_GROUP=shape.per_group,
+        LIST=shape.list_len,
+        **switches,
+        num_warps=DEFAULT_TUNING.num_warps,
+    )
+    _threshold_kernel[(num_reqs, rows)](
+        thresholds,
+        paths_out,
+        (work.chunk_best, work.chunk_mass, work.chunk_floor, *work.chunk_lists),
+        (work.scratch_logits, work.scratch_ids),
+        work.mass_hist,
+        *row_inputs,
+        NUM_CHUNKS=shape.num_chunks,
+        CHUNKS_BLOCK=next_power_of_2(shape.num_chunks),
+        CHUNK=shape.chunk,
+        LIST=shape.list_len,
+        SHORT=DEFAULT_TUNING.short_list,
+        WIDE=DEFAULT_TUNING.wide_list,
+        ROW_BLOCK=min(DEFAULT_TUNING.row_block, next_power_of_2(vocab_size)),
+        **switches,
+        num_warps=DEFAULT_TUNING.merge_warps if vocab_size >= 8192 else 4,
     )
     return thresholds
