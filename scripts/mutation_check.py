@@ -39,6 +39,9 @@ TOP_K_TOP_P_CUTS = "tests/ops/test_topk_topp.py::test_cut_tokens_are_drawn_as_th
 FILTERED_REFERENCE = (
     "tests/ops/test_rejection_filters.py::test_tokens_equal_the_model_on_filtered_logits[draft_probs]"
 )
+FILTER_THRESHOLDS = (
+    "tests/ops/test_rejection_filters.py::test_thresholds_from_the_chunk_lists_equal_the_whole_row_law"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,15 +153,18 @@ MUTANTS = [
         (FILTERED_REFERENCE,),
     ),
     Mutant(
-        "top_p_before_min_p",
+        "top_p_before_min_p_on_the_list",
         f"{PACKAGE}/ops/rejection/filters.py",
-        """                            row_max,
-                            threshold,
-                            top_p,""",
-        """                            row_max,
-                            0,
-                            top_p,""",
-        (FILTERED_REFERENCE,),
+        "    valid = listed_tokens & (keys >= min_p_key)\n",
+        "    valid = listed_tokens\n",
+        (FILTER_THRESHOLDS,),
+    ),
+    Mutant(
+        "top_p_before_min_p_on_the_whole_row",
+        f"{PACKAGE}/ops/rejection/filters.py",
+        "row_logits, row_max, threshold, top_p, mass_hist_ptr, BLOCK, APPLY_TEMPERATURE",
+        "row_logits, row_max, 0, top_p, mass_hist_ptr, BLOCK, APPLY_TEMPERATURE",
+        (FILTER_THRESHOLDS,),
     ),
 ]
 

@@ -478,7 +478,7 @@ def _listed_threshold_rows(vocab: int):
         (peaked() * 2, 0.9, (0, 0.8, 0.0), lists),
         (flat(), 1.0, (0, 0.9, 0.0), exact),  # the top-p set is thousands wide
         (peaked(), 1.0, (0, 0.85, 0.2), lists),  # min_p above every floor
-        (flat(), 1.0, (0, 0.85, 0.01), exact),  # top-p of the min_p set: not listed
+        (flat(), 1.0, (0, 0.85, 0.3), exact),  # top-p of a min_p set reaching below the floor
         (peaked(), 0.7, (30, 0.7, 0.05), lists),
         (peaked(), 1.2, (0, 1.0, 0.1), 0),  # min_p alone: the max is enough
         (peaked(), 0.0, (5, 0.5, 0.1), 0),  # greedy
@@ -524,3 +524,39 @@ def test_thresholds_from_the_chunk_lists_equal_the_whole_row_law(device):
         scaled = np.float32(row) / np.float32(temp)
         kept = _order_keys(scaled) >= thresholds[i]
         assert np.array_equal(kept, want), (i, int(kept.sum()), int(want.sum()))
+
+
+def test_tokens_on_a_vocabulary_of_several_chunks_equal_those_of_the_masked_logits(device):
+    """The whole op where the chunk lists matter (every threshold path): the
+    filters folded in give, token for token, what the unfiltered kernel
+    gives on the logits the float64 law masks."""
+    vocab = 32768
+    rows = _listed_threshold_rows(vocab)
+    num_rows = len(rows)
+    # Both logit rows of a request are the same row: its draft (the row's
+    # argmax, which every filter keeps) is judged, then the bonus drawn.
+    logits = torch.from_numpy(np.stack([r[0] for r in rows]))[:, None].expand(-1, 2, -1)
+    temperature = torch.tensor([r[1] for r in rows], dtype=torch.float32)
+    top_k, top_p, min_p = _filter_tensors([r[2] for r in rows], "cpu")
+    masked = logits.clone()
+    for i, (row, temp, setting, _) in enumerate(rows):
+        if temp > 0:
+            keep, _, _ = _filtered(row, temp, *setting)
+            masked[i, :, ~torch.from_numpy(keep)] = float("-inf")
+    drafts = logits[:, 0].argmax(-1, keepdim=True)
+
+    def run(target, **filters):
+        out, num = rejection_sample(
+            target.contiguous().to(device),
+            drafts.to(device),
+            None,
+            temperature.to(device),
+            torch.arange(num_rows, device=device) * 7 + 1,
+            torch.arange(num_rows, device=device) * 3,
+            **{name: t.to(device) for name, t in filters.items()},
+        )
+        return _emitted(out.cpu(), num.cpu())
+
+    folded = run(logits, top_k=top_k, top_p=top_p, min_p=min_p)
+    assert folded == run(masked)
+    assert folded != run(logits)  # the filters bind somewhere
