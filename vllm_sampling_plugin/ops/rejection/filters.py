@@ -66,7 +66,7 @@ import triton
 import triton.language as tl
 
 from ..host_math import next_power_of_2
-from ..topk_topp.chunk import list_largest_per_group
+from ..topk_topp.chunk import list_chunk
 from ..topk_topp.exact import kth_largest_key_of_row, top_p_key_of_row
 from ..topk_topp.merge import PATH_COLLECTED, PATH_EXACT, PATH_NO_FILTER, PATH_SHORT_LIST
 from ..topk_topp.plan import DEFAULT_TUNING, launch_shape
@@ -110,21 +110,14 @@ def _row_filters(
 
 @triton.jit
 def _list_chunks_kernel(
-    # [num_logits, NUM_CHUNKS] each: max (fp32), mass (fp32, relative to the
-    # max; top-p alone), floor (int32, uint32 key bits; top-k/top-p rows)
-    chunk_max_ptr,
-    chunk_mass_ptr,
-    chunk_floor_ptr,
-    # [num_logits, NUM_CHUNKS, LIST] each: listed logits (fp32) and ids (int32)
-    listed_logits_ptr,
-    listed_ids_ptr,
-    # [num_logits, V]
-    logits_ptr,
-    logits_stride,
-    # [num_reqs + 1]
-    cu_num_logits_ptr,
-    # [num_reqs]
-    idx_mapping_ptr,
+    # As the sampler's chunk pass takes them (ops/topk_topp/chunk.py): 4 x
+    # [num_logits, NUM_CHUNKS] (max here, its id unwritten, mass, floor) and
+    # 2 x [num_logits, NUM_CHUNKS, LIST] (listed logits, ids)
+    chunk_stats,
+    chunk_lists,
+    # (logits [num_logits, V], its row stride, cu_num_logits [num_reqs + 1],
+    #  idx_mapping [num_reqs])
+    batch,
     requests,  # (temperature, top_k, top_p, min_p), each [max_num_reqs]
     vocab_size,
     NUM_CHUNKS: tl.constexpr,
@@ -137,6 +130,7 @@ def _list_chunks_kernel(
     HAS_MIN_P: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
+    logits_ptr, logits_stride, cu_num_logits_ptr, idx_mapping_ptr = batch
     req_idx = tl.program_id(0)
     row = tl.program_id(1) // NUM_CHUNKS
     chunk = tl.program_id(1) % NUM_CHUNKS
@@ -158,20 +152,14 @@ def _list_chunks_kernel(
             )
             out = logit_idx * NUM_CHUNKS + chunk
             if filter_k | filter_p:
-                chunk_max, chunk_argmax, floor = list_largest_per_group(
-                    x, token_ids, vocab_size, listed_logits_ptr + out * LIST,
-                    listed_ids_ptr + out * LIST, PER_GROUP,
+                chunk_max, chunk_argmax = list_chunk(
+                    x, token_ids, in_vocab, vocab_size, out, chunk_stats, chunk_lists, filter_k,
+                    filter_p, LIST, PER_GROUP,
                 )
-                tl.store(chunk_floor_ptr + out, floor.to(tl.int32, bitcast=True))
-                if filter_p & ~filter_k:
-                    # Top-p alone needs the row's total mass.
-                    mass = tl.where(x == chunk_max, 1.0, tl.exp(x - chunk_max))
-                    mass = tl.where(in_vocab, mass, 0.0)
-                    tl.store(chunk_mass_ptr + out, tl.sum(tl.sum(mass, axis=1), axis=0))
             else:
                 # min_p alone: the max is all it needs.
                 chunk_max = tl.max(tl.max(x, axis=1), axis=0)
-            tl.store(chunk_max_ptr + out, chunk_max)
+            tl.store(chunk_stats[0] + out, chunk_max)
 
 
 @triton.jit
@@ -295,7 +283,8 @@ def _top_k_top_p_threshold(
     row_max,
     min_p_key,  # 0: min_p off
     filters,  # (filter_k, top_k, filter_p, top_p)
-    lists,  # as _list_chunks_kernel writes them
+    chunk_stats,  # as _list_chunks_kernel writes them
+    chunk_lists,  # as _list_chunks_kernel writes them
     scratch,  # ([num_logits, WIDE] fp32, int32): the short lists, then the collected tokens
     row_logits,  # ([vocab] logits of this row, column stride, temperature, vocab_size)
     mass_hist_ptr,  # [256] int64 scratch of this row
@@ -311,7 +300,9 @@ def _top_k_top_p_threshold(
     """The row's threshold under top-k/top-p (and min_p below them): from its
     short list, from the tokens collected at or above a bound, else by
     whole-row selects. Returns the threshold and which path found it."""
-    _, chunk_mass_ptr, chunk_floor_ptr, listed_logits_ptr, listed_ids_ptr = lists
+    chunk_mass_ptr = chunk_stats[2]
+    chunk_floor_ptr = chunk_stats[3]
+    listed_logits_ptr, listed_ids_ptr = chunk_lists
     scratch_logits_ptr, scratch_ids_ptr = scratch
     filter_k, top_k, filter_p, top_p = filters
     chunks = tl.arange(0, CHUNKS_BLOCK)
@@ -399,21 +390,16 @@ def _threshold_kernel(
     thresholds_ptr,
     # [num_logits] int32 or None: which path found each threshold (merge.PATH_*)
     paths_ptr,
-    # As _list_chunks_kernel writes them: (max, mass, floor, listed logits,
-    # listed ids)
-    lists,
+    # As _list_chunks_kernel writes them
+    chunk_stats,
+    chunk_lists,
     # ([num_logits, WIDE] fp32 logits and int32 ids: the short list, then the
     #  collected tokens)
     scratch,
     # [num_logits, 256] int64: the exact path's mass histogram
     mass_hist_ptr,
-    # [num_logits, V]
-    logits_ptr,
-    logits_stride,
-    # [num_reqs + 1]
-    cu_num_logits_ptr,
-    # [num_reqs]
-    idx_mapping_ptr,
+    # As _list_chunks_kernel takes it
+    batch,
     requests,  # (temperature, top_k, top_p, min_p), each [max_num_reqs]
     vocab_size,
     NUM_CHUNKS: tl.constexpr,
@@ -428,6 +414,7 @@ def _threshold_kernel(
     HAS_MIN_P: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
+    logits_ptr, logits_stride, cu_num_logits_ptr, idx_mapping_ptr = batch
     req_idx = tl.program_id(0)
     row = tl.program_id(1)
     start = tl.load(cu_num_logits_ptr + req_idx)
@@ -444,7 +431,7 @@ def _threshold_kernel(
         if (temperature != 0.0) & (filter_k | filter_p | filter_min_p):
             chunks = tl.arange(0, CHUNKS_BLOCK)
             chunk_max = tl.load(
-                lists[0] + logit_idx * NUM_CHUNKS + chunks, mask=chunks < NUM_CHUNKS,
+                chunk_stats[0] + logit_idx * NUM_CHUNKS + chunks, mask=chunks < NUM_CHUNKS,
                 other=float("-inf"),
             )
             row_max = tl.max(chunk_max, axis=0)
@@ -456,7 +443,8 @@ def _threshold_kernel(
                     threshold = order_key(row_max + tl.log(min_p))
                 if filter_k | filter_p:
                     threshold, path = _top_k_top_p_threshold(
-                        logit_idx, chunk_max, row_max, threshold, filters, lists, scratch,
+                        logit_idx, chunk_max, row_max, threshold, filters, chunk_stats,
+                        chunk_lists, scratch,
                         (logits_ptr + logit_idx * logits_stride, 1, temperature, vocab_size),
                         mass_hist_ptr + logit_idx * 256, NUM_CHUNKS, CHUNKS_BLOCK, CHUNK, LIST,
                         SHORT, WIDE, ROW_BLOCK, APPLY_TEMPERATURE,
@@ -552,21 +540,13 @@ def filter_thresholds(
         HAS_MIN_P=min_p is not None,
         APPLY_TEMPERATURE=apply_temperature,
     )
-    row_inputs = (
-        target_logits,
-        target_logits.stride(0),
-        cu_num_logits,
-        idx_mapping,
+    batch = (target_logits, target_logits.stride(0), cu_num_logits, idx_mapping)
+    _list_chunks_kernel[(num_reqs, rows * shape.num_chunks)](
+        work.chunk_stats,
+        work.chunk_lists,
+        batch,
         requests,
         vocab_size,
-    )
-    _list_chunks_kernel[(num_reqs, rows * shape.num_chunks)](
-        work.chunk_best,
-        work.chunk_mass,
-        work.chunk_floor,
-        work.listed_logits,
-        work.listed_ids,
-        *row_inputs,
         NUM_CHUNKS=shape.num_chunks,
         CHUNK=shape.chunk,
         GROUP=shape.group,
@@ -578,10 +558,13 @@ def filter_thresholds(
     _threshold_kernel[(num_reqs, rows)](
         thresholds,
         paths_out,
-        (work.chunk_best, work.chunk_mass, work.chunk_floor, *work.chunk_lists),
+        work.chunk_stats,
+        work.chunk_lists,
         (work.scratch_logits, work.scratch_ids),
         work.mass_hist,
-        *row_inputs,
+        batch,
+        requests,
+        vocab_size,
         NUM_CHUNKS=shape.num_chunks,
         CHUNKS_BLOCK=next_power_of_2(shape.num_chunks),
         CHUNK=shape.chunk,

@@ -34,8 +34,8 @@ def chunk_pass(
     NOISE: tl.constexpr,
 ):
     """One chunk of a row: its list, floor and best (see the module doc)."""
-    chunk_best_ptr, chunk_best_id_ptr, chunk_mass_ptr, chunk_floor_ptr = chunk_stats
-    listed_logits_ptr, listed_ids_ptr = chunk_lists
+    chunk_best_ptr = chunk_stats[0]
+    chunk_best_id_ptr = chunk_stats[1]
     logits_ptr, logits_row_stride, logits_col_stride = logits
     idx_mapping_ptr, temperature_ptr, seeds_ptr, pos_ptr, top_k_ptr, top_p_ptr = requests
     req = tl.load(idx_mapping_ptr + token)
@@ -89,19 +89,45 @@ def chunk_pass(
                 tl.min(tl.where(x == chunk_max, token_ids, vocab_size), axis=1), axis=0
             )
         else:
-            chunk_max, chunk_argmax, floor = list_largest_per_group(
-                x, token_ids, vocab_size, listed_logits_ptr + out * LIST,
-                listed_ids_ptr + out * LIST, PER_GROUP,
+            chunk_max, chunk_argmax = list_chunk(
+                x, token_ids, in_vocab, vocab_size, out, chunk_stats, chunk_lists, filter_k,
+                filter_p, LIST, PER_GROUP,
             )
-            tl.store(chunk_floor_ptr + out, floor.to(tl.int32, bitcast=True))
-            if filter_p & ~filter_k:
-                # Top-p over the whole row needs the row's total mass.
-                mass = tl.where(x == chunk_max, 1.0, tl.exp(x - chunk_max))
-                mass = tl.where(in_vocab, mass, 0.0)
-                tl.store(chunk_mass_ptr + out, tl.sum(tl.sum(mass, axis=1), axis=0))
         # Greedy rows and rows whose max is +-inf are decided by these.
         tl.store(chunk_best_ptr + out, chunk_max.to(score_dtype))
         tl.store(chunk_best_id_ptr + out, chunk_argmax)
+
+
+@triton.jit
+def list_chunk(
+    x,  # [groups, GROUP] fp32: the chunk's logits, one group per row
+    token_ids,  # [groups, GROUP] int32
+    in_vocab,  # [groups, GROUP]
+    vocab_size,
+    out,  # the chunk's index in chunk_stats, row * num_chunks + chunk
+    chunk_stats,  # as chunk_pass takes them (the best score and id are not written)
+    chunk_lists,  # as chunk_pass takes them
+    filter_k,
+    filter_p,
+    LIST: tl.constexpr,
+    PER_GROUP: tl.constexpr,
+):
+    """A filtered row's chunk: its list and floor, and for top-p alone its
+    mass relative to its max. Returns the chunk's max and its lowest id."""
+    chunk_mass_ptr = chunk_stats[2]
+    chunk_floor_ptr = chunk_stats[3]
+    listed_logits_ptr, listed_ids_ptr = chunk_lists
+    chunk_max, chunk_argmax, floor = list_largest_per_group(
+        x, token_ids, vocab_size, listed_logits_ptr + out * LIST, listed_ids_ptr + out * LIST,
+        PER_GROUP,
+    )
+    tl.store(chunk_floor_ptr + out, floor.to(tl.int32, bitcast=True))
+    if filter_p & ~filter_k:
+        # Top-p over the whole row needs the row's total mass.
+        mass = tl.where(x == chunk_max, 1.0, tl.exp(x - chunk_max))
+        mass = tl.where(in_vocab, mass, 0.0)
+        tl.store(chunk_mass_ptr + out, tl.sum(tl.sum(mass, axis=1), axis=0))
+    return chunk_max, chunk_argmax
 
 
 @triton.jit
