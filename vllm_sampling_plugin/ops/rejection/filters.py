@@ -76,18 +76,26 @@ from ..topk_topp.workspace import Workspace, workspace_for
 
 
 @triton.jit
-def _row_filters(
+def _target_row(
+    batch,  # as the kernels take it
     requests,  # (temperature, top_k, top_p, min_p), each [max_num_reqs]
-    state_idx,
+    req_idx,
+    row,
     vocab_size,
     HAS_TOP_K: tl.constexpr,
     HAS_TOP_P: tl.constexpr,
     HAS_MIN_P: tl.constexpr,
 ):
-    """The request's temperature and, per filter, whether it is on and its
-    value (tensors either way). A filter the call does not pass is off and
-    never read."""
+    """Row ``row`` of request ``req_idx``: its logit index; whether the request
+    has it, and it is to be filtered (temperature > 0, a filter on); its
+    temperature; and per filter whether it is on and its value (tensors either
+    way; a filter the call does not pass is off and never read)."""
+    cu_num_logits_ptr = batch[2]
+    idx_mapping_ptr = batch[3]
     temperature_ptr, top_k_ptr, top_p_ptr, min_p_ptr = requests
+    start = tl.load(cu_num_logits_ptr + req_idx)
+    logit_idx = (start + row).to(tl.int64)
+    state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
     temperature = tl.load(temperature_ptr + state_idx).to(tl.float32)
     filter_k = tl.full((), 0, tl.int1)
     top_k = tl.full((), 0, tl.int32)
@@ -105,7 +113,10 @@ def _row_filters(
     if HAS_MIN_P:
         min_p = tl.load(min_p_ptr + state_idx).to(tl.float32)
         filter_min_p = min_p > 0.0
-    return temperature, (filter_k, top_k, filter_p, top_p), filter_min_p, min_p
+    present = row < tl.load(cu_num_logits_ptr + req_idx + 1) - start
+    # Greedy rows are not filtered: every filter keeps the max.
+    filtered = present & (temperature != 0.0) & (filter_k | filter_p | filter_min_p)
+    return logit_idx, present, filtered, temperature, (filter_k, top_k, filter_p, top_p), min_p
 
 
 @triton.jit
@@ -130,36 +141,32 @@ def _list_chunks_kernel(
     HAS_MIN_P: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
-    logits_ptr, logits_stride, cu_num_logits_ptr, idx_mapping_ptr = batch
-    req_idx = tl.program_id(0)
+    logits_ptr = batch[0]
+    logits_stride = batch[1]
     row = tl.program_id(1) // NUM_CHUNKS
     chunk = tl.program_id(1) % NUM_CHUNKS
-    start = tl.load(cu_num_logits_ptr + req_idx)
-    if row < tl.load(cu_num_logits_ptr + req_idx + 1) - start:
-        logit_idx = (start + row).to(tl.int64)
-        state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
-        temperature, filters, filter_min_p, min_p = _row_filters(
-            requests, state_idx, vocab_size, HAS_TOP_K, HAS_TOP_P, HAS_MIN_P
+    logit_idx, present, filtered, temperature, filters, min_p = _target_row(
+        batch, requests, tl.program_id(0), row, vocab_size, HAS_TOP_K, HAS_TOP_P, HAS_MIN_P
+    )
+    filter_k = filters[0]
+    filter_p = filters[2]
+    # Greedy and unfiltered rows are never read.
+    if filtered:
+        row_logits = (logits_ptr + logit_idx * logits_stride, 1, temperature, vocab_size)
+        # [groups, GROUP]: a group's tokens sit in neighbouring lanes.
+        token_ids, in_vocab, x = load_logits_block(
+            row_logits, chunk * CHUNK, CHUNK // GROUP, GROUP, APPLY_TEMPERATURE
         )
-        filter_k = filters[0]
-        filter_p = filters[2]
-        # Greedy and unfiltered rows are never read.
-        if (temperature != 0.0) & (filter_k | filter_p | filter_min_p):
-            row_logits = (logits_ptr + logit_idx * logits_stride, 1, temperature, vocab_size)
-            # [groups, GROUP]: a group's tokens sit in neighbouring lanes.
-            token_ids, in_vocab, x = load_logits_block(
-                row_logits, chunk * CHUNK, CHUNK // GROUP, GROUP, APPLY_TEMPERATURE
+        out = logit_idx * NUM_CHUNKS + chunk
+        if filter_k | filter_p:
+            chunk_max, chunk_argmax = list_chunk(
+                x, token_ids, in_vocab, vocab_size, out, chunk_stats, chunk_lists, filter_k,
+                filter_p, LIST, PER_GROUP,
             )
-            out = logit_idx * NUM_CHUNKS + chunk
-            if filter_k | filter_p:
-                chunk_max, chunk_argmax = list_chunk(
-                    x, token_ids, in_vocab, vocab_size, out, chunk_stats, chunk_lists, filter_k,
-                    filter_p, LIST, PER_GROUP,
-                )
-            else:
-                # min_p alone: the max is all it needs.
-                chunk_max = tl.max(tl.max(x, axis=1), axis=0)
-            tl.store(chunk_stats[0] + out, chunk_max)
+        else:
+            # min_p alone: the max is all it needs.
+            chunk_max = tl.max(tl.max(x, axis=1), axis=0)
+        tl.store(chunk_stats[0] + out, chunk_max)
 
 
 @triton.jit
@@ -414,46 +421,42 @@ def _threshold_kernel(
     HAS_MIN_P: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
 ):
-    logits_ptr, logits_stride, cu_num_logits_ptr, idx_mapping_ptr = batch
-    req_idx = tl.program_id(0)
-    row = tl.program_id(1)
-    start = tl.load(cu_num_logits_ptr + req_idx)
-    if row < tl.load(cu_num_logits_ptr + req_idx + 1) - start:
-        logit_idx = (start + row).to(tl.int64)
-        state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
-        temperature, filters, filter_min_p, min_p = _row_filters(
-            requests, state_idx, vocab_size, HAS_TOP_K, HAS_TOP_P, HAS_MIN_P
+    logits_ptr = batch[0]
+    logits_stride = batch[1]
+    logit_idx, present, filtered, temperature, filters, min_p = _target_row(
+        batch, requests, tl.program_id(0), tl.program_id(1), vocab_size, HAS_TOP_K, HAS_TOP_P,
+        HAS_MIN_P,
+    )
+    filter_k = filters[0]
+    filter_p = filters[2]
+    threshold = tl.full((), 0, tl.uint32)
+    path = PATH_NO_FILTER
+    if filtered:
+        chunks = tl.arange(0, CHUNKS_BLOCK)
+        chunk_max = tl.load(
+            chunk_stats[0] + logit_idx * NUM_CHUNKS + chunks, mask=chunks < NUM_CHUNKS,
+            other=float("-inf"),
         )
-        filter_k = filters[0]
-        filter_p = filters[2]
-        threshold = tl.full((), 0, tl.uint32)
-        path = PATH_NO_FILTER
-        if (temperature != 0.0) & (filter_k | filter_p | filter_min_p):
-            chunks = tl.arange(0, CHUNKS_BLOCK)
-            chunk_max = tl.load(
-                chunk_stats[0] + logit_idx * NUM_CHUNKS + chunks, mask=chunks < NUM_CHUNKS,
-                other=float("-inf"),
-            )
-            row_max = tl.max(chunk_max, axis=0)
-            # A row whose max is +-inf is left whole: the rejection kernel gives
-            # its +inf tokens all the mass (or it has no finite logit).
-            if (row_max != float("inf")) & (row_max != float("-inf")):
-                if filter_min_p:
-                    # sample/min_p.py: logits < max + log(min_p) become -inf.
-                    threshold = order_key(row_max + tl.log(min_p))
-                if filter_k | filter_p:
-                    threshold, path = _top_k_top_p_threshold(
-                        logit_idx, chunk_max, row_max, threshold, filters, chunk_stats,
-                        chunk_lists, scratch,
-                        (logits_ptr + logit_idx * logits_stride, 1, temperature, vocab_size),
-                        mass_hist_ptr + logit_idx * 256, NUM_CHUNKS, CHUNKS_BLOCK, CHUNK, LIST,
-                        SHORT, WIDE, ROW_BLOCK, APPLY_TEMPERATURE,
-                    )
-                # The top token always stays.
-                threshold = tl.minimum(threshold, order_key(row_max))
-        tl.store(thresholds_ptr + logit_idx, threshold.to(tl.int32, bitcast=True))
-        if paths_ptr is not None:
-            tl.store(paths_ptr + logit_idx, path)
+        row_max = tl.max(chunk_max, axis=0)
+        # A row whose max is +-inf is left whole: the rejection kernel gives
+        # its +inf tokens all the mass (or it has no finite logit).
+        if (row_max != float("inf")) & (row_max != float("-inf")):
+            if min_p > 0.0:
+                # sample/min_p.py: logits < max + log(min_p) become -inf.
+                threshold = order_key(row_max + tl.log(min_p))
+            if filter_k | filter_p:
+                threshold, path = _top_k_top_p_threshold(
+                    logit_idx, chunk_max, row_max, threshold, filters, chunk_stats,
+                    chunk_lists, scratch,
+                    (logits_ptr + logit_idx * logits_stride, 1, temperature, vocab_size),
+                    mass_hist_ptr + logit_idx * 256, NUM_CHUNKS, CHUNKS_BLOCK, CHUNK, LIST,
+                    SHORT, WIDE, ROW_BLOCK, APPLY_TEMPERATURE,
+                )
+            # The top token always stays.
+            threshold = tl.minimum(threshold, order_key(row_max))
+    tl.store(thresholds_ptr + logit_idx, threshold.to(tl.int32, bitcast=True), mask=present)
+    if paths_ptr is not None:
+        tl.store(paths_ptr + logit_idx, path, mask=present)
 
 
 @dataclasses.dataclass(frozen=True)
