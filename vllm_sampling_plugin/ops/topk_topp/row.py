@@ -130,8 +130,9 @@ def collect_at_least(
     APPLY_TEMPERATURE: tl.constexpr,
 ):
     """Every finite token of the row whose key is at least ``bound`` (> 0),
-    into the scratch; returns how many there are (those past ``CAPACITY``
-    are counted, not stored).
+    into the scratch; returns how many there are, or once that passes
+    ``CAPACITY`` a count above it (no more chunks are read: the row is then
+    the exact path's whatever the rest holds).
 
     A chunk whose floor lies below the bound listed all of them: they are
     taken from its list, all chunks at once. Only a chunk whose floor
@@ -143,7 +144,7 @@ def collect_at_least(
     walk = floors >= bound
     taken = (keys >= bound) & ~walk[:, None]
     count = append_taken(x, ids, taken, 0, scratch, CAPACITY)
-    while tl.max(walk.to(tl.int32), axis=0) > 0:
+    while (tl.max(walk.to(tl.int32), axis=0) > 0) & (count <= CAPACITY):
         chunk = tl.min(tl.where(walk, chunks, floors.shape[0]), axis=0)
         walk = walk & (chunks != chunk)
         token_ids, in_vocab, block_x = load_logits_block(
