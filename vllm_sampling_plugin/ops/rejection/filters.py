@@ -59,8 +59,6 @@ mass histogram for the exact path) and the thresholds; no call allocates
 anything that grows with V.
 """
 
-import dataclasses
-
 import torch
 import triton
 import triton.language as tl
@@ -72,7 +70,7 @@ from ..topk_topp.merge import PATH_COLLECTED, PATH_EXACT, PATH_NO_FILTER, PATH_S
 from ..topk_topp.plan import DEFAULT_TUNING, launch_shape
 from ..topk_topp.row import append_taken, collect_at_least, decide, list_largest, load_list
 from ..topk_topp.select import NEG_INF_KEY, largest_key_reaching, load_logits_block, order_key
-from ..topk_topp.workspace import Workspace, workspace_for
+from ..topk_topp.workspace import workspace_for
 
 
 @triton.jit
@@ -459,28 +457,6 @@ def _threshold_kernel(
         tl.store(paths_ptr + logit_idx, path, mask=present)
 
 
-@dataclasses.dataclass(frozen=True)
-class _ListShape:
-    """The chunk lists' shape, from the vocabulary only (the sampler's)."""
-
-    num_chunks: int
-    chunk: int
-    group: int
-    per_group: int
-    list_len: int
-
-
-def _list_shape(vocab_size: int) -> _ListShape:
-    shape = launch_shape(vocab_size, DEFAULT_TUNING)
-    return _ListShape(
-        num_chunks=shape.num_chunks,
-        chunk=shape.chunk,
-        group=shape.group,
-        per_group=shape.per_group,
-        list_len=shape.per_group * shape.chunk // shape.group,
-    )
-
-
 # Kept per device, grown by doubling, never freed (a CUDA graph may hold an
 # older one's address); calls on one device run in stream order.
 _THRESHOLDS: dict[torch.device, torch.Tensor] = {}
@@ -492,16 +468,6 @@ def _thresholds_buffer(device: torch.device, num_logits: int) -> torch.Tensor:
         capacity = max(num_logits, 2 * kept.shape[0] if kept is not None else 64)
         kept = _THRESHOLDS[device] = torch.empty(capacity, dtype=torch.int32, device=device)
     return kept[:num_logits]
-
-
-def filter_workspace(device: torch.device, num_logits: int, vocab_size: int) -> Workspace:
-    """The kept scratch of a call: the fused sampler's own workspace for the
-    vocabulary (calls run in stream order, so the two share it); its
-    ``arrivals`` are never touched here."""
-    shape = _list_shape(vocab_size)
-    return workspace_for(
-        device, num_logits, shape.num_chunks, shape.list_len, DEFAULT_TUNING.wide_list, False
-    )
 
 
 def filter_thresholds(
@@ -527,8 +493,14 @@ def filter_thresholds(
     selects), as ``ops/topk_topp/merge.py`` numbers them."""
     num_logits, vocab_size = target_logits.shape
     num_reqs = cu_num_logits.shape[0] - 1
-    shape = _list_shape(vocab_size)
-    work = filter_workspace(target_logits.device, num_logits, vocab_size)
+    shape = launch_shape(vocab_size, DEFAULT_TUNING)
+    # The fused sampler's own workspace for the vocabulary: calls run in
+    # stream order, so the two share it (its ``arrivals`` are never touched
+    # here).
+    work = workspace_for(
+        target_logits.device, num_logits, shape.num_chunks, shape.list_len,
+        DEFAULT_TUNING.wide_list, False,
+    )
     thresholds = _thresholds_buffer(target_logits.device, num_logits)
     rows = num_speculative_steps + 1
     requests = (

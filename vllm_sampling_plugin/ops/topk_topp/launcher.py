@@ -267,10 +267,8 @@ def top_k_top_p_sample(
     if num_tokens == 0:
         return torch.empty(0, dtype=torch.int64, device=device)
     shape = launch_shape(vocab_size, tuning)
-    # Listed tokens per chunk.
-    list_len = shape.per_group * shape.chunk // shape.group
     work = workspace_for(
-        device, num_tokens, shape.num_chunks, list_len, tuning.wide_list, use_fp64
+        device, num_tokens, shape.num_chunks, shape.list_len, tuning.wide_list, use_fp64
     )
     sampled = torch.empty(num_tokens, dtype=torch.int64, device=device)
 
@@ -286,7 +284,7 @@ def top_k_top_p_sample(
     merge_shape = dict(
         NUM_CHUNKS=shape.num_chunks,
         CHUNKS_BLOCK=next_power_of_2(shape.num_chunks),
-        LIST=list_len,
+        LIST=shape.list_len,
         SHORT=tuning.short_list,
         WIDE=tuning.wide_list,
         ROW_BLOCK=tuning.row_block,

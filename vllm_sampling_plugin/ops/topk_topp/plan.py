@@ -80,6 +80,11 @@ class LaunchShape:
     per_group: int
     num_chunks: int
 
+    @property
+    def list_len(self) -> int:
+        """Listed tokens per chunk: ``per_group`` of every group."""
+        return self.per_group * self.chunk // self.group
+
 
 def launch_shape(vocab_size: int, tuning: TopKTopPTuning) -> LaunchShape:
     """From the vocabulary size only (never the batch): tokens are batch invariant."""
