@@ -17,12 +17,16 @@ adaptive engine verifies zero drafts. Per engine it prints and writes to
 - CUDA launches per decode step (kernels, graph replays, async copies) from
   torch.profiler: two passes of 64 requests that differ by
   ``--profile-steps`` decode steps, so prefill and drain cancel;
-- draft tokens verified and accepted over 64 greedy requests.
+- draft tokens verified and accepted over 64 greedy requests;
+- each engine's engine-core pid, for scripts/host_profile.py: run this
+  script under ``py-spy record --subprocesses`` and that one summarises
+  the host time of each engine core's step by function.
 
     python3 scripts/spec_step_breakdown.py --out DIR
 
-Needs an NVIDIA GPU and vLLM 0.20 with the plugin installed; about 4 minutes
-on an H100 once the checkpoint is written.
+Needs an NVIDIA GPU and a vLLM line the adaptive policy runs on (0.20,
+0.32, 0.33) with the plugin installed; about 4 minutes on an H100 once the
+checkpoint is written.
 """
 
 from __future__ import annotations
@@ -108,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_sampling_plugin.bench.e2e.engine import Engine
     from vllm_sampling_plugin.bench.e2e.run import ensure_checkpoint
 
+    from host_profile import engine_core_pid
+
     start = time.perf_counter()
 
     def say(text: str) -> None:
@@ -122,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name, spec in engine_specs(args, path).items():
             engines[name] = Engine(spec)
-            results["engines"][name] = {"startup_s": engines[name].info["startup_s"],
-                                        "tok_s": []}
+            results["engines"][name] = {
+                "startup_s": engines[name].info["startup_s"], "tok_s": [],
+                "engine_core_pid": engine_core_pid(engines[name]._process.pid),
+                # Full runs of the workload: the timed ones and the instrumented one.
+                "runs_profiled": args.runs + 1,
+            }
             say(f"{name} engine up ({engines[name].info['gpu']})")
         results["gpu"] = engines["none"].info["gpu"]
         names = list(engines)

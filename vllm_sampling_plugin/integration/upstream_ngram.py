@@ -16,9 +16,9 @@ match packed as ``n * (max_model_len + 1) + pos + 1``, 0 for none
 (``:82-87``); rows that sampled nothing score 0 in every block (``:42-50``).
 The finalize kernel reduces it to ``draft_start = pos + n`` and
 ``tokens_avail = total_len - draft_start`` (``:120-139``). The subclass below
-repeats that reduction after ``propose``, on the same stream, in a handful of
-elementwise kernels over ``[num_reqs]``: the count is ``min(tokens_avail, k)``
-for a match and 0 otherwise, read on the GPU with no host sync. Everything
+repeats that reduction after ``propose``, on the same stream, in one kernel
+over ``[num_reqs]`` (``ops.ngram.count_packed_matches_``): the count is
+``min(tokens_avail, k)`` for a match and 0 otherwise, with no host sync. Everything
 else about the proposer is upstream's. tests/integration/test_line_0_33.py
 runs upstream's kernels in Triton's interpreter and checks these counts
 against the drafts they write, which would catch a change of the packing.
@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from vllm_sampling_plugin.integration.speculation_policy import is_adaptive
+from vllm_sampling_plugin.ops.ngram import count_packed_matches_
 
 
 def reporting_ngram_speculator(upstream_cls: type) -> type:
@@ -60,14 +61,14 @@ def reporting_ngram_speculator(upstream_cls: type) -> type:
             return self.num_drafts[:num_reqs]
 
         def _count(self, input_batch: Any) -> None:
-            num_reqs = input_batch.num_reqs
-            score = self.scratch[:num_reqs].amax(dim=1)  # int64, 0: no match
-            packed = score - 1
-            stride = self.max_model_len + 1
-            draft_start = packed % stride + packed // stride  # pos + n
-            total_len = self.req_states.total_len.gpu[input_batch.idx_mapping]
-            available = (total_len - draft_start).clamp_(0, self.num_speculative_steps)
-            self.num_drafts[:num_reqs] = available * (score > 0)
+            count_packed_matches_(
+                self.num_drafts,
+                self.scratch,
+                input_batch.idx_mapping,
+                self.req_states.total_len.gpu,
+                max_len=self.max_model_len,
+                k=self.num_speculative_steps,
+            )
 
     ReportingNgramSpeculator.__name__ = ReportingNgramSpeculator.__qualname__ = (
         f"Reporting{upstream_cls.__name__}"

@@ -6,5 +6,13 @@ from .launcher import (
     ngram_propose_into,
     ngram_scratch,
 )
+from .match_counts import count_packed_matches_
 
-__all__ = ["NGRAM_MAX_N", "NGRAM_MAX_SPLITS", "ngram_propose", "ngram_propose_into", "ngram_scratch"]
+__all__ = [
+    "NGRAM_MAX_N",
+    "NGRAM_MAX_SPLITS",
+    "count_packed_matches_",
+    "ngram_propose",
+    "ngram_propose_into",
+    "ngram_scratch",
+]
