@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import sys
 
 STEP_FRAMES = ("step_with_batch_queue", "step")
@@ -43,14 +44,19 @@ def engine_core_pid(parent_pid: int) -> int | None:
     return None
 
 
+# A process frame, "process PID:"command line"", may hold ";" in its command line.
+_PROCESS = re.compile(r'process (\d+):"[^"]*";?')
+
+
 def _split(line: str) -> tuple[int | None, list[str], int]:
     """(innermost process pid, Python frames, samples) of one raw line."""
     stack, _, count = line.rstrip("\n").rpartition(" ")
-    pid, frames = None, []
-    for part in stack.split(";"):
-        if part.startswith("process ") and ":" in part:
-            pid = int(part[len("process "):].split(":", 1)[0])
-        elif part:
+    pid = None
+    for match in _PROCESS.finditer(stack):
+        pid = int(match.group(1))
+    frames = []
+    for part in _PROCESS.sub("", stack).split(";"):
+        if part:
             name, _, where = part.partition(" (")
             frames.append(f"{name} ({os.path.basename(where.rsplit(':', 1)[0])})")
     return pid, frames, int(count) if count.isdigit() else 0
@@ -66,8 +72,12 @@ def summarise(raw_path: str, pid: int, rate: float) -> dict:
             line_pid, frames, n = _split(line)
             if line_pid != pid or not n:
                 continue
-            if not any(fr.split(" (")[0].rsplit(".", 1)[-1] in STEP_FRAMES for fr in frames):
+            # From the step frame down: its callers are in every stack.
+            step = next((i for i, fr in enumerate(frames)
+                         if fr.split(" (")[0].rsplit(".", 1)[-1] in STEP_FRAMES), None)
+            if step is None:
                 continue
+            frames = frames[step:]
             in_step += n
             for name in set(frames):
                 inclusive[name] += n

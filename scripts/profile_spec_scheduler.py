@@ -3,12 +3,15 @@
 Drives vLLM 0.20's real AsyncScheduler (as the engine core does: one step in
 flight, the output of step n arriving after step n + 1 is scheduled) for a
 batch of decoding requests, once without speculation and once with n-gram
-(k = 3) under the plugin's ``adaptive`` policy where nothing is ever
-proposed, i.e. every step verifies zero drafts. Times ``schedule()`` and
+(k = 3) under the plugin's ``adaptive`` policy and under ``fixed``. Two
+workloads: ``nonrepeating`` (nothing is ever proposed: under ``adaptive``
+every step verifies zero drafts) and ``accepting`` (k tokens proposed for
+every request every step, every draft accepted). Times ``schedule()`` and
 ``update_from_output()`` per step, and ``AdaptiveSpeculation.observe`` on
 its own. The runner's side of a step is in ``profile_host_path.py``.
 
-    PYTHONPATH=. python3 scripts/profile_spec_scheduler.py --batch 64 256
+    PYTHONPATH=. python3 scripts/profile_spec_scheduler.py --batch 64 256 \
+        --workload accepting
 """
 
 from __future__ import annotations
@@ -53,13 +56,13 @@ K = 3
 PROMPT_LEN = 64
 
 
-def build(model: str, batch: int, spec: bool) -> AsyncScheduler:
+def build(model: str, batch: int, policy: str | None) -> AsyncScheduler:
     kwargs = {}
-    if spec:
+    if policy is not None:
         kwargs = {
             "speculative_config": {"method": "ngram", "num_speculative_tokens": K,
                                    "prompt_lookup_min": 2, "prompt_lookup_max": 4},
-            "speculation_policy": "adaptive",
+            "speculation_policy": policy,
         }
     engine_args = EngineArgs(model=model, load_format="dummy", max_model_len=2048,
                              max_num_seqs=batch, max_num_batched_tokens=max(8192, batch * 64),
@@ -73,18 +76,25 @@ def build(model: str, batch: int, spec: bool) -> AsyncScheduler:
     return AsyncScheduler(vllm_config, kv, StructuredOutputManager(vllm_config), block_size=16)
 
 
-def output_for(scheduler_output, spec: bool, step: int) -> ModelRunnerOutput:
+def output_for(scheduler_output, policy: str | None, accepting: bool,
+               step: int) -> ModelRunnerOutput:
     req_ids = list(scheduler_output.num_scheduled_tokens)
+    drafts = scheduler_output.scheduled_spec_decode_tokens
+    # Accepting: every verified draft is accepted, so a request samples
+    # its drafts and the bonus token.
+    sampled = [[1000 + step] * (1 + (len(drafts.get(r, ())) if accepting else 0))
+               for r in req_ids]
     out = ModelRunnerOutput(req_ids=req_ids,
                             req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                            sampled_token_ids=[[1000 + step]] * len(req_ids))
-    if spec:
-        setattr(out, PROPOSED_ATTR, [0] * len(req_ids))
+                            sampled_token_ids=sampled)
+    if policy == "adaptive":
+        setattr(out, PROPOSED_ATTR, [K if accepting else 0] * len(req_ids))
     return out
 
 
-def run(model: str, batch: int, spec: bool, steps: int) -> dict[str, float]:
-    scheduler = build(model, batch, spec)
+def run(model: str, batch: int, policy: str | None, accepting: bool,
+        steps: int) -> dict[str, float]:
+    scheduler = build(model, batch, policy)
     for i in range(batch):
         scheduler.add_request(Request(f"r{i}", prompt_token_ids=list(range(3, 3 + PROMPT_LEN)),
                                       sampling_params=SamplingParams(max_tokens=1900,
@@ -92,16 +102,16 @@ def run(model: str, batch: int, spec: bool, steps: int) -> dict[str, float]:
                                       pooling_params=None))
     pending = []
     schedule_s, update_s, observe_s = [], [], []
-    policy = getattr(scheduler, "adaptive_speculation", None)
-    if policy is not None:
-        observe = policy.observe
+    speculation = getattr(scheduler, "adaptive_speculation", None)
+    if speculation is not None:
+        observe = speculation.observe
 
         def timed_observe(*args):
             start = time.perf_counter()
             observe(*args)
             observe_s.append(time.perf_counter() - start)
 
-        policy.observe = timed_observe
+        speculation.observe = timed_observe
     for step in range(steps):
         start = time.perf_counter()
         so = scheduler.schedule()
@@ -110,12 +120,14 @@ def run(model: str, batch: int, spec: bool, steps: int) -> dict[str, float]:
         if len(pending) < 2:
             continue
         done_step, done = pending.pop(0)
-        out = output_for(done, spec, done_step)
+        out = output_for(done, policy, accepting, done_step)
         start = time.perf_counter()
         scheduler.update_from_output(done, out)
         update_s.append(time.perf_counter() - start)
-        if step > 3:
+        if step > 3 and policy == "adaptive" and not accepting:
             assert not so.scheduled_spec_decode_tokens, "a zero-draft step verified drafts"
+        if step > 3 and accepting and policy is not None:
+            assert len(so.scheduled_spec_decode_tokens) == batch, "a request verified no drafts"
     skip = 10  # prefill and the first decode steps
     result = {
         "schedule_us": statistics.median(schedule_s[skip:]) * 1e6,
@@ -130,14 +142,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--workload", choices=["nonrepeating", "accepting"],
+                        default="nonrepeating")
     args = parser.parse_args()
+    accepting = args.workload == "accepting"
     with tempfile.TemporaryDirectory() as tmp:
         model = str(write_tiny_llama(tmp))
         for batch in args.batch:
-            none = run(model, batch, False, args.steps)
-            adaptive = run(model, batch, True, args.steps)
-            print(f"B={batch}: none {none}")
-            print(f"B={batch}: adaptive, zero drafts {adaptive}")
+            for policy in (None, "fixed", "adaptive"):
+                result = run(model, batch, policy, accepting, args.steps)
+                name = policy or "no speculation"
+                print(f"B={batch} {args.workload}: {name} "
+                      + ", ".join(f"{k} {v:.1f}" for k, v in result.items()))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ ROOT = 'process 10:"python3 spec_step_breakdown.py"'
 
 def _line(pid: int, frames: list[str], n: int) -> str:
     core = f'process {pid}:"VLLM::EngineCore"'
-    return ";".join([ROOT, 'process 11:"python3 -c spawn"', core, *frames]) + f" {n}\n"
+    spawn = 'process 11:"python3 -c from multiprocessing.spawn import spawn_main; spawn_main()"'
+    return ";".join([ROOT, spawn, core, *frames]) + f" {n}\n"
 
 
 LOOP = "EngineCore.run_busy_loop (vllm/v1/engine/core.py:900)"
