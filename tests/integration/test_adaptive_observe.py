@@ -113,3 +113,72 @@ def test_zero_draft_step_leaves_caps_alone():
     assert CapCounting.reads == 0
     assert all(q.spec_token_ids == [] and getattr(q, VERIFY_ATTR) == 0
                for q in requests.values())
+
+
+def settled_state(requests):
+    """``state`` with the caps and lengths at or past k read as k: a request
+    never verifies more than k, so those values decide the same."""
+    return {r: (min(v, K), min(c, K), p) for r, (v, c, p) in state(requests).items()}
+
+
+def accepting_step(rng, names, verify_len, reject):
+    """Every request proposed k; each verifies what it was given and, unless
+    ``reject``, accepts all of it; with ``reject`` one request rejects."""
+    scheduled = {r: [-1] * verify_len[r] for r in names if verify_len[r]}
+    sampled = [[7] * (1 + verify_len[r]) for r in names]
+    if reject and scheduled:
+        victim = rng.choice(sorted(scheduled))
+        sampled[names.index(victim)] = [7] * rng.randint(1, len(scheduled[victim]))
+    return scheduled, sampled, [K] * len(names)
+
+
+def test_accepting_steps_walk_only_the_unsettled_and_decide_as_the_rule():
+    rng = random.Random(1)
+    names = [f"r{i}" for i in range(48)]
+    ours = {r: FakeRequest([-1] * K) for r in names}
+    ref = {r: FakeRequest([-1] * K) for r in names}
+    policy = AdaptiveSpeculation(K)
+    counted = [0, 0, 0]
+    for step in range(400):
+        # Mostly accepting steps, a rejection now and then, and runs of
+        # zero-draft steps that leave every request unsettled.
+        phase = step % 100
+        if 40 <= phase < 50:
+            scheduled, sampled, proposed = random_step(rng, names, zero=True)
+        else:
+            verify_len = {r: min(getattr(q, VERIFY_ATTR), K) for r, q in ref.items()}
+            scheduled, sampled, proposed = accepting_step(rng, names, verify_len,
+                                                          reject=phase % 13 == 0)
+        out = SimpleNamespace(req_ids=list(names), sampled_token_ids=sampled,
+                              **{PROPOSED_ATTR: proposed})
+        policy.observe(ours, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
+        reference_observe(ref, scheduled, names, sampled, proposed, K)
+        assert settled_state(ours) == settled_state(ref), step
+        counted[0] += sum(proposed)
+        counted[1] += sum(len(d) for d in scheduled.values())
+        counted[2] += sum(len(s) - 1 for r, s in zip(names, sampled) if scheduled.get(r))
+        for q in list(ours.values()) + list(ref.values()):
+            q.spec_token_ids = [-1] * K
+    assert [policy.proposed, policy.verified, policy.accepted] == counted
+    # Every request has been settled again after the last rejection.
+    assert not policy.unsettled
+
+
+def test_settled_accepting_step_reads_no_request():
+    requests = {f"r{i}": CapCounting([-1] * K) for i in range(64)}
+    scheduled = {r: [-1] * K for r in requests}
+    out = SimpleNamespace(req_ids=list(requests), sampled_token_ids=[[7] * (K + 1)] * 64,
+                          **{PROPOSED_ATTR: [K] * 64})
+    policy = AdaptiveSpeculation(K)
+    CapCounting.reads = 0
+    policy.observe(requests, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
+    assert CapCounting.reads == 0
+    assert (policy.proposed, policy.verified, policy.accepted) == (64 * K, 64 * K, 64 * K)
+    # One rejection sends that request (only) through the rule.
+    sampled = [[7] * (K + 1)] * 63 + [[7]]
+    out = SimpleNamespace(req_ids=list(requests), sampled_token_ids=sampled,
+                          **{PROPOSED_ATTR: [K] * 64})
+    policy.observe(requests, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
+    assert CapCounting.reads == 64  # the full walk: the step had a rejection
+    assert policy.unsettled == {"r63"}
+    assert getattr(requests["r63"], CAP_ATTR) == 1 and getattr(requests["r63"], VERIFY_ATTR) == 1
