@@ -58,9 +58,11 @@ def plugin_keywords(
 
 # Lines where an H100 run measured the adaptive speculation policy, which is
 # their default (docs/benchmarks.md); elsewhere the default is upstream's
-# fixed k until a GPU run shows the policy pays there (--speculation-policy
-# adaptive opts in): over upstream's proposer on 0.33 it measured 0.76-0.80x
-# of no speculation on non-repeating text (H200, docs/benchmarks.md).
+# fixed k until a GPU run shows the policy never loses to it there
+# (--speculation-policy adaptive opts in). Over upstream's proposer on 0.33
+# (H100) it pays at 8B (0.990x / 0.999x of no speculation on non-repeating
+# text, 0.999x of fixed k on accepting text), but on a 1B engine its accepting
+# cells against fixed k (0.936x, 0.831x) are not resolved from a loss.
 ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20,)
 
 
