@@ -301,6 +301,22 @@ def _ngram_propose_into(*, num_sampled: bool, fill_tokens: bool) -> None:
     )
 
 
+def _count_packed_matches(*, index_dtype: torch.dtype) -> None:
+    from vllm_sampling_plugin.ops.ngram import count_packed_matches_
+
+    # Upstream's proposer at max_model_len 4096: 16 blocks of 256; vLLM's
+    # idx_mapping is int64 on 0.33, int32 on 0.20; total_len int32.
+    max_num_reqs, num_reqs = 4, 2
+    count_packed_matches_(
+        torch.empty(max_num_reqs, dtype=torch.int32),
+        torch.zeros(max_num_reqs, 16, dtype=torch.int64),
+        torch.arange(num_reqs, dtype=index_dtype),
+        torch.full((max_num_reqs,), 100, dtype=torch.int32),
+        max_len=4096,
+        k=3,
+    )
+
+
 def _logit_bias() -> None:
     from vllm_sampling_plugin.ops.logit_bias import apply_logit_bias_
 
@@ -384,6 +400,9 @@ def _cases() -> Iterator[tuple[str, Callable[[], None]]]:
     yield from _variants("ngram_propose", _ngram_propose, min_n=(1,), max_n=(16,))
     yield from _variants(
         "ngram_propose_into", _ngram_propose_into, num_sampled=on_off, fill_tokens=on_off
+    )
+    yield from _variants(
+        "count_packed_matches", _count_packed_matches, index_dtype=(torch.int32, torch.int64)
     )
     yield "logit_bias", _logit_bias
     # Must fail: proves this harness catches what the interpreter lets through.
