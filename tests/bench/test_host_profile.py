@@ -1,18 +1,13 @@
 """scripts/host_profile.py on a CPU: py-spy's raw stacks split by engine
 core, kept inside the step, and compared per step."""
 
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "host_profile.py"
-
+from tests.scripts_dir import load_script
 
 def load():
-    spec = importlib.util.spec_from_file_location("host_profile", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("host_profile")
 
 
 ROOT = 'process 10:"python3 spec_step_breakdown.py"'

@@ -1,7 +1,6 @@
 """scripts/spec_step_breakdown.py on a CPU: its arguments, its one-line
 refusal without a GPU, and the arithmetic of its per-step figures."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -9,14 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.scripts_dir import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "spec_step_breakdown.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("spec_step_breakdown", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("spec_step_breakdown")
 
 
 def test_defaults_are_the_issue_shape():

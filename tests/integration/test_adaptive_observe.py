@@ -66,33 +66,51 @@ def random_step(rng, names, zero):
     return scheduled, sampled, proposed
 
 
+def settled_state(requests):
+    """``state`` with the caps and lengths at or past k read as k: a request
+    never verifies more than k, so those values decide the same."""
+    return {r: (min(v, K), min(c, K), p) for r, (v, c, p) in state(requests).items()}
+
+
+class Twin:
+    """The policy and the rule side by side over the same requests."""
+
+    def __init__(self, names):
+        self.ours = {r: FakeRequest([-1] * K) for r in names}
+        self.ref = {r: FakeRequest([-1] * K) for r in names}
+        self.policy = AdaptiveSpeculation(K)
+        self.counted = [0, 0, 0]
+
+    def step(self, scheduled, req_ids, sampled, proposed):
+        out = SimpleNamespace(req_ids=req_ids, sampled_token_ids=sampled,
+                              **{PROPOSED_ATTR: proposed})
+        self.policy.observe(
+            self.ours, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
+        reference_observe(self.ref, scheduled, req_ids, sampled, proposed, K)
+        assert settled_state(self.ours) == settled_state(self.ref)
+        self.counted[0] += sum(proposed)
+        self.counted[1] += sum(len(scheduled.get(r, ())) for r in req_ids if r in self.ref)
+        self.counted[2] += sum(len(s) - 1 for r, s in zip(req_ids, sampled)
+                               if scheduled.get(r))
+        # The scheduler gives every request fresh placeholders each step.
+        for q in list(self.ours.values()) + list(self.ref.values()):
+            q.spec_token_ids = [-1] * K
+
+    def counters(self):
+        return [self.policy.proposed, self.policy.verified, self.policy.accepted]
+
+
 def test_decisions_equal_the_rule_on_every_step():
     rng = random.Random(0)
     names = [f"r{i}" for i in range(40)]
-    ours = {r: FakeRequest([-1] * K) for r in names}
-    ref = {r: FakeRequest([-1] * K) for r in names}
-    policy = AdaptiveSpeculation(K)
-    counted = [0, 0, 0]
+    twin = Twin(names)
     for step in range(300):
         # Runs of zero-draft steps (the fast path) between verifying steps.
-        zero = step % 7 != 0
-        scheduled, sampled, proposed = random_step(rng, names, zero)
+        scheduled, sampled, proposed = random_step(rng, names, zero=step % 7 != 0)
         # A prefix of the batch, and a request the scheduler no longer has.
         m = rng.randint(1, len(names))
-        req_ids = names[:m] + ["gone"]
-        sampled, proposed = sampled[:m] + [[7]], proposed[:m] + [0]
-        out = SimpleNamespace(req_ids=req_ids, sampled_token_ids=sampled,
-                              **{PROPOSED_ATTR: proposed})
-        policy.observe(ours, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
-        reference_observe(ref, scheduled, req_ids, sampled, proposed, K)
-        assert state(ours) == state(ref), step
-        counted[0] += sum(proposed)
-        counted[1] += sum(len(scheduled.get(r, ())) for r in req_ids if r in ref)
-        counted[2] += sum(len(s) - 1 for r, s in zip(req_ids, sampled) if scheduled.get(r))
-        # The scheduler gives every request fresh placeholders each step.
-        for q in list(ours.values()) + list(ref.values()):
-            q.spec_token_ids = [-1] * K
-    assert [policy.proposed, policy.verified, policy.accepted] == counted
+        twin.step(scheduled, names[:m] + ["gone"], sampled[:m] + [[7]], proposed[:m] + [0])
+    assert twin.counters() == twin.counted
 
 
 class CapCounting(FakeRequest):
@@ -115,12 +133,6 @@ def test_zero_draft_step_leaves_caps_alone():
                for q in requests.values())
 
 
-def settled_state(requests):
-    """``state`` with the caps and lengths at or past k read as k: a request
-    never verifies more than k, so those values decide the same."""
-    return {r: (min(v, K), min(c, K), p) for r, (v, c, p) in state(requests).items()}
-
-
 def accepting_step(rng, names, verify_len, reject):
     """Every request proposed k; each verifies what it was given and, unless
     ``reject``, accepts all of it; with ``reject`` one request rejects."""
@@ -135,10 +147,7 @@ def accepting_step(rng, names, verify_len, reject):
 def test_accepting_steps_walk_only_the_unsettled_and_decide_as_the_rule():
     rng = random.Random(1)
     names = [f"r{i}" for i in range(48)]
-    ours = {r: FakeRequest([-1] * K) for r in names}
-    ref = {r: FakeRequest([-1] * K) for r in names}
-    policy = AdaptiveSpeculation(K)
-    counted = [0, 0, 0]
+    twin = Twin(names)
     for step in range(400):
         # Mostly accepting steps, a rejection now and then, and runs of
         # zero-draft steps that leave every request unsettled.
@@ -146,22 +155,13 @@ def test_accepting_steps_walk_only_the_unsettled_and_decide_as_the_rule():
         if 40 <= phase < 50:
             scheduled, sampled, proposed = random_step(rng, names, zero=True)
         else:
-            verify_len = {r: min(getattr(q, VERIFY_ATTR), K) for r, q in ref.items()}
+            verify_len = {r: min(getattr(q, VERIFY_ATTR), K) for r, q in twin.ref.items()}
             scheduled, sampled, proposed = accepting_step(rng, names, verify_len,
                                                           reject=phase % 13 == 0)
-        out = SimpleNamespace(req_ids=list(names), sampled_token_ids=sampled,
-                              **{PROPOSED_ATTR: proposed})
-        policy.observe(ours, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
-        reference_observe(ref, scheduled, names, sampled, proposed, K)
-        assert settled_state(ours) == settled_state(ref), step
-        counted[0] += sum(proposed)
-        counted[1] += sum(len(d) for d in scheduled.values())
-        counted[2] += sum(len(s) - 1 for r, s in zip(names, sampled) if scheduled.get(r))
-        for q in list(ours.values()) + list(ref.values()):
-            q.spec_token_ids = [-1] * K
-    assert [policy.proposed, policy.verified, policy.accepted] == counted
+        twin.step(scheduled, list(names), sampled, proposed)
+    assert twin.counters() == twin.counted
     # Every request has been settled again after the last rejection.
-    assert not policy.unsettled
+    assert not twin.policy.unsettled
 
 
 def test_settled_accepting_step_reads_no_request():
