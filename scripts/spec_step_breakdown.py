@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             engines[name] = Engine(spec)
             results["engines"][name] = {
                 "startup_s": engines[name].info["startup_s"], "tok_s": [],
-                "engine_core_pid": engine_core_pid(engines[name]._process.pid),
+                "engine_core_pid": engine_core_pid(engines[name].pid),
                 # Full runs of the workload: the timed ones and the instrumented one.
                 "runs_profiled": args.runs + 1,
             }

@@ -98,16 +98,17 @@ class AdaptiveSpeculation:
             self.unsettled = unsettled = {r for r in unsettled if r in requests}
         scheduled_drafts = scheduler_output.scheduled_spec_decode_tokens
         req_ids = output.req_ids
+        sampled = output.sampled_token_ids
         if not scheduled_drafts and not any(num_proposed):
             # Nothing verified (no cap moves) and nothing proposed: every
             # request verifies none next. On text that does not repeat this
             # is every step, so it skips the per-request cap logic.
             self.settle_unproposed(requests, req_ids)
         else:
-            verified = self._verified_if_all_accepted(
-                scheduled_drafts, output.sampled_token_ids, num_proposed)
+            verified = self._verified_if_all_accepted(scheduled_drafts, sampled, num_proposed)
             if verified is None:
-                self._decide(requests, scheduled_drafts, output, enumerate(req_ids))
+                self._decide(requests, scheduled_drafts, sampled, num_proposed,
+                             enumerate(req_ids))
             else:
                 # k proposed for every request and every draft accepted: a
                 # settled request stays settled (cap k, k drafts next), so
@@ -118,7 +119,8 @@ class AdaptiveSpeculation:
                 self.accepted += verified
                 if unsettled:
                     pending = [(i, r) for i, r in enumerate(req_ids) if r in unsettled]
-                    self._decide(requests, scheduled_drafts, output, pending, count=False)
+                    self._decide(requests, scheduled_drafts, sampled, num_proposed, pending,
+                                 count=False)
         self.log_stats()
 
     def _verified_if_all_accepted(self, scheduled_drafts: dict[str, list[int]],
@@ -138,10 +140,9 @@ class AdaptiveSpeculation:
         return verified if accepted == verified else None
 
     def _decide(self, requests: dict[str, Any], scheduled_drafts: dict[str, list[int]],
-                output: Any, entries, count: bool = True) -> None:
+                sampled: list[list[int]] | None, num_proposed: list[int], entries,
+                count: bool = True) -> None:
         """The per-request rule for ``entries`` (batch index, request id)."""
-        sampled = output.sampled_token_ids
-        num_proposed = getattr(output, PROPOSED_ATTR)
         k = self.k
         placeholders = self.placeholders
         unsettled = self.unsettled

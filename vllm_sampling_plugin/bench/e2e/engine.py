@@ -153,6 +153,11 @@ class Engine:
         self._process.start()
         self.info = self._receive()
 
+    @property
+    def pid(self) -> int:
+        """The engine process's pid (its engine core runs below it)."""
+        return self._process.pid
+
     def call(self, command: str, **kwargs) -> dict:
         self._conn.send((command, kwargs))
         return self._receive()
