@@ -182,3 +182,34 @@ def test_settled_accepting_step_reads_no_request():
     assert CapCounting.reads == 64  # the full walk: the step had a rejection
     assert policy.unsettled == {"r63"}
     assert getattr(requests["r63"], CAP_ATTR) == 1 and getattr(requests["r63"], VERIFY_ATTR) == 1
+
+
+def test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often(monkeypatch):
+    import vllm_sampling_plugin.integration.speculation_policy as policy_module
+    from vllm_sampling_plugin.integration.proposal_report import PROPOSE_ATTR
+
+    policy = AdaptiveSpeculation(K)
+    plans = []
+    for step in range(3 * policy_module.PROBE_INTERVAL):
+        if step == 2:
+            policy.warm = False  # a report found nothing for anyone
+        plans.append(policy.plan(SimpleNamespace()))
+    interval = policy_module.PROBE_INTERVAL
+    assert plans[:2] == [True, True]
+    # Cold from step 2: the first probe comes PROBE_INTERVAL steps after the
+    # last proposing step (1), then one every PROBE_INTERVAL.
+    assert [s for s, p in enumerate(plans) if p][2:] == [1 + interval, 1 + 2 * interval]
+    so = SimpleNamespace()
+    policy.warm = True
+    assert policy.plan(so) and getattr(so, PROPOSE_ATTR) is True
+
+    policy.proposed, policy.verified, policy.accepted = 12, 9, 6
+    monkeypatch.setattr(policy_module.time, "monotonic", lambda: policy.last_log + 11)
+    # vLLM's logger does not propagate to pytest's handler: read the call.
+    lines = []
+    monkeypatch.setattr(policy_module.logger, "info", lambda fmt, *args: lines.append(fmt % args))
+    policy.log_stats()
+    steps = 3 * interval + 1
+    assert lines and (f"12 draft tokens proposed, 9 verified, 6 accepted (66.7% of verified); the "
+                      f"proposer ran after 5 of {steps} steps in the last 11 s.") in lines[0], lines
+    assert policy.steps == policy.proposing_steps == 0

@@ -76,12 +76,14 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         # The Sampler name, and the dummy sampler run, which now also warms
         # the plugin's draw kernels up (seams/warmup.py); the adaptive
         # speculation policy's seams (seams/speculator.py): the runner's
-        # output, the scheduler, the target model's graph candidates, the
+        # output and its plan, the scheduler, the target model's graph candidates, the
         # n-gram proposer's name and the line's default policy for
         # ModelConfigs built elsewhere (EngineArgs learned
         # speculation_policy earlier, at platform discovery: integration/early.py).
         assert changed == [
+            "AsyncScheduler._update_after_schedule",
             "GPUModelRunner._dummy_sampler_run",
+            "GPUModelRunner.execute_model",
             "GPUModelRunner.sample_tokens",
             "ModelConfig.plugin_verification",
             "ModelConfig.speculation_policy",
@@ -554,6 +556,16 @@ def test_upstream_ngram_proposer_reports_how_many_drafts_it_found():
         speculator.propose(batch, None, None, None, None, None, None, None, None,
                            None, None, dummy_run=True)
         assert speculator.num_proposed(len(slots)).tolist() == counts
+
+        # A step the policy planned without proposal launches nothing: the
+        # buffer, the scan's scratch and the counts stay as they were.
+        scratch = speculator.scratch.clone()
+        speculator.propose_this_step = False
+        skipped = propose(speculator, req_states, [[8, 8, 8, 8]] * 2, [0, 1], [1, 1])
+        assert torch.equal(skipped, drafts[:2]), (skipped, drafts)
+        assert torch.equal(speculator.scratch, scratch)
+        assert speculator.num_proposed(len(slots)).tolist() == counts
+        speculator.propose_this_step = True
 
         fixed, _ = build("fixed")
         assert not fixed.reports_proposals

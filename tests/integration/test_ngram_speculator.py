@@ -220,6 +220,22 @@ def test_dummy_run_returns_buffer_without_reading_history(device):
     assert (spec.drafts == 7).all()
 
 
+def test_step_planned_without_proposal_launches_nothing(device, monkeypatch):
+    import vllm_sampling_plugin.integration.ngram_speculator as module
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a step planned without proposal launched the proposer")
+
+    monkeypatch.setattr(module, "ngram_propose_into", no_launch)
+    spec = NgramProposerGPU(make_config(), device)
+    spec.drafts.fill_(7)
+    spec.propose_this_step = False
+    # Not bound either: the plan alone decides.
+    out = spec.propose(batch(device, [0, 1]), num_sampled=torch.ones(2, dtype=torch.int32, device=device))
+    assert out.data_ptr() == spec.drafts.data_ptr() and out.shape == (2, K)
+    assert (out == 7).all()
+
+
 def test_fresh_buffer_holds_valid_ids(device):
     spec = NgramProposerGPU(make_config(), device)
     assert (spec.drafts == 0).all()

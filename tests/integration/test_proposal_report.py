@@ -11,8 +11,10 @@ import torch
 from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
 
 from vllm_sampling_plugin.integration.proposal_report import (
+    PROPOSE_ATTR,
     PROPOSED_ATTR,
     OutputWithProposals,
+    following_the_plan,
     reporting_proposals,
 )
 
@@ -59,6 +61,7 @@ def test_wrapper_instantiates_on_the_installed_line_and_delegates():
 
 class _Speculator:
     reports_proposals = True
+    propose_this_step = True
 
     def __init__(self, counts):
         self.counts = torch.tensor(counts, dtype=torch.int32)
@@ -71,6 +74,10 @@ class _Runner:
     def __init__(self, speculator, output):
         self.speculator = speculator
         self.output = output
+
+    @following_the_plan
+    def execute_model(self, scheduler_output):
+        return None
 
     @reporting_proposals
     def sample_tokens(self, grammar_output):
@@ -91,3 +98,25 @@ def test_runner_without_a_reporting_speculator_is_left_alone():
     assert _Runner(speculator, output).sample_tokens(None) is output
     assert not hasattr(output, PROPOSED_ATTR)
     assert _Runner(None, None).sample_tokens(None) is None
+
+
+class _SchedulerOutput:
+    """What the runner reads of a step's SchedulerOutput here: the plan."""
+
+    def __init__(self, **attrs):
+        self.__dict__.update(attrs)
+
+
+def test_a_step_planned_without_proposal_sends_no_report():
+    speculator = _Speculator([2, 0])
+    runner = _Runner(speculator, _step_output(["a", "b"]))
+    runner.execute_model(_SchedulerOutput(**{PROPOSE_ATTR: False}))
+    assert speculator.propose_this_step is False
+    output = runner.sample_tokens(None)
+    assert not hasattr(output, PROPOSED_ATTR)
+    # The next step proposes again; without a plan (synchronous scheduling,
+    # dummy runs) it always does.
+    for scheduler_output in (_SchedulerOutput(**{PROPOSE_ATTR: True}), _SchedulerOutput()):
+        runner.output = _step_output(["a", "b"])
+        runner.execute_model(scheduler_output)
+        assert getattr(runner.sample_tokens(None), PROPOSED_ATTR) == [2, 0]

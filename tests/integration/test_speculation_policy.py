@@ -19,6 +19,7 @@ from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
 from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
+from vllm_sampling_plugin.integration.speculation_policy import PROBE_INTERVAL
 
 pytestmark = needs_vllm_line("0.20", "0.32", "0.33")
 
@@ -42,7 +43,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
-from vllm_sampling_plugin.integration.proposal_report import PROPOSED_ATTR
+from vllm_sampling_plugin.integration.proposal_report import PROPOSE_ATTR, PROPOSED_ATTR
 
 def build(policy, async_scheduling):
     engine_args = EngineArgs(
@@ -67,11 +68,12 @@ def drive(policy, async_scheduling, names, plan, steps):
         sched.add_request(Request(name, prompt_token_ids=list(range(1, 9)),
                                   sampling_params=SamplingParams(max_tokens=64),
                                   pooling_params=None))
-    record, pending = [], []
+    record, proposes, pending = [], [], []
     step = 0
     while step < steps:
         so = sched.schedule()
         record.append({r: len(so.scheduled_spec_decode_tokens.get(r, ())) for r in so.num_scheduled_tokens})
+        proposes.append(getattr(so, PROPOSE_ATTR, True))
         pending.append((step, so))
         # Async scheduling keeps one step in flight: the output of step n
         # arrives after step n + 1 is scheduled.
@@ -88,13 +90,15 @@ def drive(policy, async_scheduling, names, plan, steps):
             sampled.append([7] * (1 + accepted))
         out = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled)
-        setattr(out, PROPOSED_ATTR, [entry.get("proposed", {}).get(r, 0) for r in req_ids])
+        # A runner told not to propose after a step sends no report.
+        if getattr(done, PROPOSE_ATTR, True):
+            setattr(out, PROPOSED_ATTR, [entry.get("proposed", {}).get(r, 0) for r in req_ids])
         sched.update_from_output(done, out)
         if not async_scheduling:
             from vllm.v1.outputs import DraftTokenIds
             sched.update_draft_token_ids(DraftTokenIds(req_ids, [[-1] * K for _ in req_ids]))
         step += 1
-    print(json.dumps(record))
+    print(json.dumps({"drafts": record, "proposes": proposes}))
 """
 
 
@@ -109,14 +113,21 @@ def tiny_model(tmp_path_factory) -> str:
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
 
 
-def scheduled_drafts(tiny_model, policy, async_scheduling, names, plan, steps):
+def drive(tiny_model, policy, async_scheduling, names, plan, steps):
+    """Per step: the draft tokens scheduled for each request, and whether the
+    runner proposes after the step."""
     out = run_python(
         prelude=CPU_DEVICE_SHIM,
         code=f"MODEL = {tiny_model!r}\nK = {K}\n" + DRIVER
         + f"drive({policy!r}, {async_scheduling!r}, {names!r}, {json.loads(json.dumps(plan))!r}, {steps})",
         env=NO_GPU,
     )
-    return json.loads(out.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
+    return result["drafts"], result["proposes"]
+
+
+def scheduled_drafts(tiny_model, policy, async_scheduling, names, plan, steps):
+    return drive(tiny_model, policy, async_scheduling, names, plan, steps)[0]
 
 
 @pytest.mark.parametrize("async_scheduling", [True, False])
@@ -153,6 +164,44 @@ def test_rejections_cap_and_full_acceptance_regrows(tiny_model):
     assert lengths[1:4] == [K, K, K], lengths
     assert lengths[4:7] == [1, 2, K], lengths
     assert lengths[7:] == [K] * len(lengths[7:]), lengths
+
+
+def test_a_batch_without_proposals_proposes_one_step_in_probe_interval(tiny_model):
+    # Nothing is found for anyone until step 30; from then on "a" finds 3.
+    start = 30
+    plan = {str(s): {"proposed": {"a": 3}} for s in range(start, 60)}
+    record, proposes = drive(tiny_model, "adaptive", True, ["a", "b"], plan, 60)
+    # Drafts are verified only after a step that proposed them.
+    for step in range(1, len(record)):
+        if any(record[step].values()):
+            assert proposes[step - 1], (step, record, proposes)
+    # Until the first report (of step 0) arrives every step proposes; from
+    # then on, before anything is found, one step in PROBE_INTERVAL does.
+    probes = [s for s in range(start) if proposes[s]]
+    cold = [s for s in probes if s > 2]
+    assert len(cold) >= 3, proposes
+    assert all(b - a == PROBE_INTERVAL for a, b in zip(cold, cold[1:])), proposes
+    # (Step 1 verifies k before any report has arrived, as under "fixed".)
+    assert not any(any(step.values()) for step in record[2: start + 1]), record
+    # The first probe at or after `start` finds "a"'s drafts. Its report
+    # arrives after the next step is scheduled (async), so every step from
+    # the one after that proposes, and "a" verifies k within four steps of
+    # the probe; "b" never verifies any.
+    found = next(s for s in range(start, 60) if proposes[s])
+    assert found < start + PROBE_INTERVAL
+    # "a" (max_tokens 64) finishes while speculating; then only "b" is left.
+    last = max(s for s, step in enumerate(record) if "a" in step)
+    assert last > found + 6, record
+    assert all(proposes[found + 2: last]), proposes
+    first = next(s for s in range(found, 60) if record[s].get("a"))
+    assert first <= found + 4, (found, record)
+    assert all(step["a"] == K for step in record[first: last]), record
+    assert not any(step.get("b") for step in record[2:]), record
+
+
+def test_synchronous_scheduling_proposes_every_step(tiny_model):
+    record, proposes = drive(tiny_model, "adaptive", False, ["a", "b"], {}, 20)
+    assert all(proposes), proposes
 
 
 def test_unknown_policy_fails_naming_the_setting(tiny_model):

@@ -1,11 +1,13 @@
-"""Install the adaptive speculation policy; the same three patches in both
+"""Install the adaptive speculation policy; the same patches in both
 shapes of the speculator seam (seams/speculator.py).
 
 * the V2 runner's ``sample_tokens`` sends the proposal counts with each
   output (proposal_report.py), from whichever n-gram proposer the runner
   builds: the plugin's on 0.20 (ngram_speculator.py), upstream's on 0.32
-  and 0.33 (upstream_ngram.py, which the speculator seam patches in);
-* the scheduler verifies what was proposed (speculation_policy.py);
+  and 0.33 (upstream_ngram.py, which the speculator seam patches in), and
+  its ``execute_model`` tells the proposer whether to propose at all;
+* the scheduler verifies what was proposed and, with async scheduling,
+  plans which steps propose (speculation_policy.py);
 * the target model's CUDA graph manager adds full one-token decode graphs
   (decode_graphs.py);
 * ``ModelConfig``'s class default of ``speculation_policy`` is the line's
@@ -20,6 +22,7 @@ from __future__ import annotations
 def patch_adaptive_policy() -> None:
     import vllm.v1.worker.gpu.model_runner as model_runner
     from vllm.config import ModelConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.request import Request
     from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
@@ -29,7 +32,10 @@ def patch_adaptive_policy() -> None:
         adding_single_token_decode_graphs,
     )
     from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
-    from vllm_sampling_plugin.integration.proposal_report import reporting_proposals
+    from vllm_sampling_plugin.integration.proposal_report import (
+        following_the_plan,
+        reporting_proposals,
+    )
     from vllm_sampling_plugin.integration.speculation_policy import patch_scheduler
 
     # ModelConfigs built without the front-end wrapper (tests, draft models)
@@ -37,7 +43,8 @@ def patch_adaptive_policy() -> None:
     setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, default_speculation_policy())
     runner_cls = model_runner.GPUModelRunner
     runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
-    patch_scheduler(Scheduler, Request)
+    runner_cls.execute_model = following_the_plan(runner_cls.execute_model)
+    patch_scheduler(Scheduler, AsyncScheduler, Request)
     ModelCudaGraphManager._init_candidates = adding_single_token_decode_graphs(
         ModelCudaGraphManager._init_candidates
     )

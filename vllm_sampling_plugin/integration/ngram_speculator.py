@@ -71,6 +71,8 @@ class NgramProposerGPU:
         # Under the adaptive policy the runner sends num_proposed() to the
         # scheduler with every output (integration/proposal_report.py).
         self.reports_proposals = is_adaptive(vllm_config)
+        # The scheduler's plan for the current step (proposal_report.py).
+        self.propose_this_step = True
         self.device = device
         self.max_num_reqs = vllm_config.scheduler_config.max_num_seqs
         # There is no draft model; the runner still reads `.model`.
@@ -141,10 +143,12 @@ class NgramProposerGPU:
         ``input_batch``, ``num_sampled`` and ``last_sampled`` are used. Runs
         after ``postprocess``, so the history already holds this step's
         accepted and bonus tokens. Dummy runs (profiling, warm-up) pass rows
-        with stale history; they return the buffer as it is.
+        with stale history, and the adaptive policy's steps without proposal
+        (``propose_this_step``) verify none of these drafts next; both
+        return the buffer as it is, launching nothing.
         """
         num_reqs = input_batch.num_reqs
-        if dummy_run:
+        if dummy_run or not self.propose_this_step:
             return self.drafts[:num_reqs]
         req_states = self.req_states
         if req_states is None:

@@ -17,6 +17,13 @@ collects it. Nothing waits on the GPU earlier than vLLM's own
 The counts travel as a plain attribute of ``ModelRunnerOutput``
 (:data:`PROPOSED_ATTR`), a list of ints aligned with ``req_ids``; the
 dataclass keeps it through pickling to the engine core.
+
+Under async scheduling the scheduler also plans, step by step, whether the
+runner proposes at all (speculation_policy.py, ``PROPOSE_ATTR`` on the
+``SchedulerOutput``). A wrapper around ``execute_model`` hands the plan to
+the speculator (``speculator.propose_this_step``); a step without proposal
+launches nothing and sends no report, which the scheduler reads as no
+drafts found.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ import torch
 from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
 
 PROPOSED_ATTR = "vllm_sampling_plugin_num_proposed"
+
+# The other direction: set on each SchedulerOutput under async scheduling,
+# whether the runner proposes drafts after that step (absent: it does).
+PROPOSE_ATTR = "vllm_sampling_plugin_propose"
 
 
 class OutputWithProposals(AsyncModelRunnerOutput):
@@ -77,7 +88,11 @@ def reporting_proposals(sample_tokens):
     def wrapper(self, *args: Any, **kwargs: Any):
         output = sample_tokens(self, *args, **kwargs)
         speculator = self.speculator
-        if output is None or not getattr(speculator, "reports_proposals", False):
+        if (
+            output is None
+            or not getattr(speculator, "reports_proposals", False)
+            or not speculator.propose_this_step
+        ):
             return output
         if isinstance(output, ModelRunnerOutput):
             # Synchronous scheduling: vLLM has already waited for the step.
@@ -95,5 +110,20 @@ def reporting_proposals(sample_tokens):
             num_proposed = snapshot.to("cpu", non_blocking=True)
             copied.record(copy_stream)
         return OutputWithProposals(output, snapshot, num_proposed, copied)
+
+    return wrapper
+
+
+def following_the_plan(execute_model):
+    """Wrap ``GPUModelRunner.execute_model`` to tell a reporting speculator
+    whether to propose after this step (the scheduler's plan; absent under
+    synchronous scheduling and in dummy runs: propose)."""
+
+    @functools.wraps(execute_model)
+    def wrapper(self, scheduler_output, *args: Any, **kwargs: Any):
+        speculator = self.speculator
+        if getattr(speculator, "reports_proposals", False):
+            speculator.propose_this_step = getattr(scheduler_output, PROPOSE_ATTR, True)
+        return execute_model(self, scheduler_output, *args, **kwargs)
 
     return wrapper

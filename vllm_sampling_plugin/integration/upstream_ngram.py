@@ -18,7 +18,9 @@ The finalize kernel reduces it to ``draft_start = pos + n`` and
 ``tokens_avail = total_len - draft_start`` (``:120-139``). The subclass below
 repeats that reduction after ``propose``, on the same stream, in one kernel
 over ``[num_reqs]`` (``ops.ngram.count_packed_matches_``): the count is
-``min(tokens_avail, k)`` for a match and 0 otherwise, with no host sync. Everything
+``min(tokens_avail, k)`` for a match and 0 otherwise, with no host sync. On
+a step the adaptive policy plans without proposal it returns its buffer and
+launches nothing (proposal_report.py). Everything
 else about the proposer is upstream's. tests/integration/test_line_0_33.py
 runs upstream's kernels in Triton's interpreter and checks these counts
 against the drafts they write, which would catch a change of the packing.
@@ -43,12 +45,19 @@ def reporting_ngram_speculator(upstream_cls: type) -> type:
             # Only the adaptive policy reads the counts; under "fixed" the
             # proposer runs exactly as upstream's.
             self.reports_proposals = is_adaptive(vllm_config)
+            # The scheduler's plan for the current step (proposal_report.py).
+            self.propose_this_step = True
             self.num_drafts = torch.zeros(
                 self.max_num_reqs, dtype=torch.int32, device=device
             )
 
         @torch.inference_mode()
         def propose(self, input_batch: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+            if not self.propose_this_step:
+                # The next step verifies none of these drafts (the runner
+                # also marks them -1); upstream's scan would find what the
+                # policy does not use.
+                return self.drafts[: input_batch.num_reqs]
             drafts = super().propose(input_batch, *args, **kwargs)
             # Dummy runs (profiling, warm-up) launch no scan, so scratch is stale.
             if self.reports_proposals and not kwargs.get("dummy_run", False):

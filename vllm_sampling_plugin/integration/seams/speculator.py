@@ -45,10 +45,12 @@ _UPSTREAM_NGRAM_INIT = ["vllm_config", "device", "req_states"]
 # What upstream_ngram.py's count reads off upstream's proposer, all set in
 # its __init__.
 _UPSTREAM_NGRAM_ATTRS = {"scratch", "max_model_len", "max_num_reqs", "num_speculative_steps", "req_states"}
-# The policy's other seams: the runner step that reports, the scheduler
-# methods it wraps, the graph manager it adds candidates to.
+# The policy's other seams: the runner steps that report and follow the
+# plan, the scheduler methods it wraps, the graph manager it adds candidates to.
 _POLICY_HOOKS = (
     ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner", "sample_tokens"),
+    ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner", "execute_model"),
+    ("vllm.v1.core.sched.async_scheduler", "AsyncScheduler", "_update_after_schedule"),
     ("vllm.v1.core.sched.scheduler", "Scheduler", "update_from_output"),
     ("vllm.v1.core.sched.scheduler", "Scheduler", "update_draft_token_ids"),
     ("vllm.v1.worker.gpu.cudagraph_utils", "ModelCudaGraphManager", "_init_candidates"),
@@ -62,6 +64,13 @@ def detect(rejection_found: Found) -> Found:
     missing = [f"{cls}.{name}" for module, cls, name in _POLICY_HOOKS if not _has(module, cls, name)]
     if missing:
         return Found.off(NAME, f"the adaptive policy's hooks are missing: {missing}")
+    # A step planned without proposal empties the next step's placeholders
+    # through the list AsyncScheduler hands every request (and, where the
+    # output sizes it, num_spec_tokens_to_schedule): speculation_policy._planning.
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    if "_spec_token_placeholders" not in AsyncScheduler._update_after_schedule.__code__.co_names:
+        return Found.off(NAME, "AsyncScheduler._update_after_schedule hands out no _spec_token_placeholders")
     return found
 
 
