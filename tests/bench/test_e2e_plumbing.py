@@ -84,6 +84,10 @@ def test_engine_roles_and_arguments():
     assert "compilation_config" not in kwargs  # vLLM's own CUDA-graph sizes unless asked
     capped = engine.EngineSpec("stock", "/m", 256, 0.4, 400, max_cudagraph_capture_size=256)
     assert capped.llm_kwargs()["compilation_config"] == {"max_cudagraph_capture_size": 256}
+    full = engine.EngineSpec("plugin", "/m", 64, 0.4, 400, max_cudagraph_capture_size=256,
+                             cudagraph_mode="FULL")
+    assert full.llm_kwargs()["compilation_config"] == {
+        "max_cudagraph_capture_size": 256, "cudagraph_mode": "FULL"}
     spec = engine.EngineSpec("plugin", "/m", 64, 0.4, 400, ngram_k=3)
     assert spec.llm_kwargs()["speculative_config"]["num_speculative_tokens"] == 3
     assert spec.label == "plugin+ngram3"

@@ -71,6 +71,7 @@ class EngineSpec:
     ngram_k: int = 0  # > 0: n-gram speculation with this many drafts
     attention_backend: str | None = None  # None: vLLM's choice
     max_cudagraph_capture_size: int | None = None  # None: vLLM's choice
+    cudagraph_mode: str | None = None  # e.g. "FULL"; None: vLLM's choice
     cold_start_first: str = "greedy"  # the mix of COLD_START_MIXES sent first
     use_fp64_gumbel: bool = False  # pass use_fp64_gumbel=True to LLM(...)
     # With ngram_k: the plugin's speculation_policy ("adaptive" or "fixed");
@@ -95,10 +96,13 @@ class EngineSpec:
             kwargs["use_fp64_gumbel"] = True
         if self.attention_backend:
             kwargs["attention_backend"] = self.attention_backend
+        compilation_config = {}
         if self.max_cudagraph_capture_size:
-            kwargs["compilation_config"] = {
-                "max_cudagraph_capture_size": self.max_cudagraph_capture_size
-            }
+            compilation_config["max_cudagraph_capture_size"] = self.max_cudagraph_capture_size
+        if self.cudagraph_mode:
+            compilation_config["cudagraph_mode"] = self.cudagraph_mode
+        if compilation_config:
+            kwargs["compilation_config"] = compilation_config
         if self.ngram_k:
             kwargs["speculative_config"] = {
                 "method": "ngram", "num_speculative_tokens": self.ngram_k,

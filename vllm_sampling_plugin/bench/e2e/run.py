@@ -133,6 +133,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--attention-backend", default=None,
                         help="vLLM attention backend of every engine (default: vLLM's choice); "
                         "TRITON_ATTN where FlashAttention is unavailable or fails")
+    parser.add_argument("--cudagraph-mode", default=None,
+                        choices=["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"],
+                        help="vLLM's CUDA-graph mode of every engine (default: vLLM's, "
+                        "FULL_AND_PIECEWISE: full graphs for uniform decode batches only); "
+                        "FULL also captures batches whose requests run different token counts, "
+                        "where the attention backend allows it")
     parser.add_argument("--max-cudagraph-capture-size", type=int, default=None,
                         help="largest CUDA-graph batch of every engine (default: vLLM's, "
                         "2 x max_num_seqs up to 512); the staged vLLM 0.20.0 hit an illegal "
@@ -460,6 +466,7 @@ class Run:
                               max_model_len=max_model_len, ngram_k=ngram_k,
                               attention_backend=a.attention_backend,
                               max_cudagraph_capture_size=capture_size(a, ngram_k),
+                              cudagraph_mode=a.cudagraph_mode,
                               cold_start_first=cold_start_first,
                               use_fp64_gumbel=fp64_kwarg(a, role),
                               speculation_policy=speculation_policy,
