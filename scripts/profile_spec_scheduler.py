@@ -8,7 +8,9 @@ workloads: ``nonrepeating`` (nothing is ever proposed: under ``adaptive``
 every step verifies zero drafts) and ``accepting`` (k tokens proposed for
 every request every step, every draft accepted). Times ``schedule()`` and
 ``update_from_output()`` per step, and ``AdaptiveSpeculation.observe`` on
-its own. The runner's side of a step is in ``profile_host_path.py``.
+its own, and the share of steps after which the runner proposes (the
+adaptive policy's plan). The runner's side of a step is in
+``profile_host_path.py``.
 
     PYTHONPATH=. python3 scripts/profile_spec_scheduler.py --batch 64 256 \
         --workload accepting
@@ -50,7 +52,10 @@ from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from tests.tiny_model import write_tiny_llama  # noqa: E402
-from vllm_sampling_plugin.integration.proposal_report import PROPOSED_ATTR  # noqa: E402
+from vllm_sampling_plugin.integration.proposal_report import (  # noqa: E402
+    PROPOSE_ATTR,
+    PROPOSED_ATTR,
+)
 
 K = 3
 PROMPT_LEN = 64
@@ -87,7 +92,8 @@ def output_for(scheduler_output, policy: str | None, accepting: bool,
     out = ModelRunnerOutput(req_ids=req_ids,
                             req_id_to_index={r: i for i, r in enumerate(req_ids)},
                             sampled_token_ids=sampled)
-    if policy == "adaptive":
+    # A runner told not to propose after a step sends no report.
+    if policy == "adaptive" and getattr(scheduler_output, PROPOSE_ATTR, True):
         setattr(out, PROPOSED_ATTR, [K if accepting else 0] * len(req_ids))
     return out
 
@@ -101,7 +107,7 @@ def run(model: str, batch: int, policy: str | None, accepting: bool,
                                                                      ignore_eos=True),
                                       pooling_params=None))
     pending = []
-    schedule_s, update_s, observe_s = [], [], []
+    schedule_s, update_s, observe_s, planned = [], [], [], []
     speculation = getattr(scheduler, "adaptive_speculation", None)
     if speculation is not None:
         observe = speculation.observe
@@ -117,6 +123,7 @@ def run(model: str, batch: int, policy: str | None, accepting: bool,
         so = scheduler.schedule()
         schedule_s.append(time.perf_counter() - start)
         pending.append((step, so))
+        planned.append(so)
         if len(pending) < 2:
             continue
         done_step, done = pending.pop(0)
@@ -135,6 +142,8 @@ def run(model: str, batch: int, policy: str | None, accepting: bool,
     }
     if observe_s:
         result["observe_us"] = statistics.median(observe_s[skip:]) * 1e6
+        proposing = [getattr(so, PROPOSE_ATTR, True) for so in planned[skip:]]
+        result["proposing_steps_pct"] = 100.0 * sum(proposing) / max(len(proposing), 1)
     return result
 
 
