@@ -43,6 +43,15 @@ FILTER_THRESHOLDS = (
     "tests/ops/test_rejection_filters.py::test_thresholds_from_the_chunk_lists_equal_the_whole_row_law"
 )
 
+PLAN_IN_SCHEDULER = (
+    "tests/integration/test_speculation_policy.py::"
+    "test_a_batch_without_proposals_proposes_one_step_in_probe_interval"
+)
+PLAN_ON_ITS_OWN = (
+    "tests/integration/test_adaptive_observe.py::"
+    "test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Mutant:
@@ -165,6 +174,20 @@ MUTANTS = [
         "row_logits, row_max, threshold, top_p, mass_hist_ptr, BLOCK, APPLY_TEMPERATURE",
         "row_logits, row_max, 0, top_p, mass_hist_ptr, BLOCK, APPLY_TEMPERATURE",
         (FILTER_THRESHOLDS,),
+    ),
+    Mutant(
+        "step_without_proposal_keeps_k_placeholders",
+        f"{PACKAGE}/integration/speculation_policy.py",
+        "self._spec_token_placeholders = policy.placeholders[0]",
+        "self._spec_token_placeholders = placeholders",
+        (PLAN_IN_SCHEDULER,),
+    ),
+    Mutant(
+        "cold_batch_proposes_every_step",
+        f"{PACKAGE}/integration/speculation_policy.py",
+        "proposes = self.warm or self.steps_since_proposal >= PROBE_INTERVAL - 1",
+        "proposes = True",
+        (PLAN_IN_SCHEDULER, PLAN_ON_ITS_OWN),
     ),
 ]
 
