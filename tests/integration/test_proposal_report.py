@@ -7,6 +7,8 @@ failed at its first warm-up step. The GPU stream path is exercised by the
 engine tests; here the output object and the synchronous path run on CPU.
 """
 
+from types import SimpleNamespace
+
 import torch
 from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
 
@@ -100,23 +102,16 @@ def test_runner_without_a_reporting_speculator_is_left_alone():
     assert _Runner(None, None).sample_tokens(None) is None
 
 
-class _SchedulerOutput:
-    """What the runner reads of a step's SchedulerOutput here: the plan."""
-
-    def __init__(self, **attrs):
-        self.__dict__.update(attrs)
-
-
 def test_a_step_planned_without_proposal_sends_no_report():
     speculator = _Speculator([2, 0])
     runner = _Runner(speculator, _step_output(["a", "b"]))
-    runner.execute_model(_SchedulerOutput(**{PROPOSE_ATTR: False}))
+    runner.execute_model(SimpleNamespace(**{PROPOSE_ATTR: False}))
     assert speculator.propose_this_step is False
     output = runner.sample_tokens(None)
     assert not hasattr(output, PROPOSED_ATTR)
     # The next step proposes again; without a plan (synchronous scheduling,
     # dummy runs) it always does.
-    for scheduler_output in (_SchedulerOutput(**{PROPOSE_ATTR: True}), _SchedulerOutput()):
+    for scheduler_output in (SimpleNamespace(**{PROPOSE_ATTR: True}), SimpleNamespace()):
         runner.output = _step_output(["a", "b"])
         runner.execute_model(scheduler_output)
         assert getattr(runner.sample_tokens(None), PROPOSED_ATTR) == [2, 0]

@@ -137,15 +137,16 @@ class AdaptiveSpeculation:
                 # the latest step's placeholders are already empty.
                 return
             num_proposed = [0] * len(output.req_ids)
+            found = False
         else:
-            self.warm = any(num_proposed)
+            found = self.warm = any(num_proposed)
         unsettled = self.unsettled
         if len(unsettled) > 2 * len(requests) + 64:
             # Finished requests leave now and then, not on every step.
             self.unsettled = unsettled = {r for r in unsettled if r in requests}
         req_ids = output.req_ids
         sampled = output.sampled_token_ids
-        if not scheduled_drafts and not any(num_proposed):
+        if not scheduled_drafts and not found:
             # Nothing verified (no cap moves) and nothing proposed: every
             # request verifies none next. On text that does not repeat this
             # is every step, so it skips the per-request cap logic.
