@@ -88,6 +88,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             "ModelConfig.plugin_verification",
             "ModelConfig.speculation_policy",
             "ModelCudaGraphManager._init_candidates",
+            "ModelCudaGraphManager.capture",
             "Request.vllm_sampling_plugin_verify_cap",
             "Request.vllm_sampling_plugin_verify_len",
             "Scheduler.__init__",

@@ -9,7 +9,8 @@ shapes of the speculator seam (seams/speculator.py).
 * the scheduler verifies what was proposed and, with async scheduling,
   plans which steps propose (speculation_policy.py);
 * the target model's CUDA graph manager adds full one-token decode graphs
-  (decode_graphs.py);
+  and, where its attention replays any batch, full graphs for decode steps
+  of mixed draft lengths (decode_graphs.py);
 * ``ModelConfig``'s class default of ``speculation_policy`` is the line's
   (engine_args.default_speculation_policy).
 
@@ -28,9 +29,7 @@ def patch_adaptive_policy() -> None:
     from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 
     from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration.decode_graphs import (
-        adding_single_token_decode_graphs,
-    )
+    from vllm_sampling_plugin.integration import decode_graphs
     from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
     from vllm_sampling_plugin.integration.proposal_report import (
         following_the_plan,
@@ -45,7 +44,12 @@ def patch_adaptive_policy() -> None:
     runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
     runner_cls.execute_model = following_the_plan(runner_cls.execute_model)
     patch_scheduler(Scheduler, AsyncScheduler, Request)
-    ModelCudaGraphManager._init_candidates = adding_single_token_decode_graphs(
+    ModelCudaGraphManager._init_candidates = decode_graphs.adding_single_token_decode_graphs(
         ModelCudaGraphManager._init_candidates
     )
+    ModelCudaGraphManager.capture = decode_graphs.adding_mixed_decode_graphs(ModelCudaGraphManager.capture)
+    if decode_graphs.dispatch_takes_only_the_shape(ModelCudaGraphManager):
+        setattr(ModelCudaGraphManager, decode_graphs.MIXED_DECODE_GRAPHS_ATTR, None)
+        ModelCudaGraphManager.dispatch = decode_graphs.dispatching_mixed_decode_steps(ModelCudaGraphManager.dispatch)
+        runner_cls.execute_model = decode_graphs.noting_decode_steps(runner_cls.execute_model)
 

@@ -22,17 +22,47 @@ LoRA case), one list per key, and their descriptors carry the LoRA case
 batch then has uniform_token_count 1 (``get_uniform_decode_token_count``,
 ``v1/worker/utils.py:967``) and, without these graphs, dispatches to the
 piecewise candidate (0.33.0 ``cudagraph_utils.py:523-553``).
+
+A decode step in which some requests verify drafts and others do not is not
+uniform either (``get_uniform_token_count`` gives None), and vLLM runs it
+piecewise: on a small model that is slower than fixed k, whose steps are
+uniform. Where every attention backend of the target model replays any batch
+from a full graph (``AttentionCGSupport.ALWAYS``: 0.20's FlashAttention with
+FA3, ``flash_attn.py:295-299``) and ``dispatch`` takes only the batch shape
+(0.20: ``dispatch(num_reqs, num_tokens, uniform_token_count)``), the plugin
+also captures full graphs for such *mixed-length decode* steps: ``max_num_seqs``
+requests at every capture size above ``max_num_seqs`` up to
+``max_num_seqs * (1 + k)`` tokens (below that, the one-token graphs of the
+size serve, having a request slot per token). They are replayed only for a
+step without prefill (every request schedules at most ``1 + k`` tokens,
+which the runner's ``execute_model`` wrapper notes for ``dispatch``), the
+rule upstream 0.33 applies to its own variable-length decode graphs
+(``BatchExecutionDescriptor.max_query_len``); a step with a prefill keeps
+vLLM's choice. One log line says which way the engine went.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import logging
 from typing import Any
 
 from vllm.config import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
 from vllm_sampling_plugin.integration.speculation_policy import is_adaptive
+
+logger = logging.getLogger("vllm.vllm_sampling_plugin")
+
+# On the target model's CUDA graph manager: the descriptor each token count
+# of a mixed-length decode step replays (a list indexed by token count), or
+# None where the engine has no such graphs (the class default).
+MIXED_DECODE_GRAPHS_ATTR = "vllm_sampling_plugin_mixed_decode_graphs"
+# On the same manager, set each step: no request schedules more than 1 + k tokens.
+DECODE_STEP_ATTR = "vllm_sampling_plugin_decode_step"
+# The 0.20 shape of ``dispatch``: the batch shape and nothing else.
+_SHAPE_ONLY_DISPATCH = ["self", "num_reqs", "num_tokens", "uniform_token_count"]
 
 
 def adding_single_token_decode_graphs(init_candidates):
@@ -94,3 +124,105 @@ def _add_single_token_graphs(manager: Any) -> None:
     descs = manager._capture_descs.get(CUDAGraphMode.FULL, []) + added
     descs.sort(key=lambda d: d.num_tokens, reverse=True)
     manager._capture_descs[CUDAGraphMode.FULL] = descs
+
+
+def adding_mixed_decode_graphs(capture):
+    """Wrap ``ModelCudaGraphManager.capture`` to add, before capturing, the
+    full graphs of mixed-length decode steps where the target model's
+    attention can replay them (its ``attn_groups`` argument tells)."""
+    signature = inspect.signature(capture)
+
+    @functools.wraps(capture)
+    def _capture(self, *args: Any, **kwargs: Any) -> None:
+        if needs_single_token_graphs(self):
+            attn_groups = signature.bind(self, *args, **kwargs).arguments["attn_groups"]
+            reason = _why_no_mixed_decode_graphs(self, attn_groups)
+            if reason is None:
+                _add_mixed_decode_graphs(self)
+            else:
+                logger.info("vllm-sampling-plugin adaptive speculation: decode steps of mixed draft lengths run piecewise CUDA graphs (%s).", reason)
+        capture(self, *args, **kwargs)
+
+    return _capture
+
+
+def dispatching_mixed_decode_steps(dispatch):
+    """Wrap ``CudaGraphManager.dispatch``: a decode step of mixed lengths
+    replays its full graph where the manager has one; everything else is
+    vLLM's choice."""
+
+    @functools.wraps(dispatch)
+    def _dispatch(self, num_reqs: int, num_tokens: int, uniform_token_count: int | None):
+        graphs = getattr(self, MIXED_DECODE_GRAPHS_ATTR)
+        if (
+            graphs is not None
+            and uniform_token_count is None
+            and num_tokens < len(graphs)
+            and self._graphs_captured
+            and getattr(self, DECODE_STEP_ATTR, False)
+        ):
+            return graphs[num_tokens]
+        return dispatch(self, num_reqs, num_tokens, uniform_token_count)
+
+    return _dispatch
+
+
+def noting_decode_steps(execute_model):
+    """Wrap ``GPUModelRunner.execute_model`` to tell a manager with
+    mixed-length decode graphs whether this step is decode only."""
+
+    @functools.wraps(execute_model)
+    def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):
+        manager = self.cudagraph_manager
+        if getattr(manager, MIXED_DECODE_GRAPHS_ATTR, None) is not None:
+            query_lens = scheduler_output.num_scheduled_tokens.values()
+            setattr(manager, DECODE_STEP_ATTR, max(query_lens, default=0) <= manager.decode_query_len)
+        return execute_model(self, scheduler_output, *args, **kwargs)
+
+    return _execute_model
+
+
+def dispatch_takes_only_the_shape(manager_cls: Any) -> bool:
+    return list(inspect.signature(manager_cls.dispatch).parameters) == _SHAPE_ONLY_DISPATCH
+
+
+def _why_no_mixed_decode_graphs(manager: Any, attn_groups: list[list[Any]]) -> str | None:
+    if not dispatch_takes_only_the_shape(type(manager)):
+        return "this vLLM's dispatch takes more than the batch shape; not adapted yet"
+    if manager.dp_size > 1:
+        return "data parallel ranks must agree on the graph of each step"
+    from vllm.v1.attention.backend import AttentionCGSupport
+
+    for groups in attn_groups:
+        for group in groups:
+            builder = group.get_metadata_builder(0)
+            support = builder.get_cudagraph_support(manager.vllm_config, group.kv_cache_spec)
+            if support != AttentionCGSupport.ALWAYS:
+                return f"{type(builder).__name__} supports full graphs for {support.name} batches only"
+    return None
+
+
+def _add_mixed_decode_graphs(manager: Any) -> None:
+    max_reqs = manager.max_num_reqs
+    max_tokens = min(max_reqs * manager.decode_query_len, manager.compilation_config.max_cudagraph_capture_size)
+    one_token = [d for d in manager._capture_descs[CUDAGraphMode.FULL] if d.uniform_token_count == 1]
+    added = [
+        BatchExecutionDescriptor(cg_mode=CUDAGraphMode.FULL, num_tokens=n, num_reqs=max_reqs)
+        for n in sorted(set(manager.compilation_config.cudagraph_capture_sizes))
+        if max_reqs < n <= max_tokens
+    ]
+    # A step of R requests and T > R tokens fits a graph of T' >= T tokens
+    # with a slot per request: the one-token graphs have T' slots, the added ones max_num_seqs.
+    by_size = sorted(one_token + added, key=lambda d: d.num_tokens)
+    if not by_size:
+        return
+    table = [next(d for d in by_size if d.num_tokens >= n) for n in range(by_size[-1].num_tokens + 1)]
+    setattr(manager, MIXED_DECODE_GRAPHS_ATTR, table)
+    descs = manager._capture_descs[CUDAGraphMode.FULL] + added
+    descs.sort(key=lambda d: d.num_tokens, reverse=True)
+    manager._capture_descs[CUDAGraphMode.FULL] = descs
+    logger.info(
+        "vllm-sampling-plugin adaptive speculation: full CUDA graphs for decode steps of mixed draft lengths up to %d tokens (%d more captured).",
+        len(table) - 1,
+        len(added),
+    )

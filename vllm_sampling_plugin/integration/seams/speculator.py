@@ -54,6 +54,7 @@ _POLICY_HOOKS = (
     ("vllm.v1.core.sched.scheduler", "Scheduler", "update_from_output"),
     ("vllm.v1.core.sched.scheduler", "Scheduler", "update_draft_token_ids"),
     ("vllm.v1.worker.gpu.cudagraph_utils", "ModelCudaGraphManager", "_init_candidates"),
+    ("vllm.v1.worker.gpu.cudagraph_utils", "ModelCudaGraphManager", "capture"),
 )
 
 
@@ -71,6 +72,11 @@ def detect(rejection_found: Found) -> Found:
 
     if "_spec_token_placeholders" not in AsyncScheduler._update_after_schedule.__code__.co_names:
         return Found.off(NAME, "AsyncScheduler._update_after_schedule hands out no _spec_token_placeholders")
+    # decode_graphs.adding_mixed_decode_graphs asks the target's attention groups.
+    from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
+
+    if "attn_groups" not in inspect.signature(ModelCudaGraphManager.capture).parameters:
+        return Found.off(NAME, "ModelCudaGraphManager.capture takes no attn_groups")
     return found
 
 
