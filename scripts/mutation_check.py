@@ -47,6 +47,10 @@ PLAN_IN_SCHEDULER = (
     "tests/integration/test_speculation_policy.py::"
     "test_a_batch_without_proposals_proposes_one_step_in_probe_interval"
 )
+MIXED_DECODE_GRAPHS = (
+    "tests/integration/test_mixed_decode_graphs.py::"
+    "test_mixed_length_decode_steps_replay_full_graphs"
+)
 PLAN_ON_ITS_OWN = (
     "tests/integration/test_adaptive_observe.py::"
     "test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often"
@@ -188,6 +192,13 @@ MUTANTS = [
         "proposes = self.warm or self.steps_since_proposal >= PROBE_INTERVAL - 1",
         "proposes = True",
         (PLAN_IN_SCHEDULER, PLAN_ON_ITS_OWN),
+    ),
+    Mutant(
+        "prefill_steps_replay_mixed_decode_graphs",
+        f"{PACKAGE}/integration/decode_graphs.py",
+        "max(query_lens, default=0) <= manager.decode_query_len",
+        "True",
+        (MIXED_DECODE_GRAPHS,),
     ),
 ]
 
