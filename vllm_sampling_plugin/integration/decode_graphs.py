@@ -147,7 +147,8 @@ def adding_mixed_decode_graphs(capture):
 
 
 def dispatching_mixed_decode_steps(dispatch):
-    """Wrap ``CudaGraphManager.dispatch``: a decode step of mixed lengths
+    """Wrap ``ModelCudaGraphManager.dispatch`` (inherited from
+    ``CudaGraphManager``): a decode step of mixed lengths
     replays its full graph where the manager has one; everything else is
     vLLM's choice."""
 
