@@ -27,22 +27,35 @@ A decode step in which some requests verify drafts and others do not is not
 uniform either (``get_uniform_token_count`` gives None), and vLLM runs it
 piecewise: on a small model that is slower than fixed k, whose steps are
 uniform. Where every attention backend of the target model replays any batch
-from a full graph (``AttentionCGSupport.ALWAYS``: 0.20's FlashAttention with
-FA3, ``flash_attn.py:295-299``) and ``dispatch`` takes only the batch shape
-(0.20: ``dispatch(num_reqs, num_tokens, uniform_token_count)``), the plugin
-also captures full graphs for such *mixed-length decode* steps: ``max_num_seqs``
-requests at every capture size above ``max_num_seqs`` up to
-``max_num_seqs * (1 + k)`` tokens (below that, the one-token graphs of the
-size serve, having a request slot per token). They are replayed only for a
-step without prefill (every request schedules at most ``1 + k`` tokens,
-which the runner's ``execute_model`` wrapper notes for ``dispatch``), the
-rule upstream 0.33 applies to its own variable-length decode graphs
-(``BatchExecutionDescriptor.max_query_len``); a step with a prefill keeps
-vLLM's choice. One log line says which way the engine went.
+from a full graph (``AttentionCGSupport.ALWAYS``: FlashAttention with FA3,
+0.20 ``flash_attn.py:295-299``, 0.33.0 ``flash_attn.py:619-623``), the plugin
+also captures full graphs for such *mixed-length decode* steps, replayed only
+for a step without prefill (every request schedules at most ``1 + k``
+tokens). How a release tells a decode step from one with a prefill decides
+the route:
+
+* 0.32 and 0.33: ``dispatch`` takes the step's longest query
+  (``max_query_len``, None for a step with a prefill; 0.33.0
+  ``model_runner.py:1802-1811``) and descriptors bound it, the way upstream's
+  own variable-length decode graphs for its adaptive verification do
+  (``varlen_decode``, 0.33.0 ``cudagraph_utils.py:302-320``). The plugin adds
+  the same descriptors: ``min(tokens, max_num_seqs)`` requests of at most
+  ``1 + k`` tokens at every capture size up to ``max_num_seqs * (1 + k)``,
+  after vLLM's full graphs of each size, and vLLM's ``dispatch`` picks them.
+* 0.20: ``dispatch(num_reqs, num_tokens, uniform_token_count)`` takes only
+  the batch shape. The plugin captures ``max_num_seqs`` requests at every
+  capture size above ``max_num_seqs`` up to ``max_num_seqs * (1 + k)``
+  tokens (below that, the one-token graphs of the size serve, having a
+  request slot per token), and a wrapper on ``dispatch`` replays them when
+  the runner's ``execute_model`` wrapper has noted that the step has no
+  prefill.
+
+One log line says which way the engine went.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -187,9 +200,17 @@ def dispatch_takes_only_the_shape(manager_cls: Any) -> bool:
     return list(inspect.signature(manager_cls.dispatch).parameters) == _SHAPE_ONLY_DISPATCH
 
 
+def dispatch_bounds_the_query_length(manager_cls: Any) -> bool:
+    """0.32 and 0.33: descriptors bound the longest query and ``dispatch`` takes it."""
+    return "max_query_len" in inspect.signature(manager_cls.dispatch).parameters and (
+        "max_query_len" in {field.name for field in dataclasses.fields(BatchExecutionDescriptor)}
+    )
+
+
 def _why_no_mixed_decode_graphs(manager: Any, attn_groups: list[list[Any]]) -> str | None:
-    if not dispatch_takes_only_the_shape(type(manager)):
-        return "this vLLM's dispatch takes more than the batch shape; not adapted yet"
+    manager_cls = type(manager)
+    if not (dispatch_takes_only_the_shape(manager_cls) or dispatch_bounds_the_query_length(manager_cls)):
+        return "this vLLM's dispatch tells decode steps from prefills in a way not adapted yet"
     if manager.dp_size > 1:
         return "data parallel ranks must agree on the graph of each step"
     from vllm.v1.attention.backend import AttentionCGSupport
@@ -204,26 +225,71 @@ def _why_no_mixed_decode_graphs(manager: Any, attn_groups: list[list[Any]]) -> s
 
 
 def _add_mixed_decode_graphs(manager: Any) -> None:
-    max_reqs = manager.max_num_reqs
-    max_tokens = min(max_reqs * manager.decode_query_len, manager.compilation_config.max_cudagraph_capture_size)
-    one_token = [d for d in manager._capture_descs[CUDAGraphMode.FULL] if d.uniform_token_count == 1]
-    added = [
-        BatchExecutionDescriptor(cg_mode=CUDAGraphMode.FULL, num_tokens=n, num_reqs=max_reqs)
-        for n in sorted(set(manager.compilation_config.cudagraph_capture_sizes))
-        if max_reqs < n <= max_tokens
-    ]
-    # A step of R requests and T > R tokens fits a graph of T' >= T tokens
-    # with a slot per request: the one-token graphs have T' slots, the added ones max_num_seqs.
-    by_size = sorted(one_token + added, key=lambda d: d.num_tokens)
-    if not by_size:
+    max_tokens = min(
+        manager.max_num_reqs * manager.decode_query_len,
+        manager.compilation_config.max_cudagraph_capture_size,
+    )
+    sizes = sorted(n for n in set(manager.compilation_config.cudagraph_capture_sizes) if n <= max_tokens)
+    if dispatch_takes_only_the_shape(type(manager)):
+        added, largest = _add_shape_dispatched_graphs(manager, sizes)
+    else:
+        added, largest = _add_query_bounded_graphs(manager, sizes)
+    if largest == 0:
         return
-    table = [next(d for d in by_size if d.num_tokens >= n) for n in range(by_size[-1].num_tokens + 1)]
-    setattr(manager, MIXED_DECODE_GRAPHS_ATTR, table)
     descs = manager._capture_descs[CUDAGraphMode.FULL] + added
     descs.sort(key=lambda d: d.num_tokens, reverse=True)
     manager._capture_descs[CUDAGraphMode.FULL] = descs
     logger.info(
         "vllm-sampling-plugin adaptive speculation: full CUDA graphs for decode steps of mixed draft lengths up to %d tokens (%d more captured).",
-        len(table) - 1,
+        largest,
         len(added),
     )
+
+
+def _add_shape_dispatched_graphs(manager: Any, sizes: list[int]) -> tuple[list[Any], int]:
+    """0.20: graphs of max_num_seqs request slots, and the table the
+    ``dispatch`` wrapper reads (indexed by token count)."""
+    max_reqs = manager.max_num_reqs
+    one_token = [d for d in manager._capture_descs[CUDAGraphMode.FULL] if d.uniform_token_count == 1]
+    added = [
+        BatchExecutionDescriptor(cg_mode=CUDAGraphMode.FULL, num_tokens=n, num_reqs=max_reqs)
+        for n in sizes
+        if n > max_reqs
+    ]
+    # A step of R requests and T > R tokens fits a graph of T' >= T tokens
+    # with a slot per request: the one-token graphs have T' slots, the added ones max_num_seqs.
+    by_size = sorted(one_token + added, key=lambda d: d.num_tokens)
+    if not by_size:
+        return [], 0
+    table = [next(d for d in by_size if d.num_tokens >= n) for n in range(by_size[-1].num_tokens + 1)]
+    setattr(manager, MIXED_DECODE_GRAPHS_ATTR, table)
+    return added, len(table) - 1
+
+
+def _add_query_bounded_graphs(manager: Any, sizes: list[int]) -> tuple[list[Any], int]:
+    """0.32 and 0.33: graphs whose descriptors bound the longest query at
+    ``1 + k``, placed after vLLM's full graphs among each token count's
+    candidates, so that uniform steps keep theirs and a step with a prefill
+    (``max_query_len`` None) matches none of them."""
+    captured = set(manager._capture_descs.get(CUDAGraphMode.FULL, []))
+    added = []
+    for case in manager.lora_capture_cases:
+        descs = [
+            BatchExecutionDescriptor(
+                cg_mode=CUDAGraphMode.FULL,
+                num_tokens=n,
+                num_reqs=min(n, manager.max_num_reqs),
+                max_query_len=manager.decode_query_len,
+                num_active_loras=case,
+            )
+            for n in sizes
+        ]
+        # Upstream's adaptive verification captures the same descriptors itself.
+        added += [d for d in descs if d not in captured]
+        for (num_tokens, key_case), candidates in manager._candidates.items():
+            desc = next((d for d in descs if d.num_tokens >= num_tokens), None)
+            if key_case != case or desc is None or desc in candidates:
+                continue
+            after_full = next((i for i, d in enumerate(candidates) if d.cg_mode != CUDAGraphMode.FULL), len(candidates))
+            candidates.insert(after_full, desc)
+    return added, (sizes[-1] if sizes else 0)
