@@ -25,7 +25,7 @@ filtered target of its position, whoever verifies (chi-square, fixed seeds).
 import pytest
 
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
-from tests.vllm_lines import needs_seam
+from tests.vllm_lines import needs_seam, needs_vllm_line
 from vllm_sampling_plugin.integration.seams import shapes
 
 pytestmark = needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
@@ -320,17 +320,22 @@ print("ok")
 """
 
 
+# The FP64 and temperature/min-p cases differ from plugin-fp32 only inside
+# the plugin's kernel (its op tests draw those laws) and take minutes each in
+# the interpreter: CI draws them on the newest line only.
+NEWEST_LINE_ONLY = needs_vllm_line("0.33", why="the same kernel as plugin-fp32 on 0.32")
+
+
 @pytest.mark.parametrize(
     "owner, fp64, temperature, top_k, top_p, min_p",
     [
         # Upstream itself against the law (its temperature/min-p kernels
         # need a GPU: temperature 1, top-k/top-p only).
-        ("upstream", False, 1.0, 6, 0.9, 0.0),
-        ("plugin", False, 1.0, 6, 0.9, 0.0),
-        ("plugin", True, 1.0, 6, 0.9, 0.0),
-        ("plugin", False, 0.7, 8, 1.0, 0.05),
+        pytest.param("upstream", False, 1.0, 6, 0.9, 0.0, id="upstream"),
+        pytest.param("plugin", False, 1.0, 6, 0.9, 0.0, id="plugin-fp32"),
+        pytest.param("plugin", True, 1.0, 6, 0.9, 0.0, id="plugin-fp64", marks=NEWEST_LINE_ONLY),
+        pytest.param("plugin", False, 0.7, 8, 1.0, 0.05, id="plugin-temperature-min-p", marks=NEWEST_LINE_ONLY),
     ],
-    ids=["upstream", "plugin-fp32", "plugin-fp64", "plugin-temperature-min-p"],
 )
 def test_first_emitted_token_follows_the_filtered_target_law(owner, fp64, temperature, top_k, top_p, min_p):
     out = run_python(

@@ -4,13 +4,14 @@ The other CPU tests run the kernels through Triton's interpreter, which lets
 through code that the GPU compiler rejects (a module global that is not a
 ``tl.constexpr`` is the classic one). Here Triton compiles each kernel ahead
 of time with its bundled ptxas, with the exact arguments and constexprs its
-launcher passes, in every constexpr variant the launchers expose (see
-``compile_sm90.py``). No GPU is needed.
+launcher passes, in a set of constexpr variants that covers every value and
+every pair of values the launchers expose, with all options off and all on
+(see ``compile_sm90._variants``). No GPU is needed.
 
 The compilation runs in one subprocess without ``TRITON_INTERPRET``
 (tests/conftest.py sets it where there is no GPU, and kernels decorated under
 it cannot be compiled) and with a fresh Triton cache, so every kernel really
-compiles. It takes about a minute on two cores.
+compiles. It takes about three minutes on one core.
 """
 
 import json

@@ -21,6 +21,7 @@ import pytest
 import torch
 from scipy import stats
 
+from tests.ops.covering import pairwise_cover
 from tests.ops.interpreter_warnings import IGNORE_MASKED_ARITHMETIC
 from tests.ops.topk_topp_reference import kept_set
 from vllm_sampling_plugin.ops import rejection_sample, sample
@@ -46,6 +47,13 @@ FILTERS = {
     "min_p_0.5": (0, 1.0, 0.5),
     "all": (4, 0.9, 0.3),
 }
+
+# The finite counts, filters and precisions meet pairwise (tests/ops/covering.py):
+# each case is an interpreted launch of NUM_DRAWS rows, seconds on CPU CI.
+
+
+def _case_id(value) -> str:
+    return ("fp64" if value else "fp32") if isinstance(value, bool) else str(value)
 
 
 def _row(num_finite: int) -> torch.Tensor:
@@ -105,9 +113,9 @@ def _draw_args(device):
 
 
 @pytest.mark.slow  # ~10 min under the interpreter; the GPU runs it in seconds
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
-@pytest.mark.parametrize("filter_name", list(FILTERS))
-@pytest.mark.parametrize("num_finite", [2, 5])
+@pytest.mark.parametrize(
+    "num_finite, filter_name, use_fp64", pairwise_cover((2, 5), tuple(FILTERS), (False, True)), ids=_case_id
+)
 def test_fused_top_k_top_p_draws_the_filtered_softmax(device, num_finite, filter_name, use_fp64):
     top_k, top_p, min_p = FILTERS[filter_name]
     logits = _scaled_by_min_p(num_finite, min_p, device)
@@ -132,9 +140,9 @@ def test_gumbel_draws_the_softmax_over_the_finite_tokens(device, num_finite, min
 
 
 @pytest.mark.slow  # ~10 min under the interpreter; the GPU runs it in seconds
-@pytest.mark.parametrize("use_fp64", [False, True], ids=["fp32", "fp64"])
-@pytest.mark.parametrize("draft", ["likely", "unlikely", "masked"])
-@pytest.mark.parametrize("num_finite", [2, 5])
+@pytest.mark.parametrize(
+    "num_finite, draft, use_fp64", pairwise_cover((2, 5), ("likely", "unlikely", "masked"), (False, True)), ids=_case_id
+)
 def test_rejection_emits_the_softmax_over_the_finite_tokens(device, num_finite, draft, use_fp64):
     """The first emitted token (accepted draft or residual resample) follows
     the target; a draft the grammar masked is never accepted."""
