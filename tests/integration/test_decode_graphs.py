@@ -69,8 +69,8 @@ def captured(m, support=AttentionCGSupport.ALWAYS):
     # which drops the handlers of their children.
     plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
     plugin_logger.setLevel(logging.INFO)
-    plugin_logger.addHandler(
-        type("H", (logging.Handler,), {"emit": lambda self, r: log.append(r.getMessage())})())
+    plugin_logger.handlers = [
+        type("H", (logging.Handler,), {"emit": lambda self, r: log.append(r.getMessage())})()]
     decode_graphs.adding_mixed_decode_graphs(record)(
         m, None, None, None, None, None, [[group]], None)
     return m
@@ -177,6 +177,7 @@ def test_mixed_length_decode_steps_replay_query_bounded_graphs(tiny_model):
         tiny_model,
         """
         m = captured(manager("adaptive"))
+        with_loras = captured(manager("adaptive", lora_cases=[0, 2]))
         print(json.dumps({
             "bounded": m.bounded,
             "four_reqs_seven_tokens": step(m, [4, 1, 1, 1]),
@@ -186,6 +187,8 @@ def test_mixed_length_decode_steps_replay_query_bounded_graphs(tiny_model):
             "one_token": step(m, [1] * 6),
             "with_a_prefill": step(m, [4, 1, 3], prefill=True),
             "log": graph_log(),
+            "loras": sorted({d[2] for d in with_loras.bounded}),
+            "two_loras": step(with_loras, [4, 1, 1, 1], loras=2),
         }))
         """,
     )
@@ -201,54 +204,34 @@ def test_mixed_length_decode_steps_replay_query_bounded_graphs(tiny_model):
     assert got["with_a_prefill"] == ["PIECEWISE", 8, None, None, None]
     assert got["log"] == [
         "vllm-sampling-plugin adaptive speculation: full CUDA graphs for decode steps of mixed draft lengths"
-        " up to 32 tokens (6 more captured)."
+        f" up to 32 tokens ({added} more captured)."
+        for added in (6, 12)  # one set per LoRA case
     ]
+    # Each LoRA case gets its own.
+    assert got["loras"] == [0, 2]
+    assert got["two_loras"] == ["FULL", 8, 8, None, 4]
 
 
-def test_mixed_length_graphs_for_every_lora_case(tiny_model):
+def test_no_mixed_length_graphs_under_fixed_k_or_attention_without_full_graphs_for_any_batch(tiny_model):
     got = run(
         tiny_model,
         """
-        m = captured(manager("adaptive", lora_cases=[0, 2]))
+        uniform_only = captured(manager("adaptive"), support=AttentionCGSupport.UNIFORM_BATCH)
+        uniform_only_log = graph_log()
+        fixed = captured(manager("fixed"))
         print(json.dumps({
-            "loras": sorted({d[2] for d in m.bounded}),
-            "two_loras": step(m, [4, 1, 1, 1], loras=2),
+            "bounded": [uniform_only.bounded, fixed.bounded],
+            "mixed": [step(m, [4, 4, 4, 1, 1, 1, 1, 1]) for m in (uniform_only, fixed)],
+            "log": [uniform_only_log, graph_log()[len(uniform_only_log):]],
         }))
         """,
     )
-    assert got == {"loras": [0, 2], "two_loras": ["FULL", 8, 8, None, 4]}
-
-
-def test_attention_without_full_graphs_for_any_batch_keeps_mixed_steps_piecewise(tiny_model):
-    got = run(
-        tiny_model,
-        """
-        m = captured(manager("adaptive"), support=AttentionCGSupport.UNIFORM_BATCH)
-        print(json.dumps({
-            "bounded": m.bounded,
-            "mixed": step(m, [4, 4, 4, 1, 1, 1, 1, 1]),
-            "log": graph_log(),
-        }))
-        """,
-    )
-    assert got["bounded"] == []
-    assert got["mixed"] == ["PIECEWISE", 32, None, None, None]
+    assert got["bounded"] == [[], []]
+    assert got["mixed"] == [["PIECEWISE", 32, None, None, None]] * 2
     assert got["log"] == [
-        "vllm-sampling-plugin adaptive speculation: decode steps of mixed draft lengths run piecewise CUDA graphs"
-        " (SimpleNamespace supports full graphs for UNIFORM_BATCH batches only)."
+        [
+            "vllm-sampling-plugin adaptive speculation: decode steps of mixed draft lengths run piecewise CUDA graphs"
+            " (SimpleNamespace supports full graphs for UNIFORM_BATCH batches only)."
+        ],
+        [],
     ]
-
-
-def test_fixed_policy_captures_no_mixed_length_graphs(tiny_model):
-    got = run(
-        tiny_model,
-        """
-        m = captured(manager("fixed"))
-        print(json.dumps({
-            "bounded": m.bounded,
-            "mixed": step(m, [4, 4, 4, 1, 1, 1, 1, 1]),
-            "log": graph_log(),
-        }))
-        """,
-    )
-    assert got == {"bounded": [], "mixed": ["PIECEWISE", 32, None, None, None], "log": []}
