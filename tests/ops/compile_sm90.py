@@ -158,7 +158,7 @@ def launched_kernels() -> list[str]:
 
 
 # ---------------------------------------------------------------------------
-# Cases: one launcher call each, over every constexpr switch it exposes.
+# Cases: one launcher call each, over a pairwise cover of the constexpr switches it exposes.
 # ---------------------------------------------------------------------------
 
 

@@ -112,7 +112,7 @@ def _draw_args(device):
     )
 
 
-@pytest.mark.slow  # ~10 min under the interpreter; the GPU runs it in seconds
+@pytest.mark.slow  # minutes under the interpreter; the GPU runs it in seconds
 @pytest.mark.parametrize(
     "num_finite, filter_name, use_fp64", pairwise_cover((2, 5), tuple(FILTERS), (False, True)), ids=_case_id
 )
@@ -139,7 +139,7 @@ def test_gumbel_draws_the_softmax_over_the_finite_tokens(device, num_finite, min
     _assert_follows(tokens, _target_probs(num_finite, 0, 1.0, min_p))
 
 
-@pytest.mark.slow  # ~10 min under the interpreter; the GPU runs it in seconds
+@pytest.mark.slow  # minutes under the interpreter; the GPU runs it in seconds
 @pytest.mark.parametrize(
     "num_finite, draft, use_fp64", pairwise_cover((2, 5), ("likely", "unlikely", "masked"), (False, True)), ids=_case_id
 )
