@@ -103,6 +103,30 @@ def launches_per_step(short: dict, long: dict) -> dict:
     return {"steps": steps, "total": sum(per_call.values()), **per_call}
 
 
+def calls_per_step(short: dict, long: dict) -> dict:
+    """``{name: [calls, self host us]}`` per decode step of every operator,
+    kernel and runtime call, the same difference as ``launches_per_step``."""
+    steps = long["steps"] - short["steps"]
+    zero = [0, 0.0]
+    return {name: [(long["calls"].get(name, zero)[0] - short["calls"].get(name, zero)[0]) / steps,
+                   1e3 * (long["calls"].get(name, zero)[1] - short["calls"].get(name, zero)[1]) / steps]
+            for name in set(short["calls"]) | set(long["calls"])}
+
+
+def print_call_differences(engines: dict, rows: int = 25) -> None:
+    """The calls whose count per decode step differs most between the engines
+    (adaptive minus none), with their self host time per step."""
+    none, adaptive = (engines[n]["calls_per_decode_step"] for n in ("none", "adaptive"))
+    zero = [0, 0.0]
+    diff = sorted(((adaptive.get(k, zero)[0] - none.get(k, zero)[0],
+                    adaptive.get(k, zero)[1] - none.get(k, zero)[1], k)
+                   for k in set(none) | set(adaptive)), key=lambda r: -abs(r[0]))
+    print("calls per decode step, adaptive - none (count, self host us):")
+    for count, host_us, name in diff[:rows]:
+        if abs(count) >= 0.1:
+            print(f"  {count:+6.2f}  {host_us:+8.1f} us  {name[:110]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from vllm_sampling_plugin.bench.harness import require_gpu
@@ -154,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                                        wave=wave, continuous=True)
                            for n in (8, 8 + args.profile_steps))
             entry["launches_per_decode_step"] = launches_per_step(short, long)
+            entry["calls_per_decode_step"] = calls_per_step(short, long)
             entry["spec"] = engine.call("greedy_tokens", prompts=one_wave,
                                         output_len=64)["spec"]
             say(f"{name} instrumented and profiled")
@@ -170,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
               f"launches/decode step {launches['total']:.1f} "
               f"({', '.join(f'{k} {v:.1f}' for k, v in launches.items() if k not in ('steps', 'total'))}) | "
               f"graphs {e['graph_modes']} | drafts {e['spec']}")
+    print_call_differences(results["engines"])
     none, adaptive = (statistics.median(results["engines"][n]["tok_s"])
                       for n in ("none", "adaptive"))
     results["adaptive_over_none"] = adaptive / none

@@ -49,3 +49,20 @@ def test_step_summary_splits_host_time():
     assert summary == {"steps": 2, "wall_ms_per_step": 4.0, "execute_model_host_ms": 2.5,
                        "sample_tokens_host_ms": 1.5, "gpu_ms_per_step": 1.5,
                        "graph_modes": {"FULL/1": 2}, "instrumented_tok_s": 9.0}
+
+
+def test_calls_per_step_and_their_difference(capsys):
+    module = load()
+    short = {"steps": 10, "calls": {"aten::fill_": [10, 1.0], "aten::index": [4, 0.4]}}
+    long = {"steps": 30, "calls": {"aten::fill_": [50, 5.0], "aten::index": [4, 0.4],
+                                   "aten::index_put_": [20, 2.0]}}
+    adaptive = module.calls_per_step(short, long)
+    assert adaptive == {"aten::fill_": [2.0, 200.0], "aten::index": [0.0, 0.0],
+                        "aten::index_put_": [1.0, 100.0]}
+    none = {"aten::fill_": [1.0, 90.0]}
+    module.print_call_differences({"none": {"calls_per_decode_step": none},
+                                   "adaptive": {"calls_per_decode_step": adaptive}})
+    lines = capsys.readouterr().out.splitlines()[1:]
+    # Largest count difference first; a call of equal count is left out.
+    assert [line.split()[-1] for line in lines] == ["aten::fill_", "aten::index_put_"]
+    assert lines[0].split()[:2] == ["+1.00", "+110.0"]

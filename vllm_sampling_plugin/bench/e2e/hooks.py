@@ -225,7 +225,9 @@ def stop_profile(worker) -> dict:
 
     Returns ``{"device": [[name, calls, self GPU ms], ...], "host": [[name,
     calls, self host ms], ...]}``, ``PROFILE_ROWS`` rows each, largest first,
-    and ``"launches"``: how often each of ``LAUNCH_CALLS`` was made.
+    ``"launches"``: how often each of ``LAUNCH_CALLS`` was made, and
+    ``"calls"``: ``{name: [calls, self host ms]}`` of every operator, kernel
+    and runtime call (two passes of different lengths give per-step costs).
     """
     runner = worker.model_runner
     profiler = runner._e2e_profiler
@@ -240,4 +242,5 @@ def stop_profile(worker) -> dict:
                 if getattr(e, attribute) > 0]
 
     return {"device": top("self_device_time_total"), "host": top("self_cpu_time_total"),
-            "launches": {e.key: e.count for e in events if e.key in LAUNCH_CALLS}}
+            "launches": {e.key: e.count for e in events if e.key in LAUNCH_CALLS},
+            "calls": {e.key: [e.count, e.self_cpu_time_total / 1e3] for e in events}}
