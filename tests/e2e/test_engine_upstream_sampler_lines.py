@@ -499,18 +499,23 @@ if llm.llm_engine.vllm_config.speculative_config is not None:
 """
 
 
+@pytest.mark.parametrize("policy", ["fixed", "adaptive"])
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["async_off", "async_on"])
-def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling):
+def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling, policy):
     """Upstream's GPU n-gram proposer and rejection sampler (which verifies
-    through the plugin's sampler's processing), CUDA graphs on, under the
-    plugin's default adaptive speculation policy (a request verifies only the
-    drafts the proposer found): greedy outputs match the engine without
-    speculation for at least 90% of the prompts (a verification step's batch
-    shape may flip a near-tie) and drafts are accepted."""
+    through the plugin's sampler's processing), CUDA graphs on, under each
+    speculation policy: ``fixed`` (these lines' default: k drafts verified
+    every step) and ``adaptive`` (a request verifies only the drafts the
+    proposer found; under async scheduling steps without drafts either side
+    run with the speculator out of sight, integration/proposal_report.py):
+    greedy outputs match the engine without speculation for at least 90% of
+    the prompts (a verification step's batch shape may flip a near-tie) and
+    drafts are accepted."""
     common = f"async_scheduling={async_scheduling}, disable_log_stats=False"
     reference, spec = run_engines(
         (tiny_model, common, GREEDY_TIMED),
-        (tiny_model, f"{common}, speculative_config={NGRAM_GPU!r}", GREEDY_TIMED),
+        (tiny_model, f"{common}, speculative_config={NGRAM_GPU!r}, speculation_policy={policy!r}",
+         GREEDY_TIMED),
     )
     assert spec["sampler"] == PLUGIN_SAMPLER
     assert spec["speculator"] == REPORTING_NGRAM
@@ -519,7 +524,7 @@ def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling):
     assert spec["async"] is async_scheduling and reference["async"] is async_scheduling
     same = [a == b for a, b in zip(reference["tokens"], spec["tokens"], strict=True)]
     print(
-        f"async={async_scheduling}: {reference['tokens_per_s']:.0f} tok/s without "
+        f"{policy}, async={async_scheduling}: {reference['tokens_per_s']:.0f} tok/s without "
         f"speculation, {spec['tokens_per_s']:.0f} with n-gram; accepted "
         f"{spec['accepted']}/{spec['drafts']} drafts; {sum(same)}/{len(same)} identical"
     )

@@ -7,8 +7,11 @@ failed at its first warm-up step. The GPU stream path is exercised by the
 engine tests; here the output object and the synchronous path run on CPU.
 """
 
+import inspect
+import re
 from types import SimpleNamespace
 
+import pytest
 import torch
 from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
 
@@ -73,6 +76,8 @@ class _Speculator:
 
 
 class _Runner:
+    execute_model_state = None
+
     def __init__(self, speculator, output):
         self.speculator = speculator
         self.output = output
@@ -115,3 +120,114 @@ def test_a_step_planned_without_proposal_sends_no_report():
         runner.output = _step_output(["a", "b"])
         runner.execute_model(scheduler_output)
         assert getattr(runner.sample_tokens(None), PROPOSED_ATTR) == [2, 0]
+
+
+class _DraftTokensHandler:
+    def __init__(self):
+        self.calls = []
+
+    def set_draft_tokens(self, input_batch, draft_tokens):
+        self.calls.append((input_batch, tuple(draft_tokens.shape)))
+
+
+class _SpeculatingRunner:
+    """The attributes upstream's ``sample_tokens`` (0.32/0.33) decides by."""
+
+    is_last_pp_rank = True
+    pp_handler = None
+    pcp_manager = None
+    adaptive_verification = None
+
+    def __init__(self, *, num_draft_tokens=0, num_spec_tokens=0, propose=False):
+        self.speculator = _Speculator([1, 0])
+        self.speculator.propose_this_step = propose
+        self.speculator.drafts = torch.zeros(4, 3, dtype=torch.int64)
+        self.num_speculative_steps = 3
+        self.draft_tokens_handler = _DraftTokensHandler()
+        self.input_batch = SimpleNamespace(num_reqs=2, num_draft_tokens=num_draft_tokens)
+        self.execute_model_state = SimpleNamespace(
+            input_batch=self.input_batch, dp_sync_state=None,
+            num_spec_tokens_to_schedule=num_spec_tokens)
+        self.seen = None
+
+    @reporting_proposals
+    def sample_tokens(self, grammar_output):
+        self.seen = (self.speculator, self.num_speculative_steps)
+        if grammar_output == "fail":
+            raise RuntimeError("step failed")
+        return _step_output(["a", "b"])
+
+
+def test_a_step_without_drafts_either_side_runs_as_without_speculation():
+    runner = _SpeculatingRunner()
+    speculator = runner.speculator
+    output = runner.sample_tokens(None)
+    # Upstream's proposer call and draft writes are skipped: it saw no speculator.
+    assert runner.seen == (None, 0)
+    assert (runner.speculator, runner.num_speculative_steps) == (speculator, 3)
+    # The scheduler still gets this step's (empty) draft list.
+    assert runner.draft_tokens_handler.calls == [(runner.input_batch, (2, 0))]
+    assert not hasattr(output, PROPOSED_ATTR)
+
+
+def test_the_speculator_comes_back_when_the_step_fails():
+    runner = _SpeculatingRunner()
+    speculator = runner.speculator
+    with pytest.raises(RuntimeError, match="step failed"):
+        runner.sample_tokens("fail")
+    assert (runner.speculator, runner.num_speculative_steps) == (speculator, 3)
+
+
+@pytest.mark.parametrize("change", [
+    {"num_draft_tokens": 2},  # this step verifies drafts: the rejection sampler reads them
+    {"num_spec_tokens": 3},  # the next step verifies drafts
+    {"propose": True},  # the policy's probe: the proposer runs
+    {"dp_sync_state": object()},
+    {"is_last_pp_rank": False},
+    {"pp_handler": object()},
+    {"pcp_manager": object()},
+    {"adaptive_verification": object()},
+    {"line_without_the_field": True},
+])
+def test_any_step_that_may_read_drafts_keeps_upstreams_path(change):
+    runner = _SpeculatingRunner(**{k: v for k, v in change.items()
+                                   if k in ("num_draft_tokens", "num_spec_tokens", "propose")})
+    if "dp_sync_state" in change:
+        runner.execute_model_state.dp_sync_state = change["dp_sync_state"]
+    if "line_without_the_field" in change:  # 0.20's ExecuteModelState
+        del runner.execute_model_state.num_spec_tokens_to_schedule
+    for name in ("is_last_pp_rank", "pp_handler", "pcp_manager", "adaptive_verification"):
+        if name in change:
+            setattr(runner, name, change[name])
+    speculator = runner.speculator
+    runner.sample_tokens(None)
+    assert runner.seen == (speculator, 3)
+    assert runner.draft_tokens_handler.calls == []
+
+
+def test_upstream_reads_the_speculator_only_where_the_hidden_step_expects():
+    """On 0.32/0.33, what a step with the speculator hidden skips of upstream's
+    ``sample_tokens``: the lines that name ``self.speculator`` or
+    ``self.num_speculative_steps`` are these and no others (a new one would
+    need a look at whether a step without drafts may skip it too)."""
+    model_runner = pytest.importorskip("vllm.v1.worker.gpu.model_runner")
+    if "num_spec_tokens_to_schedule" not in model_runner.ExecuteModelState._fields:
+        pytest.skip("this line's runner has no per-step draft count (0.20: the plugin's own speculator)")
+    source = inspect.getsource(model_runner.GPUModelRunner.sample_tokens)
+    lines = {re.sub(r"\s+", " ", line.strip()) for line in source.splitlines()
+             if "self.speculator" in line or "self.num_speculative_steps" in line}
+    assert lines <= {
+        "defer_kv_finalize = self.speculator is not None",
+        "self.speculator is not None",
+        "and self.speculator.supports_mm_inputs",
+        "if self.speculator is not None:",
+        "if isinstance(self.speculator, DraftModelSpeculator):",
+        "self.speculator.observe_verification(",
+        "self.speculator.prepare_watermarking(",
+        "draft_tokens = self.speculator.propose(",
+        "if num_spec_tokens < self.num_speculative_steps:",
+        "self.speculator.draft_token_confidence_probs, input_batch",
+        "if self.num_speculative_steps > 0:",
+        "# not have a speculator (i.e. self.speculator is None)",
+    }, lines
+    assert "if self.num_speculative_steps > 0:" in lines

@@ -24,10 +24,22 @@ runner proposes at all (speculation_policy.py, ``PROPOSE_ATTR`` on the
 the speculator (``speculator.propose_this_step``); a step without proposal
 launches nothing and sends no report, which the scheduler reads as no
 drafts found.
+
+On vLLM 0.32 and 0.33, a step that verifies no draft and after which
+nothing is proposed still costs upstream's ``sample_tokens`` three eager
+launches: it fills the returned drafts with -1, scatters them into
+``req_states.draft_tokens`` and gathers them back (0.33.0
+``model_runner.py:2324-2338``, 0.32.0 ``:2265-2281``), about 0.1-0.2 ms of
+host time a step on a 1B engine (H100, docs/benchmarks.md). The next step verifies no draft of
+these requests (the scheduler gave them no placeholders), so nothing reads
+what they write: such a step runs ``sample_tokens`` with the runner's
+speculator out of sight (:func:`_speculation_hidden`) and records the empty
+draft list itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -86,13 +98,18 @@ def reporting_proposals(sample_tokens):
 
     @functools.wraps(sample_tokens)
     def wrapper(self, *args: Any, **kwargs: Any):
-        output = sample_tokens(self, *args, **kwargs)
         speculator = self.speculator
-        if (
-            output is None
-            or not getattr(speculator, "reports_proposals", False)
-            or not speculator.propose_this_step
-        ):
+        reports = getattr(speculator, "reports_proposals", False)
+        if reports and not speculator.propose_this_step and _drafts_unused(self):
+            input_batch = self.execute_model_state.input_batch
+            with _speculation_hidden(self):
+                output = sample_tokens(self, *args, **kwargs)
+            self.draft_tokens_handler.set_draft_tokens(
+                input_batch, speculator.drafts[: input_batch.num_reqs, :0]
+            )
+            return output
+        output = sample_tokens(self, *args, **kwargs)
+        if output is None or not reports or not speculator.propose_this_step:
             return output
         if isinstance(output, ModelRunnerOutput):
             # Synchronous scheduling: vLLM has already waited for the step.
@@ -112,6 +129,35 @@ def reporting_proposals(sample_tokens):
         return OutputWithProposals(output, snapshot, num_proposed, copied)
 
     return wrapper
+
+
+def _drafts_unused(runner: Any) -> bool:
+    """The step about to be sampled verifies no draft and schedules none
+    after it (0.33: ``num_spec_tokens_to_schedule`` 0), on one rank with no
+    upstream feature that reads the drafts of such a step."""
+    state = runner.execute_model_state
+    return (
+        state is not None
+        and getattr(state, "num_spec_tokens_to_schedule", None) == 0
+        and state.input_batch.num_draft_tokens == 0
+        and state.dp_sync_state is None
+        and runner.is_last_pp_rank
+        and getattr(runner, "pp_handler", None) is None
+        and getattr(runner, "pcp_manager", None) is None
+        and getattr(runner, "adaptive_verification", None) is None
+    )
+
+
+@contextlib.contextmanager
+def _speculation_hidden(runner: Any):
+    """Run a step of ``runner`` as an engine without speculation does: no
+    proposer call, no draft writes (what ``sample_tokens`` reads to decide)."""
+    speculator, steps = runner.speculator, runner.num_speculative_steps
+    runner.speculator, runner.num_speculative_steps = None, 0
+    try:
+        yield
+    finally:
+        runner.speculator, runner.num_speculative_steps = speculator, steps
 
 
 def following_the_plan(execute_model):
