@@ -29,12 +29,12 @@ On vLLM 0.32 and 0.33, a step that verifies no draft and after which
 nothing is proposed still costs upstream's ``sample_tokens`` three eager
 launches: it fills the returned drafts with -1, scatters them into
 ``req_states.draft_tokens`` and gathers them back (0.33.0
-``model_runner.py:2324-2338``, 0.32.0 ``:2265-2281``), about 0.1-0.2 ms of
-host time a step on a 1B engine (H100, docs/benchmarks.md). The next step verifies no draft of
-these requests (the scheduler gave them no placeholders), so nothing reads
-what they write: such a step runs ``sample_tokens`` with the runner's
-speculator out of sight (:func:`_speculation_hidden`) and records the empty
-draft list itself.
+``model_runner.py:2324-2338``, 0.32.0 ``:2265-2281``), 0.1-0.3 ms of host
+time a step on a 1B engine (H100, docs/benchmarks.md). The next step
+verifies no draft of these requests (the scheduler gave them no
+placeholders), so nothing reads what they write: such a step runs
+``sample_tokens`` with the runner's speculator out of sight
+(:func:`_speculation_hidden`) and records the empty draft list itself.
 """
 
 from __future__ import annotations
@@ -133,8 +133,8 @@ def reporting_proposals(sample_tokens):
 
 def _drafts_unused(runner: Any) -> bool:
     """The step about to be sampled verifies no draft and schedules none
-    after it (0.33: ``num_spec_tokens_to_schedule`` 0), on one rank with no
-    upstream feature that reads the drafts of such a step."""
+    after it (``num_spec_tokens_to_schedule`` 0, 0.32/0.33), on one rank
+    with no upstream feature that reads the drafts of such a step."""
     state = runner.execute_model_state
     return (
         state is not None
