@@ -115,12 +115,12 @@ def calls_per_step(short: dict, long: dict) -> dict:
 
 def print_call_differences(engines: dict, rows: int = 25) -> None:
     """The calls whose count per decode step differs most between the engines
-    (adaptive minus none), with their self host time per step."""
+    (adaptive minus none), with their self host time per step; ties by name."""
     none, adaptive = (engines[n]["calls_per_decode_step"] for n in ("none", "adaptive"))
     zero = [0, 0.0]
     diff = sorted(((adaptive.get(k, zero)[0] - none.get(k, zero)[0],
                     adaptive.get(k, zero)[1] - none.get(k, zero)[1], k)
-                   for k in set(none) | set(adaptive)), key=lambda r: -abs(r[0]))
+                   for k in set(none) | set(adaptive)), key=lambda r: (-abs(r[0]), r[2]))
     print("calls per decode step, adaptive - none (count, self host us):")
     for count, host_us, name in diff[:rows]:
         if abs(count) >= 0.1:

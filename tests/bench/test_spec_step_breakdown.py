@@ -63,6 +63,8 @@ def test_calls_per_step_and_their_difference(capsys):
     module.print_call_differences({"none": {"calls_per_decode_step": none},
                                    "adaptive": {"calls_per_decode_step": adaptive}})
     lines = capsys.readouterr().out.splitlines()[1:]
-    # Largest count difference first; a call of equal count is left out.
+    # Largest count difference first, equal ones by name; a call of equal
+    # count in both engines is left out.
     assert [line.split()[-1] for line in lines] == ["aten::fill_", "aten::index_put_"]
     assert lines[0].split()[:2] == ["+1.00", "+110.0"]
+    assert lines[1].split()[:2] == ["+1.00", "+100.0"]
