@@ -107,10 +107,13 @@ def calls_per_step(short: dict, long: dict) -> dict:
     """``{name: [calls, self host us]}`` per decode step of every operator,
     kernel and runtime call, the same difference as ``launches_per_step``."""
     steps = long["steps"] - short["steps"]
-    zero = [0, 0.0]
-    return {name: [(long["calls"].get(name, zero)[0] - short["calls"].get(name, zero)[0]) / steps,
-                   1e3 * (long["calls"].get(name, zero)[1] - short["calls"].get(name, zero)[1]) / steps]
-            for name in set(short["calls"]) | set(long["calls"])}
+
+    def per_step(name: str) -> list[float]:
+        (calls, host_ms), (calls_before, host_ms_before) = (
+            p["calls"].get(name, (0, 0.0)) for p in (long, short))
+        return [(calls - calls_before) / steps, 1e3 * (host_ms - host_ms_before) / steps]
+
+    return {name: per_step(name) for name in set(short["calls"]) | set(long["calls"])}
 
 
 def print_call_differences(engines: dict, rows: int = 25) -> None:
