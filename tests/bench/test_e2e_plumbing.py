@@ -576,6 +576,22 @@ def test_one_policy_is_measured_against_no_speculation_alone(tmp_path):
         ("ngram", "1b-copy", "fixed", "nospec", ("nospec", "fixed"), 3)]
 
 
+def test_policies_can_be_measured_against_each_other_alone(tmp_path, capsys):
+    bench = RecordingRun(run.parse_args(["--mixes", "ngram", "--no-spec-against-none",
+                                         "--out", str(tmp_path)]))
+    bench.model("1b", 128256)
+    assert bench.log == [
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
+        ("peakedness", "1b-copy"),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "fixed"),
+        ("ngram", "1b-copy", "adaptive", "fixed", ("adaptive", "fixed"), 3),
+        ("close", "/ckpt/copy", 3), ("close", "/ckpt/copy", 3),
+    ]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--no-spec-against-none", "--spec-policies", "fixed"])
+    assert "nothing to measure" in capsys.readouterr().err
+
+
 def test_stock_engines_measure_each_k_against_one_engine_without_speculation(
         tmp_path, monkeypatch):
     """--spec-engines stock (issue 25's baseline on 0.33): every engine is

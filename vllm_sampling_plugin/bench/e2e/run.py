@@ -126,6 +126,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="speculation policies of the ngram cells: the first is measured "
                              "against no speculation, then against each other one "
                              "(default adaptive,fixed)")
+    parser.add_argument("--spec-against-none", action=argparse.BooleanOptionalAction,
+                        default=True,
+                        help="measure the first policy against no speculation before the "
+                             "other policies (default); --no-spec-against-none starts no "
+                             "engine without speculation, so a policy-against-policy cell "
+                             "fits a call with one engine start less (8B: about 100 s)")
     parser.add_argument("--identity-requests", type=int, default=256,
                         help="greedy (and seeded) requests compared with and without speculation")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
@@ -176,6 +182,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--spec-engines stock: stock vLLM 0.20's V2 model runner has no n-gram "
                      "proposer (the plugin brings one); use a vLLM >= 0.32 or --spec-engines "
                      "plugin")
+    if not args.spec_against_none and len(spec_variants(args)) < 2:
+        parser.error("--no-spec-against-none: name a second policy (--spec-policies "
+                     "adaptive,fixed) or --spec-verification both, or there is nothing "
+                     "to measure")
     if args.spec_verification != "default":
         if args.spec_engines == "stock":
             parser.error("--spec-verification: stock engines (VLLM_PLUGINS=none) verify "
@@ -502,7 +512,9 @@ class Run:
         stock). Two engines at a time (three 8B engines do not fit one GPU
         with room for 256 sequences each): each other policy's engine takes
         the place of the previous baseline, and the engine without
-        speculation is started again for the next k.
+        speculation is started again for the next k. With
+        ``--no-spec-against-none`` no engine without speculation starts: the
+        first policy is measured against the others only.
 
         Cold start: the engine without speculation sends top-k/top-p first,
         the others greedy, so a full run shows whether a first request's cost
@@ -522,17 +534,23 @@ class Run:
         for k in a.ngram_k:
             if self.out_of_time(f"{name} k={k} engines"):
                 return
-            if "nospec" not in engines:
-                engines["nospec"] = self.start_engine(
-                    spec_for(role, path, cold_start_first="topk_topp"), name)
-                self.peakedness(name, vocab, engines["nospec"])
-            engines[policy] = engine_for(k, policy)
-            self.ngram_cells(name, vocab, engines, policy, "nospec", k)
-            baseline = "nospec"
+            baseline = None
+            if a.spec_against_none:
+                if "nospec" not in engines:
+                    engines["nospec"] = self.start_engine(
+                        spec_for(role, path, cold_start_first="topk_topp"), name)
+                    self.peakedness(name, vocab, engines["nospec"])
+                engines[policy] = engine_for(k, policy)
+                self.ngram_cells(name, vocab, engines, policy, "nospec", k)
+                baseline = "nospec"
+            else:
+                engines[policy] = engine_for(k, policy)
+                self.peakedness(name, vocab, engines[policy])
             for other in others:
                 if self.out_of_time(f"{name} k={k} {policy} vs {other}"):
                     return
-                engines.pop(baseline).close()
+                if baseline is not None:
+                    engines.pop(baseline).close()
                 engines[other] = engine_for(k, other)
                 self.ngram_cells(name, vocab, engines, policy, other, k)
                 baseline = other
