@@ -61,8 +61,9 @@ def plugin_keywords(
 # fixed k until a GPU run shows the policy never loses to it there
 # (--speculation-policy adaptive opts in). Over upstream's proposer on 0.33
 # (H100) it pays at 8B (0.990x / 0.999x of no speculation on non-repeating
-# text, 0.999x of fixed k on accepting text), but on a 1B engine its accepting
-# cells against fixed k (0.936x, 0.831x) are not resolved from a loss.
+# text, 0.999x of fixed k on accepting text, 1.113x on half-repeating text),
+# but on a 1B engine its accepting cells against fixed k (0.936x, 0.831x,
+# runs of 0.8 s) are not resolved from a loss.
 ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20,)
 
 

@@ -106,9 +106,9 @@ WHY_PLUGIN = {
     SPECULATION_POLICY: "the scheduler verifies only the drafts the n-gram proposer "
     "found (counts sent back with each output, no sync; full decode graphs for "
     "one-token steps); the default on 0.20, where an H100 run measured it, opt-in "
-    "elsewhere (--speculation-policy adaptive; over upstream's proposer, which runs "
-    "eagerly every step, it pays at 8B on 0.33 but a 1B engine's accepting cells "
-    "against fixed k are not resolved from a loss, docs/benchmarks.md)",
+    "elsewhere (--speculation-policy adaptive; over upstream's proposer it pays at 8B "
+    "on 0.33, 1.11x of fixed k on half-repeating text, but a 1B engine's accepting "
+    "cells against fixed k are not resolved from a loss, docs/benchmarks.md)",
     FP64_SETTING: "upstream has no such setting; the plugin adds --use-fp64-gumbel",
     FLASHINFER_SETTING: "read once in the front-end, tri-state (1 forces, 0 off, unset "
     "where supported), carried to workers on ModelConfig",
