@@ -10,7 +10,7 @@ import types
 import pytest
 
 from tests.commands import last_line, run_cli
-from vllm_sampling_plugin.bench.e2e import engine, hooks, report, run, workload
+from vllm_sampling_plugin.bench.e2e import copying, engine, hooks, report, run, workload
 
 
 def test_defaults_cover_the_issue_cells():
@@ -133,8 +133,62 @@ def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
     assert [(c["mix"], c["max_num_seqs"]) for c in saved["cells"]] == [
         ("topk_topp", 4), ("topk_topp", 8)]
     assert saved["cells"][0]["ratio"] == pytest.approx(1.1)
+    assert saved["cells"][0]["requests"] == 8
     assert saved["cells"][0]["orders"] == [["stock", "plugin"], ["plugin", "stock"],
                                            ["stock", "plugin"]]
+
+
+def test_min_run_s_sends_more_requests_where_runs_would_be_short(tmp_path):
+    """At 110 tok/s (the faster engine's warm-up), 32-token requests keep a
+    run busy for 4 s from 14 requests on: the timed runs get 14 instead of 8,
+    from the same prompt generator, and the cell says how many ran."""
+    args = run.parse_args(["--pairs", "1", "--num-requests", "8", "--output-len", "32",
+                           "--max-num-seqs", "4", "--min-run-s", "4", "--out", str(tmp_path)])
+    calls = []
+    engines = {"stock": FakeEngine("stock", calls, 100.0),
+               "plugin": FakeEngine("plugin", calls, 110.0)}
+    bench = run.Run(args)
+    bench.plain_cells("m", 1000, engines, ["topk_topp"])
+    assert calls == [
+        ("stock", "throughput", 4, run.WARMUP_TOKENS),
+        ("plugin", "throughput", 4, run.WARMUP_TOKENS),
+        ("stock", "throughput", 14, 32), ("plugin", "throughput", 14, 32),
+    ]
+    assert bench.results["cells"][0]["requests"] == 14
+    assert run.requests_for_run(0.0, 110.0, 32) == 0
+    assert run.requests_for_run(4.0, 80.0, 32) == 10
+
+
+def test_ngram_cells_run_identity_on_the_prompts_they_timed(tmp_path):
+    """A speculation cell times ``--min-run-s``'s longer prompt list and
+    checks greedy and seeded identity on the first of those same prompts."""
+    args = run.parse_args(["--pairs", "1", "--num-requests", "8", "--output-len", "32",
+                           "--max-num-seqs", "4", "--min-run-s", "4", "--identity-requests",
+                           "3", "--spec-workloads", "nonrepeating", "--breakdown-mixes", "none",
+                           "--out", str(tmp_path)])
+    calls, seen = [], []
+
+    class Speculating(FakeEngine):
+        def call(self, command, **kwargs):
+            if command == "throughput":
+                return super().call(command, **kwargs)
+            seen.append((self.role, command, kwargs.get("mix"), kwargs["prompts"]))
+            return {"tokens": [[7] * 32 for _ in kwargs["prompts"]],
+                    "spec": {"drafts": 0, "drafted": 0, "accepted": 0}}
+
+    engines = {"nospec": Speculating("nospec", calls, 100.0),
+               "adaptive": Speculating("adaptive", calls, 110.0)}
+    bench = run.Run(args)
+    bench.ngram_cells("m", 1000, engines, "adaptive", "nospec", 3)
+    timed = [c for c in calls if c[3] == 32]
+    assert timed == [("nospec", "throughput", 14, 32), ("adaptive", "throughput", 14, 32)]
+    expected = copying.workload_prompts("nonrepeating", 14, 64, 1000, seed=4)[:3]
+    assert [(r, c, m) for r, c, m, _ in seen] == [
+        ("nospec", "greedy_tokens", None), ("adaptive", "greedy_tokens", None),
+        ("nospec", "greedy_tokens", "seeded_topp"), ("adaptive", "greedy_tokens", "seeded_topp")]
+    assert all(p == expected for *_, p in seen)
+    cell = bench.results["speculation"][0]
+    assert cell["requests"] == 14 and cell["identity"]["identical"] == 3
 
 
 def test_control_pairs_stock_with_a_second_stock_engine(tmp_path):

@@ -12,7 +12,9 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                  "orders": [[first, second], ...],
                  "stock_tok_s": [...], "plugin_tok_s": [...],
                  "stock": DIST, "plugin": DIST, "ratio": plugin median / stock median,
-                 "pair_ratios": [plugin / stock of each pair], "paired": DIST of those}],
+                 "pair_ratios": [plugin / stock of each pair], "paired": DIST of those,
+                 "requests": requests per timed run (--num-requests, more with
+                 --min-run-s; absent in files written before it)}],
       "breakdown": [{"model", "mix", "max_num_seqs", "role", "steps", "step_gpu_ms",
                      "sampling_gpu_ms", "host_ms", "sampling_host_ms", "period_ms",
                      "sampling_share"}],
@@ -24,7 +26,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                        "acceptance": {...} (the policy engine's counters over its greedy
                        identity requests: "drafted" counts verified draft tokens),
                        "identity": {...} (greedy, policy vs against),
-                       "seeded_identity": {...} or null (seeded top-p, against nospec)}],
+                       "seeded_identity": {...} or null (seeded top-p, against nospec),
+                       "requests": as in "cells"}],
       "ngram": [{"model", "max_num_seqs", "k", "nospec_tok_s": [...], "spec_tok_s": [...],
                  "nospec": DIST, "spec": DIST, "speedup",
                  "acceptance": {"drafts", "drafted", "accepted", "acceptance_rate",

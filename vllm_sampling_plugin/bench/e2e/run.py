@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from vllm_sampling_plugin.bench.e2e import checkpoint, copying, report, workload
 from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
@@ -82,6 +84,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pairs", type=int, default=3,
                         help="stock/plugin pairs per cell (default 3)")
     parser.add_argument("--num-requests", type=int, default=1024)
+    parser.add_argument("--min-run-s", type=float, default=0.0, metavar="SECONDS",
+                        help="send more than --num-requests requests per timed run where "
+                             "that many would last less than this at the faster engine's "
+                             "warm-up throughput (a small model's runs of a second or "
+                             "two spread more than the effects measured); default 0: "
+                             "--num-requests always")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--max-num-seqs", type=_int_list, default=[64, 256],
@@ -195,6 +203,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def requests_for_run(min_run_s: float, tok_s: float, output_len: int) -> int:
+    """Requests of ``output_len`` tokens that keep an engine generating
+    ``tok_s`` busy for ``min_run_s`` seconds (0 when no minimum is asked)."""
+    return math.ceil(min_run_s * tok_s / output_len) if min_run_s > 0 else 0
+
+
 def spec_variants(args: argparse.Namespace) -> list[str]:
     """The speculating engines' names, in order: policies, each with the
     verification owners of ``--spec-verification``."""
@@ -294,13 +308,22 @@ class Run:
         return engine
 
     def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, str], mix: str,
-                      prompts: list[list[int]], wave: int,
-                      continuous: bool = False) -> tuple[list, dict]:
-        """Warm both engines on this cell, then the interleaved pairs."""
+                      prompts_for: Callable[[int], list[list[int]]], wave: int,
+                      continuous: bool = False) -> tuple[list, dict, list[list[int]]]:
+        """Warm both engines on this cell, then the interleaved pairs, on
+        ``prompts_for(count)``: ``--num-requests`` prompts, or more where
+        ``--min-run-s`` asks runs to last longer than that many would at the
+        faster engine's warm-up throughput. Returns the prompts it ran."""
         a = self.args
-        for engine in engines.values():
+        prompts = prompts_for(a.num_requests)
+        warm_tok_s = [
             engine.call("throughput", mix=mix, prompts=prompts[:wave],
-                        output_len=min(WARMUP_TOKENS, a.output_len), wave=wave)
+                        output_len=min(WARMUP_TOKENS, a.output_len), wave=wave)["tok_s"]
+            for engine in engines.values()
+        ]
+        count = requests_for_run(a.min_run_s, max(warm_tok_s), a.output_len)
+        if count > len(prompts):
+            prompts = prompts_for(count)
         orders = workload.pair_orders(a.pairs, roles)
         tok_s: dict[str, list[float]] = {role: [] for role in roles}
         for order in orders:
@@ -309,7 +332,7 @@ class Run:
                                             output_len=a.output_len, wave=wave,
                                             continuous=continuous)
                 tok_s[role].append(result["tok_s"])
-        return orders, tok_s
+        return orders, tok_s, prompts
 
     def plain_cells(self, model: str, vocab: int, engines: dict[str, Engine],
                     mixes: list[str]) -> None:
@@ -318,11 +341,12 @@ class Run:
             for wave in a.max_num_seqs:
                 if self.out_of_time(f"{model} {mix} B={wave}"):
                     return
-                prompts = workload.random_prompts(a.num_requests, a.prompt_len, vocab, seed=wave)
-                orders, tok_s = self.measure_pairs(engines, ("stock", self.second), mix,
-                                                   prompts, wave)
+                orders, tok_s, prompts = self.measure_pairs(
+                    engines, ("stock", self.second), mix,
+                    lambda n: workload.random_prompts(n, a.prompt_len, vocab, seed=wave), wave)
                 cell = report.pair_cell(model, mix, wave, orders, tok_s["stock"],
                                         tok_s[self.second], against=self.second)
+                cell["requests"] = len(prompts)
                 self.results["cells"].append(cell)
                 self.save()
                 self.say(f"{model} {mix} B={wave}: stock {cell['stock']['median']:.0f} "
@@ -419,13 +443,14 @@ class Run:
             for wave in a.max_num_seqs:
                 if self.out_of_time(f"{model} {name} k={k} {policy} vs {baseline} B={wave}"):
                     return
-                prompts = copying.workload_prompts(workload_name, a.num_requests, a.prompt_len,
-                                                   vocab, seed=wave)
                 # Continuous batching: a request that speculation finishes
                 # early frees its place, as in a server (lock-step waves would
                 # wait for the wave's slowest request).
-                orders, tok_s = self.measure_pairs(pair, (baseline, policy), mix, prompts,
-                                                   wave, continuous=True)
+                orders, tok_s, prompts = self.measure_pairs(
+                    pair, (baseline, policy), mix,
+                    lambda n: copying.workload_prompts(workload_name, n, a.prompt_len, vocab,
+                                                       seed=wave),
+                    wave, continuous=True)
                 greedy, counters, seeded = self.identity(pair, baseline, policy,
                                                          prompts[:a.identity_requests])
                 cell = report.speculation_cell(model, name, wave, k, policy, baseline,
@@ -434,6 +459,7 @@ class Run:
                 if "ngram" in a.breakdown_mixes:
                     self.breakdowns(model, vocab, pair, ["ngram"], waves=[wave],
                                     prompts=prompts)
+                cell["requests"] = len(prompts)
                 self.results["speculation"].append(cell)
                 self.save()
                 paired, acc = cell["paired"], cell["acceptance"]
