@@ -103,29 +103,34 @@ def launches_per_step(short: dict, long: dict) -> dict:
     return {"steps": steps, "total": sum(per_call.values()), **per_call}
 
 
+def call_difference(after: dict, before: dict) -> dict:
+    """``{name: [calls, self host time]}`` of ``after`` minus ``before``, for
+    every call in either (a call missing from one counts zero there)."""
+    zero = (0, 0.0)
+
+    def minus(name: str) -> list[float]:
+        (calls, host), (calls_before, host_before) = after.get(name, zero), before.get(name, zero)
+        return [calls - calls_before, host - host_before]
+
+    return {name: minus(name) for name in set(after) | set(before)}
+
+
 def calls_per_step(short: dict, long: dict) -> dict:
     """``{name: [calls, self host us]}`` per decode step of every operator,
     kernel and runtime call, the same difference as ``launches_per_step``."""
     steps = long["steps"] - short["steps"]
-
-    def per_step(name: str) -> list[float]:
-        (calls, host_ms), (calls_before, host_ms_before) = (
-            p["calls"].get(name, (0, 0.0)) for p in (long, short))
-        return [(calls - calls_before) / steps, 1e3 * (host_ms - host_ms_before) / steps]
-
-    return {name: per_step(name) for name in set(short["calls"]) | set(long["calls"])}
+    return {name: [calls / steps, 1e3 * host_ms / steps]
+            for name, (calls, host_ms) in call_difference(long["calls"], short["calls"]).items()}
 
 
 def print_call_differences(engines: dict, rows: int = 25) -> None:
     """The calls whose count per decode step differs most between the engines
     (adaptive minus none), with their self host time per step; ties by name."""
     none, adaptive = (engines[n]["calls_per_decode_step"] for n in ("none", "adaptive"))
-    zero = [0, 0.0]
-    diff = sorted(((adaptive.get(k, zero)[0] - none.get(k, zero)[0],
-                    adaptive.get(k, zero)[1] - none.get(k, zero)[1], k)
-                   for k in set(none) | set(adaptive)), key=lambda r: (-abs(r[0]), r[2]))
+    diff = sorted(call_difference(adaptive, none).items(),
+                  key=lambda item: (-abs(item[1][0]), item[0]))
     print("calls per decode step, adaptive - none (count, self host us):")
-    for count, host_us, name in diff[:rows]:
+    for name, (count, host_us) in diff[:rows]:
         if abs(count) >= 0.1:
             print(f"  {count:+6.2f}  {host_us:+8.1f} us  {name[:110]}")
 
