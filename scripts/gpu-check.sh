@@ -4,8 +4,9 @@
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
-#        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | line-check
-#        (upstream ... e2e-verify: vLLM 0.32/0.33; line-check: a line between 0.21 and 0.31)
+#        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | e2e-vs-stock | line-check |
+#        spec-step-breakdown
+#        (upstream ... e2e-vs-stock: vLLM 0.32/0.33; line-check: a line between 0.21 and 0.31)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -96,6 +97,26 @@ for step in "$@"; do
         --num-requests 256 --output-len 128 --identity-requests 32 --breakdown-mixes none \
         --gpu-memory-utilization 0.42 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
         --out "$out/$step-${SPEC_MIXES:-topk_topp}" ;;
+    spec-step-breakdown)
+      # Where an adaptive engine's time goes against a baseline, per step, in
+      # continuous batching (scripts/spec_step_breakdown.py): 1B copy
+      # checkpoint, k = 3. Default: non-repeating text against no
+      # speculation; E2E_ARGS="--workload accepting --baseline fixed" asks
+      # why adaptive ran below fixed k on 0.33 at 1B. About 5 minutes.
+      run "$step" python3 scripts/spec_step_breakdown.py --out "$out/$step" ${E2E_ARGS:-} ;;
+    e2e-vs-stock)
+      # Issue 25's criterion: the plugin (adaptive policy, its verification
+      # and draw) against stock vLLM speculating with the same k
+      # (VLLM_PLUGINS=none), 8B, accepting text, top-k/top-p, seeded top-p,
+      # then greedy, max_num_seqs 64 and 256. One k per call: SPEC_K=3 or 7
+      # (about 8-9 minutes on an H100: STEP_TIMEOUT=575).
+      run "$step-k${SPEC_K:-3}" python3 -m vllm_sampling_plugin.cli bench e2e \
+        --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \
+        --no-spec-against-none --spec-against-stock --ngram-k "${SPEC_K:-3}" \
+        --spec-workloads accepting --spec-mixes topk_topp,seeded_topp,ngram \
+        --max-num-seqs 64,256 --pairs 3 --num-requests 256 --output-len 128 \
+        --identity-requests 32 --breakdown-mixes none --gpu-memory-utilization 0.42 \
+        ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step-k${SPEC_K:-3}" ;;
     line-check)
       # Issue 23 on a line between 0.21 and 0.31 (docs/compatibility.md): the
       # seams' engine test (seeded repeat, batch invariance, valid tokens,

@@ -1,23 +1,27 @@
-"""Per-step cost of adaptive n-gram speculation where nothing is proposed (issue 24), on a GPU.
+"""Per-step cost of adaptive n-gram speculation against a baseline engine (issues 24 and 25), on a GPU.
 
 Starts, one after the other, two plugin engines on the 1B copy checkpoint
-(vocab 128256): one without speculation and one with n-gram (k = 3) under
-the ``adaptive`` policy, both at max_num_seqs 64 with
+(vocab 128256): the ``--baseline`` one (``none``: no speculation, the
+default; ``fixed``: n-gram, k = 3, every request verifying k) and one with
+n-gram (k = 3) under the ``adaptive`` policy, both at max_num_seqs 64 with
 gpu_memory_utilization 0.42, so both stay up and their runs alternate. On
-the ``nonrepeating`` workload (256 requests x 64 prompt x 256 output tokens,
-continuous batching) the proposer finds nothing, so every decode step of the
-adaptive engine verifies zero drafts. Per engine it prints and writes to
-``--out``/spec_step_breakdown.json:
+the ``--workload`` (default ``nonrepeating``: the proposer finds nothing, so
+every decode step of the adaptive engine verifies zero drafts; ``accepting``:
+every draft is accepted, where adaptive and fixed k should run the same
+steps), 256 requests x 64 prompt x 256 output tokens, continuous batching,
+it prints per engine and writes to ``--out``/spec_step_breakdown.json:
 
 - tok/s of each of ``--runs`` uninstrumented runs;
-- from one run with ``bench/e2e/hooks.py``'s timers: steps, mean wall ms
-  per engine step (one step's start to the next), mean host ms inside
-  ``execute_model`` and inside ``sample_tokens``, mean GPU ms, and which
-  CUDA graph each step ran (``FULL/1``: full graph of one-token requests);
+- from one run with ``bench/e2e/hooks.py``'s timers: steps, tokens
+  generated per step, mean wall ms per engine step (one step's start to the
+  next), mean host ms inside ``execute_model`` and inside ``sample_tokens``,
+  mean GPU ms, which CUDA graph each step ran (``FULL/1``: full graph of
+  one-token requests; ``FULL/None``: a mixed-length one) and the
+  speculative-decoding counters over that run;
 - CUDA launches per decode step (kernels, graph replays, async copies) from
   torch.profiler: two passes of 64 requests that differ by
   ``--profile-steps`` decode steps, so prefill and drain cancel;
-- draft tokens verified and accepted over 64 greedy requests;
+- draft tokens verified and accepted over 64 greedy requests in one wave;
 - each engine's engine-core pid, for scripts/host_profile.py: run this
   script under ``py-spy record --subprocesses`` and that one summarises
   the host time of each engine core's step by function.
@@ -41,7 +45,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vllm_sampling_plugin.bench.e2e.copying import SPEC_WORKLOADS  # noqa: E402
+
 K = 3
+# The engines the adaptive one can be compared with (--baseline).
+BASELINES = ("none", "fixed")
 SHAPE = "1b"
 VOCAB = 128256
 MIX = "ngram"  # greedy requests (bench/e2e/workload.py)
@@ -54,6 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where the 1B copy checkpoint is written or found "
                              "(the bench e2e default)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per engine")
+    parser.add_argument("--workload", choices=SPEC_WORKLOADS, default="nonrepeating",
+                        help="bench e2e's speculation workload the runs generate "
+                             "(default nonrepeating)")
+    parser.add_argument("--baseline", choices=BASELINES, default="none",
+                        help="the engine the adaptive one is compared with: none (no "
+                             "speculation, the default) or fixed (k drafts every step)")
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--prompt-len", type=int, default=64)
@@ -70,13 +84,13 @@ def engine_specs(args: argparse.Namespace, path: str) -> dict:
     common = dict(role="plugin", model=path, max_num_seqs=args.max_num_seqs,
                   gpu_memory_utilization=args.gpu_memory_utilization,
                   max_model_len=args.prompt_len + args.output_len + K + 16)
-    return {
-        "none": EngineSpec(**common),
-        # The graphs bench e2e gives an n-gram engine: a verification step
-        # of every request fits (run.capture_size).
-        "adaptive": EngineSpec(**common, ngram_k=K, speculation_policy="adaptive",
-                               max_cudagraph_capture_size=args.max_num_seqs * (K + 1)),
-    }
+    # The graphs bench e2e gives an n-gram engine: a verification step of
+    # every request fits (run.capture_size).
+    ngram = dict(common, ngram_k=K, max_cudagraph_capture_size=args.max_num_seqs * (K + 1))
+    baseline = (EngineSpec(**common) if args.baseline == "none"
+                else EngineSpec(**ngram, speculation_policy="fixed"))
+    return {args.baseline: baseline,
+            "adaptive": EngineSpec(**ngram, speculation_policy="adaptive")}
 
 
 def step_summary(timings: dict) -> dict:
@@ -84,12 +98,14 @@ def step_summary(timings: dict) -> dict:
     host, execute = timings["host_ms"], timings["execute_host_ms"]
     return {
         "steps": len(host),
+        "tokens_per_step": timings["run"]["tokens"] / len(host),
         "wall_ms_per_step": statistics.fmean(timings["period_ms"]),
         "execute_model_host_ms": statistics.fmean(execute),
         "sample_tokens_host_ms": statistics.fmean(h - e for h, e in zip(host, execute)),
         "gpu_ms_per_step": statistics.fmean(timings["step_gpu_ms"]),
         "graph_modes": timings["graph_modes"],
         "instrumented_tok_s": timings["run"]["tok_s"],
+        "instrumented_spec": timings["spec"],
     }
 
 
@@ -123,13 +139,14 @@ def calls_per_step(short: dict, long: dict) -> dict:
             for name, (calls, host_ms) in call_difference(long["calls"], short["calls"]).items()}
 
 
-def print_call_differences(engines: dict, rows: int = 25) -> None:
+def print_call_differences(engines: dict, baseline: str, rows: int = 25) -> None:
     """The calls whose count per decode step differs most between the engines
-    (adaptive minus none), with their self host time per step; ties by name."""
-    none, adaptive = (engines[n]["calls_per_decode_step"] for n in ("none", "adaptive"))
-    diff = sorted(call_difference(adaptive, none).items(),
+    (adaptive minus ``baseline``), with their self host time per step; ties
+    by name."""
+    base, adaptive = (engines[n]["calls_per_decode_step"] for n in (baseline, "adaptive"))
+    diff = sorted(call_difference(adaptive, base).items(),
                   key=lambda item: (-abs(item[1][0]), item[0]))
-    print("calls per decode step, adaptive - none (count, self host us):")
+    print(f"calls per decode step, adaptive - {baseline} (count, self host us):")
     for name, (count, host_us) in diff[:rows]:
         if abs(count) >= 0.1:
             print(f"  {count:+6.2f}  {host_us:+8.1f} us  {name[:110]}")
@@ -152,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - start:6.1f} s] {text}", flush=True)
 
     path = ensure_checkpoint(args.checkpoint_dir, SHAPE, VOCAB, "copy")
-    prompts = copying.workload_prompts("nonrepeating", args.requests, args.prompt_len, VOCAB)
+    prompts = copying.workload_prompts(args.workload, args.requests, args.prompt_len, VOCAB)
     wave = args.max_num_seqs
     one_wave = prompts[:wave]
     results = {"settings": vars(args), "engines": {}}
@@ -167,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                 "runs_profiled": args.runs + 1,
             }
             say(f"{name} engine up ({engines[name].info['gpu']})")
-        results["gpu"] = engines["none"].info["gpu"]
+        results["gpu"] = engines["adaptive"].info["gpu"]
         names = list(engines)
         for run in range(args.runs):
             # Alternate which engine goes first.
@@ -202,12 +219,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{e['sample_tokens_host_ms']:.3f} ms, GPU {e['gpu_ms_per_step']:.3f} ms | "
               f"launches/decode step {launches['total']:.1f} "
               f"({', '.join(f'{k} {v:.1f}' for k, v in launches.items() if k not in ('steps', 'total'))}) | "
-              f"graphs {e['graph_modes']} | drafts {e['spec']}")
-    print_call_differences(results["engines"])
-    none, adaptive = (statistics.median(results["engines"][n]["tok_s"])
-                      for n in ("none", "adaptive"))
-    results["adaptive_over_none"] = adaptive / none
-    print(f"adaptive / none (median tok/s): {adaptive / none:.3f}")
+              f"graphs {e['graph_modes']} | {e['tokens_per_step']:.1f} tokens/step, drafts "
+              f"over it {e['instrumented_spec']} | one wave's drafts {e['spec']}")
+    print_call_differences(results["engines"], args.baseline)
+    base, adaptive = (statistics.median(results["engines"][n]["tok_s"])
+                      for n in (args.baseline, "adaptive"))
+    results[f"adaptive_over_{args.baseline}"] = adaptive / base
+    print(f"adaptive / {args.baseline} (median tok/s): {adaptive / base:.3f}")
     os.makedirs(args.out, exist_ok=True)
     out = os.path.join(args.out, "spec_step_breakdown.json")
     with open(out, "w") as f:

@@ -646,6 +646,35 @@ def test_policies_can_be_measured_against_each_other_alone(tmp_path, capsys):
     assert "nothing to measure" in capsys.readouterr().err
 
 
+def test_a_policy_can_be_measured_against_stock_speculation_with_the_same_k(
+        tmp_path, monkeypatch, capsys):
+    """--spec-against-stock (issue 25's criterion: the plugin against stock
+    0.33 with the same speculative config): the stock engine speculates with
+    upstream's proposer and the same k, and takes the place of the policy the
+    first one was last measured against."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.33.0")
+    bench = RecordingRun(run.parse_args([
+        "--mixes", "ngram", "--spec-policies", "adaptive", "--no-spec-against-none",
+        "--spec-against-stock", "--spec-verification", "plugin", "--ngram-k", "7",
+        "--out", str(tmp_path)]))
+    bench.model("8b", 151936)
+    assert bench.log == [
+        ("start", "plugin", "/ckpt/copy", 7, "greedy", "adaptive"),
+        ("peakedness", "8b-copy"),
+        ("start", "stock", "/ckpt/copy", 7, "greedy", None),
+        ("ngram", "8b-copy", "adaptive+verify-plugin", "upstream",
+         ("adaptive+verify-plugin", "upstream"), 7),
+        ("close", "/ckpt/copy", 7), ("close", "/ckpt/copy", 7),
+    ]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--spec-engines", "stock", "--spec-against-stock"])
+    assert "--spec-against-stock" in capsys.readouterr().err
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.20.0")
+    with pytest.raises(SystemExit):
+        run.parse_args(["--spec-against-stock"])
+    assert "0.32/0.33 only" in capsys.readouterr().err
+
+
 def test_stock_engines_measure_each_k_against_one_engine_without_speculation(
         tmp_path, monkeypatch):
     """--spec-engines stock (issue 25's baseline on 0.33): every engine is

@@ -21,6 +21,29 @@ def test_defaults_are_the_issue_shape():
     args = load().parse_args(["--out", "x"])
     assert (args.max_num_seqs, args.requests, args.prompt_len, args.output_len) == (64, 256, 64, 256)
     assert args.runs == 3 and args.gpu_memory_utilization == 0.42
+    assert (args.workload, args.baseline) == ("nonrepeating", "none")
+
+
+def test_the_baseline_engine_is_none_or_fixed_k_with_the_same_graphs():
+    """--baseline fixed compares adaptive with fixed k on equal terms: the same
+    k and CUDA-graph sizes, only the policy differs."""
+    module = load()
+    for baseline in ("none", "fixed"):
+        args = module.parse_args(["--out", "x", "--baseline", baseline,
+                                  "--workload", "accepting"])
+        specs = module.engine_specs(args, "/ckpt")
+        assert list(specs) == [baseline, "adaptive"]
+        adaptive = specs["adaptive"]
+        assert (adaptive.ngram_k, adaptive.speculation_policy) == (module.K, "adaptive")
+        base = specs[baseline]
+        if baseline == "none":
+            assert base.ngram_k == 0
+        else:
+            assert base.speculation_policy == "fixed"
+            assert (base.ngram_k, base.max_cudagraph_capture_size) == (
+                adaptive.ngram_k, adaptive.max_cudagraph_capture_size)
+    with pytest.raises(SystemExit):
+        module.parse_args(["--out", "x", "--baseline", "adaptive"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
@@ -45,10 +68,12 @@ def test_launches_per_step_cancel_prefill_and_drain():
 def test_step_summary_splits_host_time():
     summary = load().step_summary({
         "host_ms": [3.0, 5.0], "execute_host_ms": [2.0, 3.0], "period_ms": [4.0],
-        "step_gpu_ms": [1.0, 2.0], "graph_modes": {"FULL/1": 2}, "run": {"tok_s": 9.0}})
-    assert summary == {"steps": 2, "wall_ms_per_step": 4.0, "execute_model_host_ms": 2.5,
-                       "sample_tokens_host_ms": 1.5, "gpu_ms_per_step": 1.5,
-                       "graph_modes": {"FULL/1": 2}, "instrumented_tok_s": 9.0}
+        "step_gpu_ms": [1.0, 2.0], "graph_modes": {"FULL/1": 2},
+        "run": {"tok_s": 9.0, "tokens": 7}, "spec": {"drafted": 3}})
+    assert summary == {"steps": 2, "tokens_per_step": 3.5, "wall_ms_per_step": 4.0,
+                       "execute_model_host_ms": 2.5, "sample_tokens_host_ms": 1.5,
+                       "gpu_ms_per_step": 1.5, "graph_modes": {"FULL/1": 2},
+                       "instrumented_tok_s": 9.0, "instrumented_spec": {"drafted": 3}}
 
 
 def test_calls_per_step_and_their_difference(capsys):
@@ -61,7 +86,7 @@ def test_calls_per_step_and_their_difference(capsys):
                         "aten::index_put_": [1.0, 100.0]}
     none = {"aten::fill_": [1.0, 90.0]}
     module.print_call_differences({"none": {"calls_per_decode_step": none},
-                                   "adaptive": {"calls_per_decode_step": adaptive}})
+                                   "adaptive": {"calls_per_decode_step": adaptive}}, "none")
     lines = capsys.readouterr().out.splitlines()[1:]
     # Largest count difference first, equal ones by name; a call of equal
     # count in both engines is left out.

@@ -371,14 +371,17 @@ class _EngineServer:
     def step_timings(self, mix: str, prompts: list[list[int]], output_len: int, wave: int,
                      continuous: bool = False) -> dict:
         """One instrumented pass: ``hooks.collect_timings``, one entry per step,
-        and the pass's ``throughput`` (slowed by the timers) as ``"run"``."""
+        the pass's ``throughput`` (slowed by the timers) as ``"run"`` and the
+        speculative-decoding counters' change over it as ``"spec"``."""
         self.llm.collective_rpc(hooks.install_timers)
+        before = self._spec_counters()
         try:
             run = self.throughput(mix, prompts, output_len, wave, continuous)
             timings = self.llm.collective_rpc(hooks.collect_timings)[0]
         finally:
             self.llm.collective_rpc(hooks.remove_timers)
-        return {**timings, "run": run}
+        after = self._spec_counters()
+        return {**timings, "run": run, "spec": {k: after[k] - before[k] for k in after}}
 
     def profile(self, mix: str, prompts: list[list[int]], output_len: int, wave: int,
                 continuous: bool = False) -> dict:

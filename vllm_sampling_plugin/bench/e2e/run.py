@@ -140,6 +140,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "other policies (default); --no-spec-against-none starts no "
                              "engine without speculation, so a policy-against-policy cell "
                              "fits a call with one engine start less (8B: about 100 s)")
+    parser.add_argument("--spec-against-stock", action="store_true",
+                        help="after the policies, measure the first one against stock vLLM "
+                             "speculating with the same k (VLLM_PLUGINS=none, upstream's "
+                             "n-gram proposer and verification): issue 25's comparison. "
+                             "vLLM 0.32/0.33, --spec-engines plugin")
     parser.add_argument("--identity-requests", type=int, default=256,
                         help="greedy (and seeded) requests compared with and without speculation")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
@@ -192,8 +197,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      "plugin")
     if not args.spec_against_none and len(spec_variants(args)) < 2:
         parser.error("--no-spec-against-none: name a second policy (--spec-policies "
-                     "adaptive,fixed) or --spec-verification both, or there is nothing "
-                     "to measure")
+                     "adaptive,fixed), --spec-verification both or --spec-against-stock, "
+                     "or there is nothing to measure")
+    if args.spec_against_stock and (args.spec_engines == "stock" or release_line(
+            installed_vllm_version()) not in ("0.32", "0.33")):
+        parser.error("--spec-against-stock: the plugin's engines against stock vLLM's n-gram "
+                     "speculation, which exists on vLLM 0.32/0.33 only, with --spec-engines "
+                     "plugin")
     if args.spec_verification != "default":
         if args.spec_engines == "stock":
             parser.error("--spec-verification: stock engines (VLLM_PLUGINS=none) verify "
@@ -211,11 +221,15 @@ def requests_for_run(min_run_s: float, tok_s: float, output_len: int) -> int:
 
 def spec_variants(args: argparse.Namespace) -> list[str]:
     """The speculating engines' names, in order: policies, each with the
-    verification owners of ``--spec-verification``."""
-    policies = [UPSTREAM_POLICY] if args.spec_engines == "stock" else list(args.spec_policies)
+    verification owners of ``--spec-verification``, then, with
+    ``--spec-against-stock``, stock vLLM's speculation (``UPSTREAM_POLICY``)."""
+    if args.spec_engines == "stock":
+        return [UPSTREAM_POLICY]
     owners = {"default": [None], "both": ["plugin", "upstream"]}.get(
         args.spec_verification, [args.spec_verification])
-    return [p if owner is None else f"{p}+verify-{owner}" for p in policies for owner in owners]
+    plugin = [p if owner is None else f"{p}+verify-{owner}"
+              for p in args.spec_policies for owner in owners]
+    return plugin + ([UPSTREAM_POLICY] if args.spec_against_stock else [])
 
 
 def split_variant(name: str) -> tuple[str | None, str | None]:
@@ -533,9 +547,10 @@ class Run:
                     spec_for) -> None:
         """n-gram speculation on the copy checkpoint, for each k of
         ``--ngram-k``: the first policy of ``--spec-policies`` against no
-        speculation, then against each other policy (with ``--spec-engines
-        stock``: upstream's speculation against no speculation, every engine
-        stock). Two engines at a time (three 8B engines do not fit one GPU
+        speculation, then against each other policy, and with
+        ``--spec-against-stock`` against a stock engine speculating with the
+        same k (with ``--spec-engines stock``: upstream's speculation against
+        no speculation, every engine stock). Two engines at a time (three 8B engines do not fit one GPU
         with room for 256 sequences each): each other policy's engine takes
         the place of the previous baseline, and the engine without
         speculation is started again for the next k. With
@@ -553,8 +568,11 @@ class Run:
 
         def engine_for(k: int, variant: str) -> Engine:
             chosen, owner = split_variant(variant)
+            # Upstream's speculation runs in a stock engine, whatever the role.
+            engine_role = "stock" if variant == UPSTREAM_POLICY else role
             return self.start_engine(
-                spec_for(role, path, k, speculation_policy=chosen, plugin_verification=owner),
+                spec_for(engine_role, path, k, speculation_policy=chosen,
+                         plugin_verification=owner),
                 name)
 
         for k in a.ngram_k:
