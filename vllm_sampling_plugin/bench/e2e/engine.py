@@ -336,13 +336,13 @@ class _EngineServer:
         extra = {"logprobs": 0} if with_probabilities else {}
         outputs = self._generate(prompts, self._params(mix, len(prompts), output_len,
                                                        **extra))
-        after = self._spec_counters()
+        spec = self._spec_counters_since(before)
         top1 = [math.exp(position[token].logprob)
                 for o in outputs if with_probabilities
                 for token, position in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
         return {"tokens": [list(o.outputs[0].token_ids) for o in outputs],
                 "top1_probability": top1,
-                "spec": {k: after[k] - before[k] for k in after}}
+                "spec": spec}
 
     def top2_logits(self, prompts: list[list[int]]) -> dict:
         """The top-2 raw logits of the next token after each prompt.
@@ -380,8 +380,7 @@ class _EngineServer:
             timings = self.llm.collective_rpc(hooks.collect_timings)[0]
         finally:
             self.llm.collective_rpc(hooks.remove_timers)
-        after = self._spec_counters()
-        return {**timings, "run": run, "spec": {k: after[k] - before[k] for k in after}}
+        return {**timings, "run": run, "spec": self._spec_counters_since(before)}
 
     def profile(self, mix: str, prompts: list[list[int]], output_len: int, wave: int,
                 continuous: bool = False) -> dict:
@@ -396,6 +395,11 @@ class _EngineServer:
             steps = len(self.llm.collective_rpc(hooks.collect_timings)[0]["step_gpu_ms"])
             self.llm.collective_rpc(hooks.remove_timers)
         return {"steps": steps, **top}
+
+    def _spec_counters_since(self, before: dict) -> dict:
+        """How much each of ``_spec_counters`` grew since ``before`` was read."""
+        after = self._spec_counters()
+        return {key: after[key] - before[key] for key in after}
 
     def _spec_counters(self) -> dict:
         names = {"drafts": "vllm:spec_decode_num_drafts",

@@ -18,6 +18,8 @@ from vllm_sampling_plugin.bench.report import read_json_argument
 from vllm_sampling_plugin.config import SPECULATION_POLICIES as SPEC_POLICIES
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
+    LINE_0_32,
+    LINE_0_33,
     installed_vllm_version,
     release_line,
 )
@@ -199,8 +201,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--no-spec-against-none: name a second policy (--spec-policies "
                      "adaptive,fixed), --spec-verification both or --spec-against-stock, "
                      "or there is nothing to measure")
-    if args.spec_against_stock and (args.spec_engines == "stock" or release_line(
-            installed_vllm_version()) not in ("0.32", "0.33")):
+    on_0_32_or_0_33 = release_line(installed_vllm_version()) in (LINE_0_32, LINE_0_33)
+    if args.spec_against_stock and (args.spec_engines == "stock" or not on_0_32_or_0_33):
         parser.error("--spec-against-stock: the plugin's engines against stock vLLM's n-gram "
                      "speculation, which exists on vLLM 0.32/0.33 only, with --spec-engines "
                      "plugin")
@@ -208,7 +210,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if args.spec_engines == "stock":
             parser.error("--spec-verification: stock engines (VLLM_PLUGINS=none) verify "
                          "upstream's way; use --spec-engines plugin")
-        if release_line(installed_vllm_version()) not in ("0.32", "0.33"):
+        if not on_0_32_or_0_33:
             parser.error("--spec-verification: plugin_verification exists on vLLM 0.32/0.33 only")
     return args
 
@@ -550,8 +552,8 @@ class Run:
         speculation, then against each other policy, and with
         ``--spec-against-stock`` against a stock engine speculating with the
         same k (with ``--spec-engines stock``: upstream's speculation against
-        no speculation, every engine stock). Two engines at a time (three 8B engines do not fit one GPU
-        with room for 256 sequences each): each other policy's engine takes
+        no speculation, every engine stock). Two engines at a time (three 8B
+        engines do not fit one GPU with room for 256 sequences each): each other policy's engine takes
         the place of the previous baseline, and the engine without
         speculation is started again for the next k. With
         ``--no-spec-against-none`` no engine without speculation starts: the
