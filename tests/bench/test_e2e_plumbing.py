@@ -564,11 +564,13 @@ class RecordingRun(run.Run):
     def __init__(self, args):
         super().__init__(args)
         self.log = []
+        self.specs = []  # every started engine's whole EngineSpec, in order
 
     def checkpoint(self, shape, vocab, kind):
         return f"{shape}-{kind}", f"/ckpt/{kind}"
 
     def start_engine(self, spec, model):
+        self.specs.append(spec)
         self.log.append(("start", spec.role, spec.model, spec.ngram_k, spec.cold_start_first,
                          spec.speculation_policy))
         log = self.log
@@ -673,6 +675,93 @@ def test_a_policy_can_be_measured_against_stock_speculation_with_the_same_k(
     with pytest.raises(SystemExit):
         run.parse_args(["--spec-against-stock"])
     assert "0.32/0.33 only" in capsys.readouterr().err
+
+
+def test_control_measures_the_first_policy_against_a_twin_of_the_same_configuration(tmp_path):
+    """--control in the ngram cells: a second engine with the first one's
+    EngineSpec, so a policy against itself shows what the pairs resolve;
+    with it, one policy and no engine without speculation is a valid run."""
+    bench = RecordingRun(run.parse_args(["--control", "--mixes", "ngram", "--spec-policies",
+                                         "fixed", "--no-spec-against-none",
+                                         "--out", str(tmp_path)]))
+    assert run.spec_variants(bench.args) == ["fixed", "fixed@control"]
+    assert run.split_variant("fixed@control") == run.split_variant("fixed") == ("fixed", None)
+    bench.model("1b", 128256)
+    assert bench.log == [
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "fixed"),
+        ("peakedness", "1b-copy"),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "fixed"),
+        ("ngram", "1b-copy", "fixed", "fixed@control", ("fixed", "fixed@control"), 3),
+        ("close", "/ckpt/copy", 3), ("close", "/ckpt/copy", 3),
+    ]
+    assert len(bench.specs) == 2 and bench.specs[0] == bench.specs[1]
+
+
+def test_control_twin_comes_after_stock_speculation_and_replaces_it(tmp_path, monkeypatch):
+    """--spec-against-stock with --control: the twin of the first engine is
+    measured last, in the place of the stock engine (two engines at a time);
+    with --spec-engines stock the twin is upstream's, in a stock engine."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.33.0")
+    bench = RecordingRun(run.parse_args([
+        "--mixes", "ngram", "--spec-policies", "adaptive", "--no-spec-against-none",
+        "--spec-against-stock", "--spec-verification", "plugin", "--control",
+        "--ngram-k", "7", "--out", str(tmp_path)]))
+    bench.model("8b", 151936)
+    twin = "adaptive+verify-plugin@control"
+    assert bench.log == [
+        ("start", "plugin", "/ckpt/copy", 7, "greedy", "adaptive"),
+        ("peakedness", "8b-copy"),
+        ("start", "stock", "/ckpt/copy", 7, "greedy", None),
+        ("ngram", "8b-copy", "adaptive+verify-plugin", "upstream",
+         ("adaptive+verify-plugin", "upstream"), 7),
+        ("close", "/ckpt/copy", 7),
+        ("start", "plugin", "/ckpt/copy", 7, "greedy", "adaptive"),
+        ("ngram", "8b-copy", "adaptive+verify-plugin", twin, ("adaptive+verify-plugin", twin), 7),
+        ("close", "/ckpt/copy", 7), ("close", "/ckpt/copy", 7),
+    ]
+    assert bench.specs[2] == bench.specs[0]
+    assert bench.specs[2].plugin_verification == "plugin"
+    stock = RecordingRun(run.parse_args(["--mixes", "ngram", "--spec-engines", "stock",
+                                         "--control", "--out", str(tmp_path)]))
+    assert run.spec_variants(stock.args) == ["upstream", "upstream@control"]
+    stock.model("8b", 151936)
+    assert [e for e in stock.log if e[0] == "ngram"] == [
+        ("ngram", "8b-copy", "upstream", "nospec", ("nospec", "upstream"), 3),
+        ("ngram", "8b-copy", "upstream", "upstream@control", ("upstream", "upstream@control"), 3),
+    ]
+    assert stock.specs[1] == stock.specs[2] and stock.specs[2].role == "stock"
+
+
+def test_a_speculation_cell_against_the_control_twin_is_marked_a_over_a(tmp_path):
+    """The twin is the cell's baseline: timed in alternating pairs, greedy
+    identity against it (no seeded check: that one is against no
+    speculation), and the table names the policy twice, marked A/A."""
+    args = run.parse_args(["--pairs", "2", "--num-requests", "4", "--output-len", "32",
+                           "--max-num-seqs", "4", "--identity-requests", "3",
+                           "--spec-workloads", "nonrepeating", "--breakdown-mixes", "none",
+                           "--spec-policies", "fixed", "--control", "--out", str(tmp_path)])
+    calls, seen = [], []
+
+    class Speculating(FakeEngine):
+        def call(self, command, **kwargs):
+            if command == "throughput":
+                return super().call(command, **kwargs)
+            seen.append((self.role, command, kwargs.get("mix")))
+            return {"tokens": [[7] * 32 for _ in kwargs["prompts"]],
+                    "spec": {"drafts": 4, "drafted": 12, "accepted": 9}}
+
+    engines = {"fixed": Speculating("fixed", calls, 78.0),
+               "fixed@control": Speculating("fixed@control", calls, 100.0)}
+    bench = run.Run(args)
+    bench.ngram_cells("m", 1000, engines, "fixed", "fixed@control", 3)
+    assert [c[0] for c in calls if c[3] == 32] == [
+        "fixed@control", "fixed", "fixed", "fixed@control"]
+    assert seen == [("fixed@control", "greedy_tokens", None), ("fixed", "greedy_tokens", None)]
+    cell = bench.results["speculation"][0]
+    assert (cell["policy"], cell["against"], cell["seeded_identity"]) == (
+        "fixed", "fixed@control", None)
+    assert ("| m | nonrepeating | 4 | 3 | fixed vs fixed (A/A) | 100 (0.0%) | 78 (0.0%) | "
+            "0.780 [0.780, 0.780] | 12 / 9 | 3/3 |") in report.render_markdown(bench.results)
 
 
 def test_stock_engines_measure_each_k_against_one_engine_without_speculation(

@@ -19,8 +19,10 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                      "sampling_gpu_ms", "host_ms", "sampling_host_ms", "period_ms",
                      "sampling_share"}],
       "speculation": [{"model", "workload" (copying.SPEC_WORKLOADS), "max_num_seqs", "k",
-                       "policy": the speculation policy measured, "against": "nospec" or
-                       another policy, "orders", "base_tok_s": [...], "spec_tok_s": [...]
+                       "policy": the speculation policy measured, "against": "nospec",
+                       another policy, or (an A/A cell, ``--control``) the policy's twin
+                       "<policy>@control", a second engine of the same configuration,
+                       "orders", "base_tok_s": [...], "spec_tok_s": [...]
                        (continuous batching: at most max_num_seqs requests in flight),
                        "base": DIST, "spec": DIST, "pair_ratios", "paired": DIST,
                        "acceptance": {...} (the policy engine's counters over its greedy
@@ -69,6 +71,10 @@ from collections.abc import Sequence
 from vllm_sampling_plugin.integration import parts
 
 SCHEMA_VERSION = 1
+# Ends the name of ``--control``'s A/A twin of the first speculating engine
+# (``"fixed@control"``): the ``against`` of a speculation cell that measures
+# an engine against a second one of the same configuration.
+CONTROL_SUFFIX = "@control"
 
 
 def distribution(values: Sequence[float]) -> dict:
@@ -261,6 +267,15 @@ def cell_label(cell: dict) -> str:
     return cell["mix"] + (" (A/A: stock vs stock)" if cell.get("against") == "control" else "")
 
 
+def speculation_label(cell: dict) -> str:
+    """The "policy vs baseline" column of a speculation row; against its A/A
+    twin (``CONTROL_SUFFIX``) the policy is named twice and marked A/A."""
+    against = cell["against"]
+    if against.endswith(CONTROL_SUFFIX):
+        return f"{cell['policy']} vs {against.removesuffix(CONTROL_SUFFIX)} (A/A)"
+    return f"{cell['policy']} vs {against}"
+
+
 # Characters of a profiler name that the table shows: enough to tell apart
 # two instantiations of one template (FlashAttention's forward and combine
 # kernels are both ``cutlass::device_kernel<...>``).
@@ -338,7 +353,7 @@ def render_markdown(results: dict) -> str:
             seeded_text = f" ({seeded['identical']}/{seeded['requests']})" if seeded else ""
             lines.append(
                 f"| {c['model']} | {c['workload']} | {c['max_num_seqs']} | {c['k']} | "
-                f"{c['policy']} vs {c['against']} | "
+                f"{speculation_label(c)} | "
                 f"{c['base']['median']:.0f} ({100 * c['base']['spread']:.1f}%) | "
                 f"{c['spec']['median']:.0f} ({100 * c['spec']['spread']:.1f}%) | "
                 f"{paired['median']:.3f} [{paired['min']:.3f}, {paired['max']:.3f}] | "

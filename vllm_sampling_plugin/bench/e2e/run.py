@@ -103,8 +103,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="mixes to run once per engine and batch size under "
                              "torch.profiler (top GPU kernels and host operators); default none")
     parser.add_argument("--control", action="store_true",
-                        help="A/A run: a second stock engine takes the plugin's place, so "
-                             "the cells show what the method resolves (ratios near 1)")
+                        help="A/A run, so the cells show what the method resolves (ratios "
+                             "near 1): in the sampling cells a second stock engine takes the "
+                             "plugin's place; the ngram cells also measure the first "
+                             "speculating variant, last, against a second engine of the same "
+                             "configuration (VARIANT@control)")
     parser.add_argument("--ngram-k", type=_int_list, default=[3],
                         help="draft tokens per step of the ngram cells' engines, comma list: "
                              "each k gets its own engines and cells (default 3)")
@@ -199,8 +202,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      "plugin")
     if not args.spec_against_none and len(spec_variants(args)) < 2:
         parser.error("--no-spec-against-none: name a second policy (--spec-policies "
-                     "adaptive,fixed), --spec-verification both or --spec-against-stock, "
-                     "or there is nothing to measure")
+                     "adaptive,fixed), --spec-verification both, --spec-against-stock or "
+                     "--control, or there is nothing to measure")
     on_0_32_or_0_33 = release_line(installed_vllm_version()) in (LINE_0_32, LINE_0_33)
     if args.spec_against_stock and (args.spec_engines == "stock" or not on_0_32_or_0_33):
         parser.error("--spec-against-stock: the plugin's engines against stock vLLM's n-gram "
@@ -224,20 +227,30 @@ def requests_for_run(min_run_s: float, tok_s: float, output_len: int) -> int:
 def spec_variants(args: argparse.Namespace) -> list[str]:
     """The speculating engines' names, in order: policies, each with the
     verification owners of ``--spec-verification``, then, with
-    ``--spec-against-stock``, stock vLLM's speculation (``UPSTREAM_POLICY``)."""
+    ``--spec-against-stock``, stock vLLM's speculation (``UPSTREAM_POLICY``),
+    then, with ``--control``, the first one's A/A twin (``report.CONTROL_SUFFIX``)."""
     if args.spec_engines == "stock":
-        return [UPSTREAM_POLICY]
-    owners = {"default": [None], "both": ["plugin", "upstream"]}.get(
-        args.spec_verification, [args.spec_verification])
-    plugin = [p if owner is None else f"{p}+verify-{owner}"
-              for p in args.spec_policies for owner in owners]
-    return plugin + ([UPSTREAM_POLICY] if args.spec_against_stock else [])
+        variants = [UPSTREAM_POLICY]
+    else:
+        owners = {"default": [None], "both": ["plugin", "upstream"]}.get(
+            args.spec_verification, [args.spec_verification])
+        variants = [p if owner is None else f"{p}+verify-{owner}"
+                    for p in args.spec_policies for owner in owners]
+        variants += [UPSTREAM_POLICY] if args.spec_against_stock else []
+    return variants + ([variants[0] + report.CONTROL_SUFFIX] if args.control else [])
+
+
+def original_variant(name: str) -> str:
+    """The engine name an A/A twin of :func:`spec_variants` copies; any
+    other name is its own."""
+    return name.removesuffix(report.CONTROL_SUFFIX)
 
 
 def split_variant(name: str) -> tuple[str | None, str | None]:
     """``(speculation_policy, plugin_verification)`` of an engine name of
-    :func:`spec_variants` (None: the engine's default)."""
-    policy, _, owner = name.partition("+verify-")
+    :func:`spec_variants` (None: the engine's default); a twin's are its
+    original's."""
+    policy, _, owner = original_variant(name).partition("+verify-")
     return (None if policy == UPSTREAM_POLICY else policy), (owner or None)
 
 
@@ -552,9 +565,11 @@ class Run:
         speculation, then against each other policy, and with
         ``--spec-against-stock`` against a stock engine speculating with the
         same k (with ``--spec-engines stock``: upstream's speculation against
-        no speculation, every engine stock). Two engines at a time (three 8B
-        engines do not fit one GPU with room for 256 sequences each): each other policy's engine takes
-        the place of the previous baseline, and the engine without
+        no speculation, every engine stock); last, with ``--control``, against
+        its A/A twin, a second engine started with the same settings. Two
+        engines at a time (three 8B engines do not fit one GPU with room for
+        256 sequences each): each other engine takes the place of the
+        previous baseline, and the engine without
         speculation is started again for the next k. With
         ``--no-spec-against-none`` no engine without speculation starts: the
         first policy is measured against the others only.
@@ -570,8 +585,9 @@ class Run:
 
         def engine_for(k: int, variant: str) -> Engine:
             chosen, owner = split_variant(variant)
-            # Upstream's speculation runs in a stock engine, whatever the role.
-            engine_role = "stock" if variant == UPSTREAM_POLICY else role
+            # Upstream's speculation (or its twin) runs in a stock engine,
+            # whatever the role.
+            engine_role = "stock" if original_variant(variant) == UPSTREAM_POLICY else role
             return self.start_engine(
                 spec_for(engine_role, path, k, speculation_policy=chosen,
                          plugin_verification=owner),
