@@ -109,7 +109,9 @@ for step in "$@"; do
       # and draw) against stock vLLM speculating with the same k
       # (VLLM_PLUGINS=none), 8B, accepting text, top-k/top-p, seeded top-p,
       # then greedy, max_num_seqs 64 and 256. One k per call: SPEC_K=3 or 7
-      # (about 8-9 minutes on an H100: STEP_TIMEOUT=575).
+      # (about 8-9 minutes on an H100: STEP_TIMEOUT=575). A 1B engine runs
+      # these 256 requests in under a second, which the host's noise
+      # swamps: add --models 1b:128256 --min-run-s 8 through E2E_ARGS.
       run "$step-k${SPEC_K:-3}" python3 -m vllm_sampling_plugin.cli bench e2e \
         --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \
         --no-spec-against-none --spec-against-stock --ngram-k "${SPEC_K:-3}" \

@@ -107,8 +107,9 @@ WHY_PLUGIN = {
     "found (counts sent back with each output, no sync; full decode graphs for "
     "one-token steps); the default on 0.20, where an H100 run measured it, opt-in "
     "elsewhere (--speculation-policy adaptive; over upstream's proposer it pays at 8B "
-    "on 0.33, 1.11x of fixed k on half-repeating text, but a 1B engine runs 0.78-0.88x "
-    "of fixed k on accepting text under continuous batching, docs/benchmarks.md)",
+    "on 0.33, 1.11x of fixed k on half-repeating text; at 1B on accepting text it ran "
+    "0.74-0.88x of fixed k in four calls and 1.23x in a fifth, same steps and drafts, "
+    "docs/benchmarks.md)",
     FP64_SETTING: "upstream has no such setting; the plugin adds --use-fp64-gumbel",
     FLASHINFER_SETTING: "read once in the front-end, tri-state (1 forces, 0 off, unset "
     "where supported), carried to workers on ModelConfig",
