@@ -46,6 +46,15 @@ def test_the_baseline_engine_is_none_or_fixed_k_with_the_same_graphs():
         module.parse_args(["--out", "x", "--baseline", "adaptive"])
 
 
+def test_the_adaptive_engine_can_start_first():
+    """--adaptive-first swaps the start order only (the engines' settings stay)."""
+    module = load()
+    args = module.parse_args(["--out", "x", "--baseline", "fixed"])
+    first = module.parse_args(["--out", "x", "--baseline", "fixed", "--adaptive-first"])
+    specs, swapped = module.engine_specs(args, "/ckpt"), module.engine_specs(first, "/ckpt")
+    assert list(swapped) == ["adaptive", "fixed"] and swapped == specs
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
 def test_refuses_without_gpu_in_one_line(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)],
