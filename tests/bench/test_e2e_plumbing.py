@@ -56,6 +56,16 @@ def test_sampling_kwargs_per_mix():
     assert workload.sampling_kwargs("ngram", 1, 8) == workload.sampling_kwargs("greedy", 1, 8)
 
 
+def test_seeded_identity_draws_at_temperature_one_without_top_p():
+    """The n-gram cells' seeded comparison keeps every token drawable (on the
+    copy checkpoint top-p 0.95 would leave only the argmax), and is no mix of
+    its own: not a CLI choice, not in ``mixed``."""
+    assert workload.sampling_kwargs(workload.IDENTITY_SEEDED_MIX, 2, 8) == {
+        "temperature": 1.0, "max_tokens": 8, "ignore_eos": True,
+        "seed": workload.SEED_BASE + 2}
+    assert workload.IDENTITY_SEEDED_MIX not in workload.MIXES
+
+
 def test_prompts_are_words_of_the_vocabulary():
     prompts = workload.random_prompts(4, 64, 1000, seed=1)
     assert [len(p) for p in prompts] == [64] * 4
@@ -185,7 +195,7 @@ def test_ngram_cells_run_identity_on_the_prompts_they_timed(tmp_path):
     expected = copying.workload_prompts("nonrepeating", 14, 64, 1000, seed=4)[:3]
     assert [(r, c, m) for r, c, m, _ in seen] == [
         ("nospec", "greedy_tokens", None), ("adaptive", "greedy_tokens", None),
-        ("nospec", "greedy_tokens", "seeded_topp"), ("adaptive", "greedy_tokens", "seeded_topp")]
+        ("nospec", "greedy_tokens", "seeded_t1"), ("adaptive", "greedy_tokens", "seeded_t1")]
     assert all(p == expected for *_, p in seen)
     cell = bench.results["speculation"][0]
     assert cell["requests"] == 14 and cell["identity"]["identical"] == 3

@@ -110,9 +110,12 @@ def verify(rs, b, draft_logits=None, max_num_logprobs=-1):
     )
     return sampled, num_sampled
 
-def add(sampler, n, **params):
+def add(sampler, n, seeded=True, **params):
+    # Unseeded requests draw their seeds from NumPy's global generator.
+    np.random.seed(0)
     for slot in range(n):
-        sampler.add_request(slot, SamplingParams(seed=1000 + slot, **params))
+        seed = 1000 + slot if seeded else None
+        sampler.add_request(slot, SamplingParams(seed=seed, **params))
     sampler.apply_staged_writes()
 """
 )
@@ -164,10 +167,11 @@ def test_default_and_engine_fallbacks_build_upstreams_rejection_sampler():
                 model_config=types.SimpleNamespace(plugin_verification=setting),
                 watermark_config=None)
         assert noise.fp32_noise(engine("upstream"))[0] == "murmur3"
-        assert noise.fp64_noise(engine("upstream")) == "murmur3"
         assert noise.fp32_noise(engine("plugin"))[0] == "philox"
-        assert noise.fp64_noise(engine("plugin")) == "philox"
-        assert noise.fp64_noise(engine("plugin", "block")) == "murmur3"
+        assert noise.fp32_noise(engine("plugin", "block"))[0] == "murmur3"
+        # The FP32 stream of an engine without speculation, where the plugin
+        # verifies: a seeded request's drafts are matched against its draws.
+        assert noise.fp32_noise(types.SimpleNamespace(speculative_config=None))[0] == "philox"
         print("ok")
         """,
         prelude=PRELUDE,
@@ -191,18 +195,26 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
                           (kwargs["top_k"], kwargs["top_p"], kwargs["min_p"]))))
             n = args[2].shape[0] - 1
             return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
+        def fake_matching(target_tokens, drafts, cu, k):
+            calls.append(("matching", target_tokens.shape[0]))
+            n = cu.shape[0] - 1
+            return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
         rejection.rejection_sample = fake_upstream
         pv.rejection_sample_packed = fake_plugin
+        pv.accept_matching_drafts = fake_matching
         k, n, vocab = 2, 4, 32
         b = batch(n, k, vocab)
 
-        def route(params, draft_logits=None, max_num_logprobs=-1, logprobs_mode="raw_logprobs"):
+        def route(params, draft_logits=None, max_num_logprobs=-1, logprobs_mode="raw_logprobs",
+                  seed=None):
             sampler = build_sampler(n, vocab, k, logprobs_mode=logprobs_mode)
             sampler.apply_sampling_params = lambda logits, *a, **kw: logits
+            # The Sampler's draw of every logit (the matching route).
+            sampler.sample = lambda logits, *a: (logits.argmax(-1), logits)
             rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
             rs._get_logprobs_tensors = lambda *args: None  # a GPU kernel
-            add(sampler, n - 1, temperature=1.0)
-            sampler.add_request(n - 1, SamplingParams(seed=7, **params))
+            add(sampler, n - 1, seeded=False, temperature=1.0)
+            sampler.add_request(n - 1, SamplingParams(seed=seed, **params))
             # The processors' staged writes copy to a GPU; the route needs
             # only the sampling parameters.
             sampler.sampling_states.apply_staged_writes()
@@ -233,6 +245,12 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         assert route(dict(temperature=0.0), draft_logits) == plugin
         assert route(dict(temperature=0.5), draft_logits) == "upstream"
         assert route(dict(temperature=1.0), torch.randn(n, k, vocab - 4)) == "upstream"
+        # A seeded request: n-gram drafts are matched against the Sampler's
+        # draws of every logit; draft logits keep the fused kernel.
+        assert route(dict(temperature=1.0), seed=7) == ("matching", n * (k + 1))
+        assert route(dict(temperature=0.7, top_p=0.9), seed=7) == ("matching", n * (k + 1))
+        assert route(dict(temperature=0.0), draft_logits, seed=7) == plugin
+        assert route(dict(temperature=1.0, logit_bias={3: 5.0}), seed=7) == "upstream"
         print("ok")
         """,
         prelude=PRELUDE,
@@ -303,7 +321,8 @@ if {real_upstream}:
     real_triton_for_upstreams_rejection_kernels()
 sampler = build_sampler(n, vocab, k, use_fp64_gumbel={fp64})
 rs = mr.RejectionSampler(sampler, spec_config("{owner}", k), CPU)
-add(sampler, n, temperature={temperature}, top_k={top_k}, top_p={top_p}, min_p={min_p})
+add(sampler, n, seeded={seeded}, temperature={temperature}, top_k={top_k}, top_p={top_p},
+    min_p={min_p})
 sampled, num = verify(rs, b)
 first = sampled[:, 0]
 support = probs > 0
@@ -327,20 +346,24 @@ NEWEST_LINE_ONLY = needs_vllm_line("0.33", why="the same kernel as plugin-fp32 o
 
 
 @pytest.mark.parametrize(
-    "owner, fp64, temperature, top_k, top_p, min_p",
+    "owner, seeded, fp64, temperature, top_k, top_p, min_p",
     [
         # Upstream itself against the law (its temperature/min-p kernels
         # need a GPU: temperature 1, top-k/top-p only).
-        pytest.param("upstream", False, 1.0, 6, 0.9, 0.0, id="upstream"),
-        pytest.param("plugin", False, 1.0, 6, 0.9, 0.0, id="plugin-fp32"),
-        pytest.param("plugin", True, 1.0, 6, 0.9, 0.0, id="plugin-fp64", marks=NEWEST_LINE_ONLY),
-        pytest.param("plugin", False, 0.7, 8, 1.0, 0.05, id="plugin-temperature-min-p", marks=NEWEST_LINE_ONLY),
+        pytest.param("upstream", True, False, 1.0, 6, 0.9, 0.0, id="upstream"),
+        # Unseeded requests: the fused kernel; seeded ones: matching the
+        # Sampler's draws (whose temperature/min-p passes are upstream's).
+        pytest.param("plugin", False, False, 1.0, 6, 0.9, 0.0, id="plugin-fp32"),
+        pytest.param("plugin", True, False, 1.0, 6, 0.9, 0.0, id="plugin-matching"),
+        pytest.param("plugin", False, True, 1.0, 6, 0.9, 0.0, id="plugin-fp64", marks=NEWEST_LINE_ONLY),
+        pytest.param("plugin", False, False, 0.7, 8, 1.0, 0.05, id="plugin-temperature-min-p", marks=NEWEST_LINE_ONLY),
     ],
 )
-def test_first_emitted_token_follows_the_filtered_target_law(owner, fp64, temperature, top_k, top_p, min_p):
+def test_first_emitted_token_follows_the_filtered_target_law(owner, seeded, fp64, temperature, top_k,
+                                                             top_p, min_p):
     out = run_python(
         LAW_CODE.format(
-            n=400, owner=owner, fp64=fp64, temperature=temperature, top_k=top_k,
+            n=400, owner=owner, seeded=seeded, fp64=fp64, temperature=temperature, top_k=top_k,
             top_p=top_p, min_p=min_p, real_upstream=owner == "upstream",
         ),
         prelude=PRELUDE,
@@ -375,3 +398,53 @@ def test_setting_is_validated_and_reaches_the_model_config(tmp_path):
     )
     lines = out.strip().splitlines()
     assert "rejected" in lines and "flag rejected" in lines and lines[-1] == "ok"
+
+
+IDENTITY_CODE = """
+k, n, vocab = 3, 16, 32
+b = batch(n, k, vocab, seed=21)
+b.logits *= 2  # peaked, as a model's: drafts are accepted often
+# Each draft is the most likely token of the logit before it: sampled at
+# temperature 1 with top-p 0.95, some are accepted and some rejected.
+likely = b.logits.argmax(-1).to(torch.int32)
+for r in range(n):
+    for j in range(k):
+        b.drafts[r * (k + 1) + j + 1] = likely[r * (k + 1) + j]
+sampler = build_sampler(n, vocab, k, use_fp64_gumbel={fp64})
+rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
+add(sampler, n, temperature=1.0, top_p=0.95)
+# The start-up warm-up compiles the matching kernel and sizes the draw's.
+assert rs.warm_up_matching(n, CPU) == n * (k + 1)
+sampled, num = verify(rs, b)
+emitted = [sampled[r, : num[r]].tolist() for r in range(n)]
+# Without speculation every position is a step of its own: one row per
+# request, drawn by the same Sampler.
+def drawn_alone(j):
+    rows = torch.arange(n) * (k + 1) + j
+    tokens, _ = sampler.sample(
+        b.logits[rows], b.idx, b.idx, b.idx_np, b.pos[rows], b.drafts[rows],
+        torch.zeros(n, dtype=torch.int32), b.seq_lens.numpy())
+    return tokens
+alone = torch.stack([drawn_alone(j) for j in range(k + 1)], 1)
+assert all(e == alone[r, : len(e)].tolist() for r, e in enumerate(emitted)), (emitted, alone)
+lengths = sorted({{len(e) for e in emitted}})
+assert lengths[0] <= k and lengths[-1] == k + 1, lengths  # rejections and full acceptances
+# The fused kernel (the route of unseeded requests) follows the same law
+# with other noise: with the same seeds its tokens are not these.
+sampler.sampling_states.seeds_set[:] = False
+again, num_again = verify(rs, b)
+assert [again[r, : num_again[r]].tolist() for r in range(n)] != emitted
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("fp64", [False, pytest.param(True, marks=NEWEST_LINE_ONLY)],
+                         ids=["fp32", "fp64"])
+def test_seeded_requests_get_the_tokens_they_draw_without_speculation(fp64):
+    """Issue 25: where the plugin owns the draw and the verification, a seeded
+    request's tokens are the ones it draws without speculation: its n-gram
+    drafts are matched against the Sampler's own draws of every logit."""
+    out = run_python(
+        IDENTITY_CODE.format(fp64=fp64), prelude=PRELUDE, env=INTERPRET, timeout=900
+    )
+    assert out.strip().splitlines()[-1] == "ok", out

@@ -188,6 +188,62 @@ def test_warm_up_launches_the_draw_in_the_request_slot_dtype_of_the_runners_step
     assert out.strip().splitlines()[-1] == STEP_SLOT_DTYPE[INSTALLED_LINE]
 
 
+def test_warm_up_draws_every_logit_a_matching_verifier_draws():
+    """Where the runner's verifier matches drafts against the Sampler's draws
+    of every logit (the plugin's verification on 0.32/0.33), the draw's
+    warm-up reaches max_num_reqs x (1 + K) rows, over the request slots."""
+    out = run_python(
+        """
+        import types
+        import torch
+        from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
+        from vllm_sampling_plugin.integration.seams import warmup
+
+        # One launch at the largest batch the warm-up covers (on this CPU
+        # every size is one compile variant).
+        warmup.representatives = lambda max_rows, variant: [max_rows]
+
+        class RecordingDraw(PluginDrawMixin):
+            use_fp64_gumbel = False
+            fp64_stream = fp32_stream = "philox"
+            sampling_states = type("States", (), {"vocab_size": 64})()
+
+            def __new__(cls):
+                return object.__new__(cls)
+
+            def __init__(self):
+                self.rows, self.slots = set(), set()
+
+            def draw_gumbel(self, rows, slots, positions):
+                self.rows.add(rows.shape[0])
+                self.slots.update(slots.tolist())
+
+            draw_top_k_top_p = draw_gumbel
+
+        class Matching:
+            def warm_up_matching(self, max_num_reqs, device):
+                self.asked = max_num_reqs
+                return max_num_reqs * 4
+
+        def runner(verifier):
+            return types.SimpleNamespace(
+                sampler=RecordingDraw(), rejection_sampler=verifier, max_num_reqs=8,
+                device=torch.device("cpu"),
+                model_config=types.SimpleNamespace(dtype=torch.bfloat16))
+
+        matching = runner(Matching())
+        warmup.warm_up(matching)
+        assert matching.sampler.rows == {32} and matching.rejection_sampler.asked == 8
+        assert matching.sampler.slots == set(range(8))
+        plain = runner(None)
+        warmup.warm_up(plain)
+        assert plain.sampler.rows == {8}
+        print("ok")
+        """
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
 def test_warm_up_covers_both_slot_dtypes_where_the_runner_has_no_source():
     """A vLLM installed without its .py files: the warm-up cannot read the
     steps' dtype, so it compiles both rather than failing the engine."""

@@ -44,10 +44,23 @@ noise from its own Philox streams; upstream's acceptance uniform is
 Triton's ``tl.rand`` (10-round Philox), which no stream of the plugin
 reproduces, so the tokens follow upstream's law but are not upstream's
 tokens (tests/integration/test_plugin_verification.py checks the law with a
-chi-square test, and greedy rows token for token). On such an engine the
-plugin's Sampler draws the steps without drafts from the same Philox
-streams (seams/noise.py), so a seeded request's bonus token does not depend
-on whether a batch-mate had drafts.
+chi-square test, and greedy rows token for token).
+
+Seeded requests: a batch of n-gram drafts (no draft logits) in which some
+request has an explicit seed is verified by matching instead
+(``ops/rejection/matching.py``, as on vLLM 0.20): the Sampler draws every
+logit of the batch exactly as it draws a step without drafts (its own
+``sample``, keyed by the request's seed and the logit's position, batch
+invariant), and a draft is kept while those draws repeat it. Acceptance is
+the target's probability of the draft and a rejection emits a token of the
+residual, the rejection law; in addition every token a seeded request gets
+is the one it gets without speculation, whatever its batch-mates' drafts.
+The Sampler therefore draws from the streams it draws from without
+speculation (seams/noise.py). Such a batch pays what a step without drafts
+pays per row, over ``B * (k + 1)`` rows: upstream's float32 copy of the
+logits with its temperature and min_p passes (where a request samples with
+any of temperature, min_p, top-k, top-p) and the plugin's draw, instead of
+the fused kernel.
 
 Where the setting is ``upstream`` (the default), or an engine-level reason
 applies, the constructor hands back upstream's own ``RejectionSampler``:
@@ -64,6 +77,7 @@ import torch
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as upstream
 
 from vllm_sampling_plugin import config as cfg
+from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from vllm_sampling_plugin.ops.rejection.launcher import rejection_sample_packed
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
@@ -156,7 +170,9 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             "vllm-sampling-plugin verification: the plugin's rejection kernel "
             "verifies batches of the standard method whose requests use only "
             "temperature, min_p, top-k and top-p (no float32 [B*(k+1), V] canvas), "
-            "noise in %s Philox; batches with a logits processor or thinking "
+            "noise in %s Philox; n-gram drafts of a batch with a seeded request "
+            "are verified by matching the Sampler's own draws (seeded tokens as "
+            "without speculation); batches with a logits processor or thinking "
             "budget, processed logprobs, or draft logits at a temperature other "
             "than 0 or 1 stay upstream's.",
             "FP64" if sampler.use_fp64_gumbel else "FP32",
@@ -209,6 +225,24 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
                 return "draft logits at a temperature other than 0 or 1"
         return None
 
+    def matches_drafts(self, draft_logits: torch.Tensor | None, idx_mapping_np: np.ndarray) -> bool:
+        """Whether a batch the plugin verifies is verified by matching the
+        Sampler's own draws (module docstring): n-gram drafts, and a request
+        with an explicit seed."""
+        return draft_logits is None and self.sampler.sampling_states.any_explicit_seed(
+            idx_mapping_np
+        )
+
+    def warm_up_matching(self, max_num_reqs: int, device: torch.device) -> int:
+        """Compile the matching kernel (one variant: its output width is K + 1)
+        during the engine's profile run; returns how many rows the Sampler's
+        matching draws reach, which the warm-up seam warms the draw to."""
+        zeros = torch.zeros(2, dtype=torch.int32, device=device)
+        accept_matching_drafts(
+            zeros[:1].long(), zeros[:1], zeros, self.num_speculative_steps
+        )
+        return max_num_reqs * (1 + self.num_speculative_steps)
+
     def _verify_in_chunks(
         self,
         logits,
@@ -225,8 +259,9 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         )
         self.plugin_batch = reason is None
         self.batches["plugin" if reason is None else "upstream"] += 1
-        if reason is None:
-            # No canvas: one launch covers the batch.
+        if reason is None and not self.matches_drafts(draft_logits, input_batch.idx_mapping_np):
+            # No canvas: one launch covers the batch. (Matching's Sampler
+            # builds upstream's, so it keeps upstream's chunks.)
             max_chunk_logits = max(max_chunk_logits, logits.shape[0])
         elif reason not in self._logged:
             self._logged.add(reason)
@@ -274,6 +309,22 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
                 seq_lens_upper_bound_np,
                 verify_draft_sampled,
             )
+        if self.matches_drafts(draft_logits, idx_mapping_np):
+            # A seeded request's tokens are the ones it draws without speculation.
+            target_tokens, _ = self.sampler.sample(
+                logits,
+                expanded_idx_mapping,
+                idx_mapping,
+                idx_mapping_np,
+                pos,
+                draft_sampled,
+                expanded_local_pos,
+                seq_lens_upper_bound_np,
+            )
+            sampled, num_sampled = accept_matching_drafts(
+                target_tokens, verify_draft_sampled, cu_num_logits, self.num_speculative_steps
+            )
+            return logits, sampled, num_sampled
         states = self.sampler.sampling_states
         vocab_size = states.vocab_size
         # Only the filters some request of the batch uses are compiled in.

@@ -28,7 +28,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                        "acceptance": {...} (the policy engine's counters over its greedy
                        identity requests: "drafted" counts verified draft tokens),
                        "identity": {...} (greedy, policy vs against),
-                       "seeded_identity": {...} or null (seeded top-p, against nospec),
+                       "seeded_identity": {...} or null (seeded, temperature 1, against nospec;
+                       before 2026-11-27: seeded top-p 0.95),
                        "requests": as in "cells"}],
       "ngram": [{"model", "max_num_seqs", "k", "nospec_tok_s": [...], "spec_tok_s": [...],
                  "nospec": DIST, "spec": DIST, "speedup",

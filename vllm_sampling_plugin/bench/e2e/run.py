@@ -440,7 +440,9 @@ class Run:
                  prompts: list[list[int]]) -> tuple[dict, dict, dict | None]:
         """Greedy tokens of both engines compared (differences probed for near
         ties), the policy engine's spec-decode counters over that call, and,
-        against no speculation, seeded top-p tokens compared as well."""
+        against no speculation, seeded tokens compared as well
+        (``workload.IDENTITY_SEEDED_MIX``: temperature 1, so that the
+        comparison sees the draws, not only the argmax)."""
         a = self.args
         base = engines[baseline].call("greedy_tokens", prompts=prompts, output_len=a.output_len)
         drafted = engines[policy].call("greedy_tokens", prompts=prompts, output_len=a.output_len)
@@ -454,7 +456,8 @@ class Run:
         seeded = None
         if baseline == "nospec":
             runs = [engines[role].call("greedy_tokens", prompts=prompts, output_len=a.output_len,
-                                       mix="seeded_topp")["tokens"] for role in (baseline, policy)]
+                                       mix=workload.IDENTITY_SEEDED_MIX)["tokens"]
+                    for role in (baseline, policy)]
             seeded = report.identity_report(*runs)
         return greedy, drafted["spec"], seeded
 

@@ -18,6 +18,14 @@ SINGLE_MIXES: dict[str, dict] = {
 # ``mixed`` cycles through the single mixes request by request; ``ngram`` is
 # greedy on copying prompts with and without n-gram speculation.
 MIXES = (*SINGLE_MIXES, "mixed", "ngram")
+# The seeded requests whose tokens the n-gram cells compare with and without
+# speculation. The copy checkpoint's top-1 probability is 0.97-0.98, where
+# top-p 0.95 keeps one token and any verification repeats the argmax; at
+# temperature 1 without top-p a verification that only keeps the law draws
+# other tokens than the request draws without speculation.
+IDENTITY_SEEDED_MIX = "seeded_t1"
+SEEDED_MIXES = ("seeded_topp", IDENTITY_SEEDED_MIX)
+_IDENTITY_MIXES = {IDENTITY_SEEDED_MIX: {"temperature": 1.0}}
 SEED_BASE = 1000
 # Token ids below this are the tokenizer's specials (see checkpoint.py).
 FIRST_WORD_ID = 3
@@ -39,8 +47,9 @@ def sampling_kwargs(mix: str, request_index: int, output_len: int) -> dict:
         mix = names[request_index % len(names)]
     if mix == "ngram":
         mix = "greedy"
-    kwargs = {**SINGLE_MIXES[mix], "max_tokens": output_len, "ignore_eos": True}
-    if mix == "seeded_topp":
+    settings = SINGLE_MIXES[mix] if mix in SINGLE_MIXES else _IDENTITY_MIXES[mix]
+    kwargs = {**settings, "max_tokens": output_len, "ignore_eos": True}
+    if mix in SEEDED_MIXES:
         kwargs["seed"] = SEED_BASE + request_index
     return kwargs
 

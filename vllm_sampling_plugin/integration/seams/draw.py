@@ -53,7 +53,6 @@ from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.seams.noise import (
     PLUGIN_FP32_STREAM,
     fp32_noise,
-    fp64_noise,
     upstream_sampler_instead,
     upstream_fp64_stream,
 )
@@ -179,7 +178,7 @@ class PluginDrawMixin:
 
         super().__init__(*args, **kwargs)
         vllm_config = _engine_config(args, kwargs)
-        self.fp64_stream = fp64_noise(vllm_config)
+        self.fp64_stream = upstream_fp64_stream()
         self.fp32_stream, fp32_note = fp32_noise(vllm_config)
         self.use_flashinfer, flashinfer_note = takes_flashinfer_batches(
             self.use_flashinfer, envs.is_set("VLLM_USE_FLASHINFER_SAMPLER")
@@ -187,11 +186,7 @@ class PluginDrawMixin:
         logger.info(
             "vllm-sampling-plugin sampler: Gumbel-max noise in %s (upstream's "
             "use_fp64_gumbel); %s.",
-            (
-                f"FP64, upstream's {self.fp64_stream} stream"
-                if self.fp64_stream == upstream_fp64_stream()
-                else f"FP64, the plugin's {self.fp64_stream} stream (--plugin-verification plugin)"
-            )
+            f"FP64, upstream's {self.fp64_stream} stream"
             if self.use_fp64_gumbel
             else fp32_note,
             flashinfer_note,

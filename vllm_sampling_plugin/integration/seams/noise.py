@@ -91,20 +91,6 @@ def upstream_verifies_drafts(vllm_config: Any = None) -> bool:
     return False
 
 
-def fp64_noise(vllm_config: Any = None) -> str:
-    """The FP64 stream of the plugin's draw on the engine with ``vllm_config``:
-    upstream's (:func:`upstream_fp64_stream`), except where the plugin
-    verifies the drafts (``--plugin-verification plugin``), whose kernel
-    draws the bonus token from the FP64 Philox stream: the draw takes the
-    same, so that a seeded request's token does not depend on whether a
-    batch-mate had drafts."""
-    if getattr(vllm_config, "speculative_config", None) is not None and not upstream_verifies_drafts(
-        vllm_config
-    ):
-        return "philox"
-    return upstream_fp64_stream()
-
-
 def upstream_draw_reason(vllm_config: Any) -> str | None:
     """Why the engine with ``vllm_config`` keeps upstream's draw, or None
     where the plugin draws its tokens: an engine that speculates in FP32 where
@@ -157,7 +143,7 @@ def fp32_noise(vllm_config: Any) -> tuple[str, str]:
         if getattr(rejection_sampler, "plugin_verifies", None) is not None:
             return PLUGIN_FP32_STREAM, (
                 "FP32, the plugin's Philox stream (--plugin-verification plugin: "
-                "the plugin's rejection kernel draws the steps with drafts from it)"
+                "a seeded request's drafts are verified by matching these draws)"
             )
         return PLUGIN_FP32_STREAM, (
             "FP32, the plugin's Philox stream (the plugin verifies drafts by "

@@ -25,7 +25,11 @@ processing, so a greedy batch reaches the draw in bfloat16), on zero logits
 and the zero-initialised request state.
 It writes only its outputs, which it drops: no token changes. Upstream's
 speculative verification draws with its own kernels, so the plugin's draw
-sees at most max_num_reqs rows. Where the user keeps FlashInfer
+sees at most max_num_reqs rows, except where the plugin verifies
+(``--plugin-verification plugin``, 0.32/0.33): there a batch with a seeded
+request is verified by matching the Sampler's draws of every logit, up to
+max_num_reqs x (1 + K) rows, and the warm-up covers those and the matching
+kernel (``PluginVerifyingRejectionSampler.warm_up_matching``). Where the user keeps FlashInfer
 (``VLLM_USE_FLASHINFER_SAMPLER=1``) its batches stay upstream's, and so does
 their first-use cost.
 """
@@ -135,12 +139,22 @@ def step_slot_dtypes() -> tuple[torch.dtype, ...]:
 def warm_up(runner: Any) -> None:
     """Warm up the kernels of whichever plugin sampler the runner holds."""
     if isinstance(runner.sampler, PluginDrawMixin):
+        # The plugin's verification (0.32/0.33) has the Sampler draw every
+        # logit of a seeded batch: up to 1 + K rows a request.
+        verifier = getattr(runner, "rejection_sampler", None)
+        warm_up_matching = getattr(verifier, "warm_up_matching", None)
+        max_rows = (
+            warm_up_matching(runner.max_num_reqs, runner.device)
+            if warm_up_matching is not None
+            else runner.max_num_reqs
+        )
         warm_up_plugin_draw(
             runner.sampler,
             runner.max_num_reqs,
             runner.device,
             (torch.float32, runner.model_config.dtype),
             step_slot_dtypes(),
+            max_rows,
         )
     else:
         from vllm_sampling_plugin.integration.warmup import warm_up_sampling
@@ -155,33 +169,36 @@ def warm_up_plugin_draw(
     device: torch.device,
     logits_dtypes: tuple[torch.dtype, ...] = (torch.float32,),
     slot_dtypes: tuple[torch.dtype, ...] = (torch.int64,),
+    max_rows: int | None = None,
 ) -> dict[str, list[int]]:
-    """Launch the plugin's draw kernels once per compile variant, logits dtype
-    and request-slot dtype; returns (and logs in one line) the batch sizes
-    launched per kernel."""
+    """Launch the plugin's draw kernels once per compile variant of 1 ..
+    ``max_rows`` rows (default ``max_num_reqs``; more where a step draws
+    several logits a request), logits dtype and request-slot dtype; returns
+    (and logs in one line) the batch sizes launched per kernel."""
     if not isinstance(sampler, PluginDrawMixin):
         return {}
     start = time.perf_counter()
     use_fp64 = sampler.use_fp64_gumbel
     vocab_size = sampler.sampling_states.vocab_size
     dtypes = list(dict.fromkeys(logits_dtypes))
-    positions = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+    max_rows = max_rows or max_num_reqs
+    positions = torch.zeros(max_rows, dtype=torch.int64, device=device)
     launched = {
         "gumbel": representatives(
-            max_num_reqs, lambda n: gumbel_variant(n, vocab_size, use_fp64, device)
+            max_rows, lambda n: gumbel_variant(n, vocab_size, use_fp64, device)
         ),
         "fused_top_k_top_p": representatives(
-            max_num_reqs, lambda n: fused_top_k_top_p_variant(n, vocab_size)
+            max_rows, lambda n: fused_top_k_top_p_variant(n, vocab_size)
         ),
     }
     draws = {"gumbel": sampler.draw_gumbel, "fused_top_k_top_p": sampler.draw_top_k_top_p}
     for dtype in dtypes:
         # Every row reads the one zero row (the kernels take rows by stride).
         rows = torch.zeros(1, vocab_size, dtype=dtype, device=device).expand(
-            max_num_reqs, vocab_size
+            max_rows, vocab_size
         )
         for slot_dtype in slot_dtypes:
-            slots = torch.arange(max_num_reqs, dtype=slot_dtype, device=device)
+            slots = torch.arange(max_rows, dtype=slot_dtype, device=device) % max_num_reqs
             for kernel, sizes in launched.items():
                 for n in sizes:
                     draws[kernel](rows[:n], slots[:n], positions[:n])
@@ -195,7 +212,7 @@ def warm_up_plugin_draw(
         " and ".join(str(dtype).removeprefix("torch.") for dtype in dtypes),
         " and ".join(str(dtype).removeprefix("torch.") for dtype in slot_dtypes),
         "; ".join(f"{kernel} {sizes}" for kernel, sizes in launched.items()),
-        max_num_reqs,
+        max_rows,
         time.perf_counter() - start,
     )
     return launched
