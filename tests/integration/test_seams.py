@@ -149,41 +149,53 @@ STEP_SLOT_DTYPE = {
 }
 
 
+# A plugin draw whose kernels only record each launch: (kernel, logits
+# dtype, slot dtype, position dtype, rows, slots).
+RECORDING_DRAW = """
+import torch
+from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
+
+class RecordingDraw(PluginDrawMixin):
+    use_fp64_gumbel = False
+    fp64_stream = fp32_stream = "philox"
+    sampling_states = type("States", (), {"vocab_size": 64})()
+
+    def __new__(cls):
+        return object.__new__(cls)
+
+    def __init__(self):
+        self.launches = []
+
+    def record(self, kernel, rows, slots, positions):
+        self.launches.append((kernel, rows.dtype, slots.dtype, positions.dtype,
+                              rows.shape[0], tuple(slots.tolist())))
+
+    def draw_gumbel(self, rows, slots, positions):
+        self.record("gumbel", rows, slots, positions)
+
+    def draw_top_k_top_p(self, rows, slots, positions):
+        self.record("fused", rows, slots, positions)
+"""
+
+
 def test_warm_up_launches_the_draw_in_the_request_slot_dtype_of_the_runners_steps():
     """Triton compiles one kernel per pointer dtype: a warm-up in a dtype the
     steps do not use leaves the first requests to compile (0.26, H200)."""
     out = run_python(
         """
-        import torch
-        from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
         from vllm_sampling_plugin.integration.seams.warmup import step_slot_dtypes, warm_up_plugin_draw
-
-        class RecordingDraw(PluginDrawMixin):
-            use_fp64_gumbel = False
-            fp64_stream = fp32_stream = "philox"
-            sampling_states = type("States", (), {"vocab_size": 64})()
-
-            def __new__(cls):
-                return object.__new__(cls)
-
-            def __init__(self):
-                self.seen = set()
-
-            def draw_gumbel(self, rows, slots, positions):
-                self.seen.add(("gumbel", rows.dtype, slots.dtype, positions.dtype))
-
-            def draw_top_k_top_p(self, rows, slots, positions):
-                self.seen.add(("fused", rows.dtype, slots.dtype, positions.dtype))
 
         (slot_dtype,) = step_slot_dtypes()
         sampler = RecordingDraw()
         warm_up_plugin_draw(sampler, 8, torch.device("cpu"), (torch.float32, torch.bfloat16), (slot_dtype,))
-        assert sampler.seen == {
+        seen = {launch[:4] for launch in sampler.launches}
+        assert seen == {
             (kernel, logits, slot_dtype, torch.int64)
             for kernel in ("gumbel", "fused") for logits in (torch.float32, torch.bfloat16)
-        }, sampler.seen
+        }, seen
         print(str(slot_dtype).removeprefix("torch."))
-        """
+        """,
+        prelude=RECORDING_DRAW,
     )
     assert out.strip().splitlines()[-1] == STEP_SLOT_DTYPE[INSTALLED_LINE]
 
@@ -195,30 +207,11 @@ def test_warm_up_draws_every_logit_a_matching_verifier_draws():
     out = run_python(
         """
         import types
-        import torch
-        from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
         from vllm_sampling_plugin.integration.seams import warmup
 
         # One launch at the largest batch the warm-up covers (on this CPU
         # every size is one compile variant).
         warmup.representatives = lambda max_rows, variant: [max_rows]
-
-        class RecordingDraw(PluginDrawMixin):
-            use_fp64_gumbel = False
-            fp64_stream = fp32_stream = "philox"
-            sampling_states = type("States", (), {"vocab_size": 64})()
-
-            def __new__(cls):
-                return object.__new__(cls)
-
-            def __init__(self):
-                self.rows, self.slots = set(), set()
-
-            def draw_gumbel(self, rows, slots, positions):
-                self.rows.add(rows.shape[0])
-                self.slots.update(slots.tolist())
-
-            draw_top_k_top_p = draw_gumbel
 
         class Matching:
             def warm_up_matching(self, max_num_reqs, device):
@@ -233,13 +226,15 @@ def test_warm_up_draws_every_logit_a_matching_verifier_draws():
 
         matching = runner(Matching())
         warmup.warm_up(matching)
-        assert matching.sampler.rows == {32} and matching.rejection_sampler.asked == 8
-        assert matching.sampler.slots == set(range(8))
+        assert {launch[4] for launch in matching.sampler.launches} == {32}
+        assert matching.rejection_sampler.asked == 8
+        assert set().union(*(launch[5] for launch in matching.sampler.launches)) == set(range(8))
         plain = runner(None)
         warmup.warm_up(plain)
-        assert plain.sampler.rows == {8}
+        assert {launch[4] for launch in plain.sampler.launches} == {8}
         print("ok")
-        """
+        """,
+        prelude=RECORDING_DRAW,
     )
     assert out.strip().splitlines()[-1] == "ok"
 
