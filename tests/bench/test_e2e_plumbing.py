@@ -149,9 +149,10 @@ def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
 
 
 def test_min_run_s_sends_more_requests_where_runs_would_be_short(tmp_path):
-    """At 110 tok/s (the faster engine's warm-up), 32-token requests keep a
-    run busy for 4 s from 14 requests on: the timed runs get 14 instead of 8,
-    from the same prompt generator, and the cell says how many ran."""
+    """At 110 tok/s (the faster engine's untimed run of the 8 requests at
+    full length, after the short warm-up), 32-token requests keep a run busy
+    for 4 s from 14 requests on: the timed runs get 14 instead of 8, from the
+    same prompt generator, and the cell says how many ran."""
     args = run.parse_args(["--pairs", "1", "--num-requests", "8", "--output-len", "32",
                            "--max-num-seqs", "4", "--min-run-s", "4", "--out", str(tmp_path)])
     calls = []
@@ -162,6 +163,7 @@ def test_min_run_s_sends_more_requests_where_runs_would_be_short(tmp_path):
     assert calls == [
         ("stock", "throughput", 4, run.WARMUP_TOKENS),
         ("plugin", "throughput", 4, run.WARMUP_TOKENS),
+        ("stock", "throughput", 8, 32), ("plugin", "throughput", 8, 32),
         ("stock", "throughput", 14, 32), ("plugin", "throughput", 14, 32),
     ]
     assert bench.results["cells"][0]["requests"] == 14
@@ -190,8 +192,9 @@ def test_ngram_cells_run_identity_on_the_prompts_they_timed(tmp_path):
                "adaptive": Speculating("adaptive", calls, 110.0)}
     bench = run.Run(args)
     bench.ngram_cells("m", 1000, engines, "adaptive", "nospec", 3)
-    timed = [c for c in calls if c[3] == 32]
-    assert timed == [("nospec", "throughput", 14, 32), ("adaptive", "throughput", 14, 32)]
+    full_length = [c for c in calls if c[3] == 32]
+    assert full_length == [("nospec", "throughput", 8, 32), ("adaptive", "throughput", 8, 32),
+                           ("nospec", "throughput", 14, 32), ("adaptive", "throughput", 14, 32)]
     expected = copying.workload_prompts("nonrepeating", 14, 64, 1000, seed=4)[:3]
     assert [(r, c, m) for r, c, m, _ in seen] == [
         ("nospec", "greedy_tokens", None), ("adaptive", "greedy_tokens", None),

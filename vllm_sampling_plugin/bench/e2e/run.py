@@ -89,9 +89,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--min-run-s", type=float, default=0.0, metavar="SECONDS",
                         help="send more than --num-requests requests per timed run where "
                              "that many would last less than this at the faster engine's "
-                             "warm-up throughput (a small model's runs of a second or "
-                             "two spread more than the effects measured); default 0: "
-                             "--num-requests always")
+                             "throughput, read from one untimed run of --num-requests "
+                             "per engine (a small model's runs of a second or two spread "
+                             "more than the effects measured); default 0: --num-requests "
+                             "always")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--max-num-seqs", type=_int_list, default=[64, 256],
@@ -342,15 +343,25 @@ class Run:
         """Warm both engines on this cell, then the interleaved pairs, on
         ``prompts_for(count)``: ``--num-requests`` prompts, or more where
         ``--min-run-s`` asks runs to last longer than that many would at the
-        faster engine's warm-up throughput. Returns the prompts it ran."""
+        faster engine's throughput. Returns the prompts it ran."""
         a = self.args
         prompts = prompts_for(a.num_requests)
-        warm_tok_s = [
+        for engine in engines.values():
             engine.call("throughput", mix=mix, prompts=prompts[:wave],
-                        output_len=min(WARMUP_TOKENS, a.output_len), wave=wave)["tok_s"]
-            for engine in engines.values()
-        ]
-        count = requests_for_run(a.min_run_s, max(warm_tok_s), a.output_len)
+                        output_len=min(WARMUP_TOKENS, a.output_len), wave=wave)
+        if a.min_run_s > 0:
+            # One untimed run of the --num-requests prompts per engine sets the
+            # count: a single short warm-up wave is mostly prefill and ramp, and
+            # its rate (a quarter of the 1B engines' on 2026-11-27) made runs of
+            # "--min-run-s 8" last 2 s.
+            full_tok_s = [
+                engine.call("throughput", mix=mix, prompts=prompts, output_len=a.output_len,
+                            wave=wave, continuous=continuous)["tok_s"]
+                for engine in engines.values()
+            ]
+            count = requests_for_run(a.min_run_s, max(full_tok_s), a.output_len)
+        else:
+            count = 0
         if count > len(prompts):
             prompts = prompts_for(count)
         orders = workload.pair_orders(a.pairs, roles)
