@@ -86,7 +86,10 @@ def test_engine_roles_and_arguments():
     stock = engine.EngineSpec("stock", "/m", 256, 0.4, 400)
     assert engine.child_env(stock, "/c")["VLLM_PLUGINS"] == "none"
     assert engine.child_env(stock, "/c")["VLLM_USE_V2_MODEL_RUNNER"] == "1"
-    assert engine.child_env(stock, "/c")["TRITON_CACHE_DIR"] == "/c"
+    # Each engine compiles afresh: its own Triton cache and vLLM compile cache.
+    assert engine.child_env(stock, "/c")["TRITON_CACHE_DIR"] == "/c/triton"
+    assert engine.child_env(stock, "/c")["VLLM_CACHE_ROOT"] == "/c/vllm"
+    assert engine.triton_cache_dir("/c") == "/c/triton"
     plugin = engine.EngineSpec("plugin", "/m", 256, 0.4, 400)
     assert "VLLM_PLUGINS" not in engine.child_env(plugin, "/c")
     kwargs = stock.llm_kwargs()

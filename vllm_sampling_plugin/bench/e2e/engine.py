@@ -123,15 +123,27 @@ class EngineSpec:
         return f"{self.role}+ngram{self.ngram_k}{policy}{verify}"
 
 
-def child_env(spec: EngineSpec, triton_cache: str) -> dict[str, str]:
+def child_env(spec: EngineSpec, caches: str) -> dict[str, str]:
     """The variables a child sets before importing vLLM.
 
-    Each engine compiles into its own empty Triton cache (``triton_cache``),
-    as a fresh container would: a plugin engine started after a stock one
-    does not find vLLM's kernels compiled, and the cold-start probe can list
-    what each first request still had to compile.
+    Each engine compiles into its own empty caches under ``caches``, as a
+    fresh container would. Triton's (:func:`triton_cache_dir`): a plugin engine
+    started after a stock one does not find vLLM's kernels compiled, and the
+    cold-start probe can list what each first request still had to compile.
+    vLLM's (``VLLM_CACHE_ROOT``, its torch.compile artifacts): an engine
+    started after another of the same model would otherwise load the first
+    one's compiled model instead of compiling it, so the first engine of a
+    comparison would be the only one to run what a fresh compile produces
+    (on vLLM 0.33 the first-started 1B engine ran slower in every call that
+    compared two, by 5-37% against a twin of its own configuration).
     """
-    return {**COMMON_ENV, **ROLE_ENV[spec.role], "TRITON_CACHE_DIR": triton_cache}
+    return {**COMMON_ENV, **ROLE_ENV[spec.role], "TRITON_CACHE_DIR": triton_cache_dir(caches),
+            "VLLM_CACHE_ROOT": os.path.join(caches, "vllm")}
+
+
+def triton_cache_dir(caches: str) -> str:
+    """The Triton cache directory of an engine whose caches are ``caches``."""
+    return os.path.join(caches, "triton")
 
 
 def compiled_kernels(triton_cache: str) -> set[str]:
@@ -182,10 +194,10 @@ class Engine:
 
 
 def _serve(conn, spec: EngineSpec) -> None:
-    triton_cache = tempfile.mkdtemp(prefix=f"triton-{spec.label}-")
-    os.environ.update(child_env(spec, triton_cache))
+    caches = tempfile.mkdtemp(prefix=f"caches-{spec.label}-")
+    os.environ.update(child_env(spec, caches))
     try:
-        server = _EngineServer(spec, triton_cache)
+        server = _EngineServer(spec, triton_cache_dir(caches))
         conn.send(server.ready_info())
     except Exception:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send({"error": traceback.format_exc()})
