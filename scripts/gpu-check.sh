@@ -4,9 +4,10 @@
 #        bench-sampler | bench-topk | bench-rejection | bench-ngram | info |
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
-#        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | e2e-vs-stock | line-check |
-#        spec-step-breakdown
-#        (upstream ... e2e-vs-stock: vLLM 0.32/0.33; line-check: a line between 0.21 and 0.31)
+#        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | e2e-vs-stock | e2e-draft |
+#        line-check | spec-step-breakdown
+#        (upstream ... e2e-vs-stock: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
+#        between 0.21 and 0.31)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
@@ -119,6 +120,21 @@ for step in "$@"; do
         --max-num-seqs 64,256 --pairs 3 --num-requests 256 --output-len 128 \
         --identity-requests 32 --breakdown-mixes none --gpu-memory-utilization 0.42 \
         ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step-k${SPEC_K:-3}" ;;
+    e2e-draft)
+      # Issue 25 for drafts with draft probabilities: an 8B copy checkpoint
+      # speculating with a 1B copy checkpoint of the same vocabulary and token
+      # cycles (vLLM 0.33's draft_model method; every draft accepted), the
+      # plugin (its verification and draw) against stock vLLM with the same
+      # draft model and k. Two 8B engines with their drafts start in 3-7
+      # minutes on these machines: one mix per call, SPEC_MIXES=t1 (default),
+      # then seeded_topp or ngram (greedy), STEP_TIMEOUT=590.
+      run "$step-${SPEC_MIXES:-t1}" python3 -m vllm_sampling_plugin.cli bench e2e \
+        --models 8b:151936 --mixes ngram --spec-draft 1b --spec-policies fixed \
+        --spec-verification plugin --no-spec-against-none --spec-against-stock \
+        --ngram-k "${SPEC_K:-3}" --spec-workloads accepting --spec-mixes "${SPEC_MIXES:-t1}" \
+        --max-num-seqs 64 --pairs 3 --num-requests 256 --output-len 128 \
+        --identity-requests 32 --breakdown-mixes none --gpu-memory-utilization 0.42 \
+        ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step-${SPEC_MIXES:-t1}" ;;
     line-check)
       # Issue 23 on a line between 0.21 and 0.31 (docs/compatibility.md): the
       # seams' engine test (seeded repeat, batch invariance, valid tokens,

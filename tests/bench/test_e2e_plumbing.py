@@ -693,6 +693,39 @@ def test_a_policy_can_be_measured_against_stock_speculation_with_the_same_k(
     assert "0.32/0.33 only" in capsys.readouterr().err
 
 
+def test_a_draft_model_speculates_in_place_of_n_gram(tmp_path, monkeypatch, capsys):
+    """--spec-draft SHAPE (vLLM 0.33): every speculating engine, stock ones
+    included, proposes with a copy checkpoint of that shape and the target's
+    vocabulary through vLLM's draft_model method; the engine without
+    speculation has none."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.33.0")
+
+    class DraftRun(RecordingRun):
+        def checkpoint(self, shape, vocab, kind):
+            return f"{shape}-{kind}", f"/ckpt/{shape}-v{vocab}-{kind}"
+
+    bench = DraftRun(run.parse_args([
+        "--mixes", "ngram", "--spec-policies", "fixed", "--spec-draft", "1b",
+        "--spec-against-stock", "--spec-verification", "plugin", "--out", str(tmp_path)]))
+    bench.model("8b", 151936)
+    assert [(s.role, s.model, s.ngram_k, s.draft_model) for s in bench.specs] == [
+        ("plugin", "/ckpt/8b-v151936-copy", 0, None),
+        ("plugin", "/ckpt/8b-v151936-copy", 3, "/ckpt/1b-v151936-copy"),
+        ("stock", "/ckpt/8b-v151936-copy", 3, "/ckpt/1b-v151936-copy"),
+    ]
+    drafting = bench.specs[1]
+    assert drafting.llm_kwargs()["speculative_config"] == {
+        "method": "draft_model", "model": "/ckpt/1b-v151936-copy", "num_speculative_tokens": 3}
+    assert drafting.label == "plugin+draft3-fixed-verify-plugin"
+    with pytest.raises(SystemExit):
+        run.parse_args(["--spec-draft", "1b"])  # the adaptive policy is n-gram's
+    assert "--spec-policies fixed" in capsys.readouterr().err
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.32.0")
+    with pytest.raises(SystemExit):
+        run.parse_args(["--spec-draft", "1b", "--spec-policies", "fixed"])
+    assert "vLLM 0.33" in capsys.readouterr().err
+
+
 def test_control_measures_the_first_policy_against_a_twin_of_the_same_configuration(tmp_path):
     """--control in the ngram cells: a second engine with the first one's
     EngineSpec, so a policy against itself shows what the pairs resolve;

@@ -80,6 +80,10 @@ class EngineSpec:
     # With ngram_k: the plugin's plugin_verification ("plugin" or "upstream",
     # vLLM 0.32/0.33); None leaves the engine's default (upstream's).
     plugin_verification: str | None = None
+    # With ngram_k: a draft checkpoint proposing the ngram_k tokens in place of
+    # the n-gram proposer (vLLM's "draft_model" method: drafts with draft
+    # probabilities); None: n-gram speculation.
+    draft_model: str | None = None
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -103,7 +107,12 @@ class EngineSpec:
             compilation_config["cudagraph_mode"] = self.cudagraph_mode
         if compilation_config:
             kwargs["compilation_config"] = compilation_config
-        if self.ngram_k:
+        if self.ngram_k and self.draft_model:
+            kwargs["speculative_config"] = {
+                "method": "draft_model", "model": self.draft_model,
+                "num_speculative_tokens": self.ngram_k,
+            }
+        elif self.ngram_k:
             kwargs["speculative_config"] = {
                 "method": "ngram", "num_speculative_tokens": self.ngram_k,
                 "prompt_lookup_min": 2, "prompt_lookup_max": 4,
@@ -120,7 +129,8 @@ class EngineSpec:
             return self.role
         policy = f"-{self.speculation_policy}" if self.speculation_policy else ""
         verify = f"-verify-{self.plugin_verification}" if self.plugin_verification else ""
-        return f"{self.role}+ngram{self.ngram_k}{policy}{verify}"
+        method = "draft" if self.draft_model else "ngram"
+        return f"{self.role}+{method}{self.ngram_k}{policy}{verify}"
 
 
 def child_env(spec: EngineSpec, caches: str) -> dict[str, str]:

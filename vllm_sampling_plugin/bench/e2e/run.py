@@ -15,6 +15,7 @@ from vllm_sampling_plugin.bench.e2e import checkpoint, copying, report, workload
 from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
 from vllm_sampling_plugin.bench.harness import require_gpu
 from vllm_sampling_plugin.bench.report import read_json_argument
+from vllm_sampling_plugin.config import FIXED as FIXED_POLICY
 from vllm_sampling_plugin.config import SPECULATION_POLICIES as SPEC_POLICIES
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
@@ -112,6 +113,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ngram-k", type=_int_list, default=[3],
                         help="draft tokens per step of the ngram cells' engines, comma list: "
                              "each k gets its own engines and cells (default 3)")
+    parser.add_argument("--spec-draft", choices=sorted(checkpoint.SHAPES), default=None,
+                        metavar="SHAPE",
+                        help="speculate with a draft model instead of n-gram (vLLM 0.33's "
+                             "'draft_model' method, drafts with draft probabilities): a copy "
+                             "checkpoint of this shape and the model's vocabulary, whose "
+                             "token cycles are the target's, so its drafts are accepted; "
+                             "the ngram cells then measure it with --ngram-k draft tokens "
+                             "(--spec-policies fixed: the adaptive policy is n-gram's)")
     parser.add_argument("--spec-engines", choices=SPEC_ENGINES, default="plugin",
                         help="whose speculation the ngram cells measure: 'plugin' (the "
                              "plugin's n-gram speculator under --spec-policies) or 'stock' "
@@ -210,6 +219,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--spec-against-stock: the plugin's engines against stock vLLM's n-gram "
                      "speculation, which exists on vLLM 0.32/0.33 only, with --spec-engines "
                      "plugin")
+    if args.spec_draft:
+        if release_line(installed_vllm_version()) != LINE_0_33:
+            parser.error("--spec-draft: the V2 model runner's draft-model speculator "
+                         "(StandaloneARSpeculator) is vLLM 0.33's; install vLLM 0.33")
+        if args.spec_policies != [FIXED_POLICY]:
+            parser.error("--spec-draft: the adaptive policy applies to n-gram drafts "
+                         "only; use --spec-policies fixed")
     if args.spec_verification != "default":
         if args.spec_engines == "stock":
             parser.error("--spec-verification: stock engines (VLLM_PLUGINS=none) verify "
@@ -539,7 +555,8 @@ class Run:
         def spec_for(role: str, path: str, ngram_k: int = 0,
                      cold_start_first: str = "greedy",
                      speculation_policy: str | None = None,
-                     plugin_verification: str | None = None) -> EngineSpec:
+                     plugin_verification: str | None = None,
+                     draft_model: str | None = None) -> EngineSpec:
             return EngineSpec(role=role, model=path, max_num_seqs=max(a.max_num_seqs),
                               gpu_memory_utilization=a.gpu_memory_utilization,
                               max_model_len=max_model_len, ngram_k=ngram_k,
@@ -549,7 +566,8 @@ class Run:
                               cold_start_first=cold_start_first,
                               use_fp64_gumbel=fp64_kwarg(a, role),
                               speculation_policy=speculation_policy,
-                              plugin_verification=plugin_verification)
+                              plugin_verification=plugin_verification,
+                              draft_model=draft_model)
 
         engines: dict[str, Engine] = {}
         try:
@@ -594,6 +612,9 @@ class Run:
         """
         a = self.args
         name, path = self.checkpoint(shape, vocab, "copy")
+        # The draft shares the target's token cycles (they depend on the
+        # vocabulary only), so it drafts what the target emits greedily.
+        draft = self.checkpoint(a.spec_draft, vocab, "copy")[1] if a.spec_draft else None
         role = a.spec_engines
         policy, *others = spec_variants(a)
 
@@ -604,7 +625,7 @@ class Run:
             engine_role = "stock" if original_variant(variant) == UPSTREAM_POLICY else role
             return self.start_engine(
                 spec_for(engine_role, path, k, speculation_policy=chosen,
-                         plugin_verification=owner),
+                         plugin_verification=owner, draft_model=draft),
                 name)
 
         for k in a.ngram_k:
