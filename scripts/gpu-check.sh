@@ -125,9 +125,10 @@ for step in "$@"; do
       # speculating with a 1B copy checkpoint of the same vocabulary and token
       # cycles (vLLM 0.33's draft_model method; every draft accepted), the
       # plugin (its verification and draw) against stock vLLM with the same
-      # draft model and k. Two 8B engines with their drafts start in 3-7
-      # minutes on these machines: one mix per call, SPEC_MIXES=t1 (default),
-      # then seeded_topp or ngram (greedy), STEP_TIMEOUT=590.
+      # draft model and k. Two 8B engines took 5-7 minutes to start on these
+      # machines without drafts (2026-11-27), so one mix per call:
+      # SPEC_MIXES=t1 (default), then seeded_topp or ngram (greedy),
+      # STEP_TIMEOUT=590. Not yet run on a GPU.
       run "$step-${SPEC_MIXES:-t1}" python3 -m vllm_sampling_plugin.cli bench e2e \
         --models 8b:151936 --mixes ngram --spec-draft 1b --spec-policies fixed \
         --spec-verification plugin --no-spec-against-none --spec-against-stock \
