@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+from tests import fresh_interpreter
 from tests.integration.helpers import QUIET_ENV, REPO_ROOT
 
 CLI = [sys.executable, "-m", "vllm_sampling_plugin.cli"]
@@ -26,15 +27,15 @@ def environment(env: dict[str, str | None] | None = None) -> dict[str, str]:
 def run_cli(*args: str, env: dict[str, str | None] | None = None,
             timeout: int = 300) -> subprocess.CompletedProcess:
     """``vllm-sampling-plugin ARGS``; stdout and stderr captured as text."""
-    return subprocess.run([*CLI, *args], capture_output=True, text=True,
-                          env=environment(env), cwd=REPO_ROOT, timeout=timeout)
+    return fresh_interpreter.run(["-m", "vllm_sampling_plugin.cli", *args],
+                                 env=environment(env), cwd=REPO_ROOT, timeout=timeout)
 
 
 def run_python(code: str, env: dict[str, str | None] | None = None,
                timeout: int = 300) -> subprocess.CompletedProcess:
     """``python3 -c CODE`` (dedented), whatever its exit status."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=environment(env), cwd=REPO_ROOT, timeout=timeout)
+    return fresh_interpreter.run(["-c", textwrap.dedent(code)], env=environment(env),
+                                 cwd=REPO_ROOT, timeout=timeout)
 
 
 def last_line(text: str) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import fresh_interpreter
 from tests.commands import environment
 from tests.integration.helpers import REPO_ROOT
 from tests.vllm_lines import needs_vllm_line
@@ -115,10 +116,11 @@ def test_snippet_runs(snippet, commands_dir):
                             "<!-- snippet: gpu --> or <!-- snippet: not run: REASON -->")
     env = environment({"TRITON_INTERPRET": None})
     env["PATH"] = f"{commands_dir}:{env['PATH']}"
-    command = (["bash", "-euo", "pipefail", "-c", snippet.code] if snippet.language == "bash"
-               else [sys.executable, "-c", snippet.code])
-    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO_ROOT,
-                          timeout=300)
+    if snippet.language == "bash":
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", snippet.code],
+                              capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    else:
+        proc = fresh_interpreter.run(["-c", snippet.code], env=env, cwd=REPO_ROOT, timeout=300)
     assert proc.returncode == 0, f"{snippet.where}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 

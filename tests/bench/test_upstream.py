@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from tests import fresh_interpreter
 from tests.commands import last_line, run_cli
 from tests.integration.helpers import QUIET_ENV, REPO_ROOT
 from tests.vllm_lines import INSTALLED_LINE, INSTALLED_VERSION, needs_vllm_line
@@ -17,10 +18,8 @@ from vllm_sampling_plugin.integration import parts
 
 
 def run_module(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "vllm_sampling_plugin.bench.upstream", *argv],
-        capture_output=True,
-        text=True,
+    return fresh_interpreter.run(
+        ["-m", "vllm_sampling_plugin.bench.upstream", *argv],
         env={**os.environ, **QUIET_ENV, **(env or {})},
         cwd=REPO_ROOT,
         timeout=600,

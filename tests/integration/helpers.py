@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+from tests import fresh_interpreter
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,13 +22,8 @@ def run_python(
     a ``None`` value removes that variable."""
     merged = {**os.environ, **QUIET_ENV, **(env or {})}
     full_env = {name: value for name, value in merged.items() if value is not None}
-    proc = subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        cwd=REPO_ROOT,
-        timeout=timeout,
+    proc = fresh_interpreter.run(
+        ["-c", prelude + textwrap.dedent(code)], env=full_env, cwd=REPO_ROOT, timeout=timeout
     )
     if proc.returncode != 0:
         raise AssertionError(

@@ -1,0 +1,69 @@
+"""The tests' forked interpreters behave as ``python -c`` / ``python -m`` would."""
+
+import os
+import subprocess
+
+import pytest
+
+from tests import fresh_interpreter
+from tests.integration.helpers import REPO_ROOT
+
+
+def run(argv, timeout=120, **extra_env):
+    env = {**os.environ, **extra_env}
+    for name, value in extra_env.items():
+        if value is None:
+            env.pop(name)
+    return fresh_interpreter.run(argv, env=env, cwd=REPO_ROOT, timeout=timeout)
+
+
+def test_a_child_has_neither_vllm_nor_the_plugin_imported_and_runs_as_main():
+    proc = run([
+        "-c",
+        "import sys\n"
+        "print(__name__, sys.argv)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'vllm', 'vllm_sampling_plugin'}))",
+    ])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["__main__ ['-c']", "[]"]
+
+
+def test_exit_status_streams_and_tracebacks_are_a_new_interpreters():
+    proc = run(["-c", "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)"])
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "err\n")
+    proc = run(["-c", "import sys\nsys.exit('a message')"])
+    assert (proc.returncode, proc.stderr) == (1, "a message\n")
+    proc = run(["-c", "raise ValueError('boom')"])
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Traceback (most recent call last):\n")
+    assert proc.stderr.rstrip().endswith("ValueError: boom")
+    assert "fresh_interpreter" not in proc.stderr and "exec(compile" not in proc.stderr
+
+
+def test_the_environment_is_exactly_the_one_asked_for():
+    code = "import os\nprint(os.environ.get('VLLM_PLUGINS'), os.environ.get('TRITON_INTERPRET'))"
+    assert run(["-c", code], VLLM_PLUGINS="none", TRITON_INTERPRET="1").stdout == "none 1\n"
+    # Same zygote (these variables are applied in the child), other values.
+    assert run(["-c", code], VLLM_PLUGINS=None, TRITON_INTERPRET=None).stdout == "None None\n"
+    assert run(["-c", "import os\nprint(os.environ['OTHER_VAR'])"], OTHER_VAR="x").stdout == "x\n"
+
+
+def test_atexit_callbacks_and_non_daemon_threads_finish_before_the_exit():
+    code = (
+        "import atexit, threading, time\n"
+        "atexit.register(lambda: print('atexit'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()\n"
+    )
+    assert run(["-c", code]).stdout == "thread\natexit\n"
+
+
+def test_a_module_runs_with_its_arguments():
+    proc = run(["-m", "json.tool", "--help"])
+    assert proc.returncode == 0
+    assert "json.tool" in proc.stdout
+
+
+def test_a_snippet_past_its_timeout_is_killed():
+    with pytest.raises(subprocess.TimeoutExpired):
+        run(["-c", "print('started', flush=True)\nimport time\ntime.sleep(60)"], timeout=2)
+    assert run(["-c", "print('next')"]).stdout == "next\n"
