@@ -18,10 +18,14 @@ process is only that those third-party modules are already in
 ``sys.modules``.
 
 Environment variables that no preloaded module reads at import (vLLM's
-``VLLM_*``, read lazily through ``vllm.envs``; Triton's ``TRITON_INTERPRET``,
-read on use through ``triton.knobs``; ``CUDA_VISIBLE_DEVICES``, read when
-CUDA initialises) are applied in the child; a different value of any other
-variable gets a zygote of its own (pytest's ``PYTEST_CURRENT_TEST`` aside).
+``VLLM_*``, read lazily through ``vllm.envs``; ``CUDA_VISIBLE_DEVICES``, read
+when CUDA initialises) are applied in the child; a different value of any
+other variable gets a zygote of its own (pytest's ``PYTEST_CURRENT_TEST``
+aside). ``TRITON_INTERPRET`` is one of those others: Triton decorates its own
+library's kernels (``triton.language.standard``) when it is imported, as
+interpreted or compiled functions. For the same reason a snippet whose code
+names ``TRITON_INTERPRET`` (it sets the variable before importing Triton, as
+the README's functional-API example does) runs in a plain new process.
 ``PLUGIN_TESTS_NEW_PROCESSES=1`` runs every
 snippet in a plain new process instead.
 """
@@ -45,9 +49,9 @@ NEW_PROCESSES_ENV = "PLUGIN_TESTS_NEW_PROCESSES"
 # Read after import by everything the zygote preloads (see the module doc);
 # pytest changes PYTEST_CURRENT_TEST with every test.
 _CHILD_ONLY_PREFIXES = ("VLLM_",)
-_CHILD_ONLY_NAMES = {
-    "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST", NEW_PROCESSES_ENV,
-}
+_CHILD_ONLY_NAMES = {"CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST", NEW_PROCESSES_ENV}
+# Set in a snippet's own code, it must precede Triton's import (module doc).
+_IMPORT_TIME_IN_CODE = "TRITON_INTERPRET"
 
 # What the probe imports: what the tests' snippets import first.
 _PROBE = """
@@ -274,7 +278,8 @@ def run(argv: list[str], env: dict[str, str], cwd: Path,
     new interpreter with exactly ``env``; stdout and stderr captured as text,
     whatever the exit status; ``subprocess.TimeoutExpired`` past ``timeout``."""
     if argv[0] not in ("-c", "-m") or env.get(NEW_PROCESSES_ENV) == "1" \
-            or os.environ.get(NEW_PROCESSES_ENV) == "1":
+            or os.environ.get(NEW_PROCESSES_ENV) == "1" \
+            or (argv[0] == "-c" and _IMPORT_TIME_IN_CODE in argv[1]):
         return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
                               env=env, cwd=cwd, timeout=timeout)
     return _zygote_for(env, cwd).run(argv, env, cwd, timeout)

@@ -41,11 +41,24 @@ def test_exit_status_streams_and_tracebacks_are_a_new_interpreters():
 
 
 def test_the_environment_is_exactly_the_one_asked_for():
-    code = "import os\nprint(os.environ.get('VLLM_PLUGINS'), os.environ.get('TRITON_INTERPRET'))"
-    assert run(["-c", code], VLLM_PLUGINS="none", TRITON_INTERPRET="1").stdout == "none 1\n"
+    code = "import os\nprint(os.environ.get('VLLM_PLUGINS'), os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    assert run(["-c", code], VLLM_PLUGINS="none", CUDA_VISIBLE_DEVICES="").stdout == "none \n"
     # Same zygote (these variables are applied in the child), other values.
-    assert run(["-c", code], VLLM_PLUGINS=None, TRITON_INTERPRET=None).stdout == "None None\n"
+    assert run(["-c", code], VLLM_PLUGINS=None, CUDA_VISIBLE_DEVICES=None).stdout == "None None\n"
     assert run(["-c", "import os\nprint(os.environ['OTHER_VAR'])"], OTHER_VAR="x").stdout == "x\n"
+
+
+# Triton makes its own library's kernels interpreted or compiled on import.
+STANDARD_KIND = "import triton.language.standard as s\nprint(type(s.cdiv).__name__)"
+
+
+@pytest.mark.parametrize("interpret", [None, "1"])
+def test_tritons_library_is_what_triton_interpret_makes_it(interpret):
+    expected = "InterpretedFunction\n" if interpret else "JITFunction\n"
+    assert run(["-c", STANDARD_KIND], TRITON_INTERPRET=interpret).stdout == expected
+    # Set in the snippet before Triton's import, as the README's example does.
+    sets_it = f"import os\nos.environ['TRITON_INTERPRET'] = '1'\n{STANDARD_KIND}"
+    assert run(["-c", sets_it], TRITON_INTERPRET=interpret).stdout == "InterpretedFunction\n"
 
 
 def test_atexit_callbacks_and_non_daemon_threads_finish_before_the_exit():
