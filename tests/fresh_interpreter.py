@@ -25,7 +25,8 @@ aside). ``TRITON_INTERPRET`` is one of those others: Triton decorates its own
 library's kernels (``triton.language.standard``) when it is imported, as
 interpreted or compiled functions. For the same reason a snippet whose code
 names ``TRITON_INTERPRET`` (it sets the variable before importing Triton, as
-the README's functional-API example does) runs in a plain new process.
+the README's functional-API example does) runs in a plain new process,
+unless all it does is set ``"1"`` where the environment already has it.
 ``PLUGIN_TESTS_NEW_PROCESSES=1`` runs every
 snippet in a plain new process instead.
 """
@@ -36,6 +37,7 @@ import atexit
 import hashlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -50,8 +52,17 @@ NEW_PROCESSES_ENV = "PLUGIN_TESTS_NEW_PROCESSES"
 # pytest changes PYTEST_CURRENT_TEST with every test.
 _CHILD_ONLY_PREFIXES = ("VLLM_",)
 _CHILD_ONLY_NAMES = {"CUDA_VISIBLE_DEVICES", "PYTEST_CURRENT_TEST", NEW_PROCESSES_ENV}
-# Set in a snippet's own code, it must precede Triton's import (module doc).
+# Set in a snippet's own code, it must precede Triton's import (module doc),
+# unless the code only sets the value the zygote already had.
 _IMPORT_TIME_IN_CODE = "TRITON_INTERPRET"
+_SETS_INTERPRET_ON = re.compile(r"""os\.environ\[(["'])TRITON_INTERPRET\1\] = (["'])1\2""")
+
+
+def _code_changes_triton_mode(code: str, env: dict[str, str]) -> bool:
+    mentions = code.count(_IMPORT_TIME_IN_CODE)
+    if mentions == 0:
+        return False
+    return env.get(_IMPORT_TIME_IN_CODE) != "1" or len(_SETS_INTERPRET_ON.findall(code)) != mentions
 
 # What the probe imports: what the tests' snippets import first.
 _PROBE = """
@@ -279,7 +290,7 @@ def run(argv: list[str], env: dict[str, str], cwd: Path,
     whatever the exit status; ``subprocess.TimeoutExpired`` past ``timeout``."""
     if argv[0] not in ("-c", "-m") or env.get(NEW_PROCESSES_ENV) == "1" \
             or os.environ.get(NEW_PROCESSES_ENV) == "1" \
-            or (argv[0] == "-c" and _IMPORT_TIME_IN_CODE in argv[1]):
+            or (argv[0] == "-c" and _code_changes_triton_mode(argv[1], env)):
         return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
                               env=env, cwd=cwd, timeout=timeout)
     return _zygote_for(env, cwd).run(argv, env, cwd, timeout)

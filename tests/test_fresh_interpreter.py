@@ -80,3 +80,10 @@ def test_a_snippet_past_its_timeout_is_killed():
     with pytest.raises(subprocess.TimeoutExpired):
         run(["-c", "print('started', flush=True)\nimport time\ntime.sleep(60)"], timeout=2)
     assert run(["-c", "print('next')"]).stdout == "next\n"
+
+
+def test_a_snippet_that_sets_the_interpreter_already_on_is_forked():
+    # The zygote has torch loaded; a plain new process has not, yet.
+    code = "import os, sys\nos.environ['TRITON_INTERPRET'] = '1'\nprint('torch' in sys.modules)"
+    assert run(["-c", code], TRITON_INTERPRET="1").stdout == "True\n"
+    assert run(["-c", code], TRITON_INTERPRET=None).stdout == "False\n"
