@@ -15,7 +15,8 @@ import textwrap
 from tests import fresh_interpreter
 from tests.integration.helpers import QUIET_ENV, REPO_ROOT
 
-CLI = [sys.executable, "-m", "vllm_sampling_plugin.cli"]
+CLI_MODULE = ["-m", "vllm_sampling_plugin.cli"]
+CLI = [sys.executable, *CLI_MODULE]
 
 
 def environment(env: dict[str, str | None] | None = None) -> dict[str, str]:
@@ -27,7 +28,7 @@ def environment(env: dict[str, str | None] | None = None) -> dict[str, str]:
 def run_cli(*args: str, env: dict[str, str | None] | None = None,
             timeout: int = 300) -> subprocess.CompletedProcess:
     """``vllm-sampling-plugin ARGS``; stdout and stderr captured as text."""
-    return fresh_interpreter.run(["-m", "vllm_sampling_plugin.cli", *args],
+    return fresh_interpreter.run([*CLI_MODULE, *args],
                                  env=environment(env), cwd=REPO_ROOT, timeout=timeout)
 
 

@@ -3,14 +3,13 @@
 Most integration tests run a snippet in a new interpreter, as vLLM's own
 processes would, so that registration, entry points and import order are
 those of a real process. Importing vLLM's V2 model runner takes about 20 s on
-a CI core, and about 16 s of that is third-party code (torch, transformers,
+a CI core, and about 17 s of that is third-party code (torch, transformers,
 scipy, openai, ...); vLLM's and the plugin's own modules take the rest.
 
 ``run`` therefore hands each snippet to a *zygote*: an interpreter that has
 imported only the third-party modules vLLM imports directly (found once per
 interpreter and vLLM release by ``python -X importtime``, and kept in the
-temporary directory), and forks a child
-per snippet. The child has no ``vllm`` or ``vllm_sampling_plugin`` module
+temporary directory), and forks a child per snippet. The child has no ``vllm`` or ``vllm_sampling_plugin`` module
 yet, its ``os.environ`` is exactly the environment asked for, and its
 ``__main__``, ``sys.argv``, exit status, stdout and stderr are those of
 ``python -c CODE`` or ``python -m MODULE ARGS``. What differs from a new
@@ -27,8 +26,8 @@ interpreted or compiled functions. For the same reason a snippet whose code
 names ``TRITON_INTERPRET`` (it sets the variable before importing Triton, as
 the README's functional-API example does) runs in a plain new process,
 unless all it does is set ``"1"`` where the environment already has it.
-``PLUGIN_TESTS_NEW_PROCESSES=1`` runs every
-snippet in a plain new process instead.
+``PLUGIN_TESTS_NEW_PROCESSES=1`` runs every snippet in a plain new process
+instead.
 """
 
 from __future__ import annotations
@@ -63,6 +62,7 @@ def _code_changes_triton_mode(code: str, env: dict[str, str]) -> bool:
     if mentions == 0:
         return False
     return env.get(_IMPORT_TIME_IN_CODE) != "1" or len(_SETS_INTERPRET_ON.findall(code)) != mentions
+
 
 # What the probe imports: what the tests' snippets import first.
 _PROBE = """
