@@ -68,6 +68,9 @@ for step in "$@"; do
       # line the policy runs on (0.20: the plugin's proposer; 0.32/0.33:
       # upstream's). The 1B run takes about 8 minutes on an H100:
       # STEP_TIMEOUT=540; the 8B one narrows --spec-workloads through E2E_ARGS.
+      # A 1B cell whose runs spread more than its effect: add "--control
+      # --control-alongside --gpu-memory-utilization 0.28" (the A/A twin in
+      # the same window, three engines up).
       if [ "$step" = e2e-spec-1b ]; then model=1b:128256; else model=8b:151936; fi
       run "$step" python3 -m vllm_sampling_plugin.cli bench e2e --models "$model" \
         --mixes ngram --max-num-seqs 64,256 --pairs 2 --num-requests 256 --output-len 256 \

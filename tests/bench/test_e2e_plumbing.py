@@ -76,6 +76,12 @@ def test_prompts_are_words_of_the_vocabulary():
 def test_pairs_alternate_which_engine_goes_first():
     assert workload.pair_orders(4) == [("stock", "plugin"), ("plugin", "stock")] * 2
     assert workload.pair_orders(1, ("nospec", "spec")) == [("nospec", "spec")]
+    # Three engines (--control-alongside): each goes first once in three
+    # rotations, and each runs once in every position.
+    orders = workload.pair_orders(3, ("nospec", "spec", "twin"))
+    assert orders == [("nospec", "spec", "twin"), ("spec", "twin", "nospec"),
+                      ("twin", "nospec", "spec")]
+    assert all(sorted(o[i] for o in orders) == ["nospec", "spec", "twin"] for i in range(3))
 
 
 def test_waves():
@@ -608,8 +614,9 @@ class RecordingRun(run.Run):
     def profiles(self, model, vocab, engines):
         pass
 
-    def ngram_cells(self, model, vocab, engines, policy, baseline, k):
-        self.log.append(("ngram", model, policy, baseline, tuple(engines), k))
+    def ngram_cells(self, model, vocab, engines, policy, baseline, k, twin=None):
+        self.log.append(("ngram", model, policy, baseline, tuple(engines), k)
+                        + ((twin,) if twin else ()))
 
 
 def test_ngram_runs_on_the_copy_checkpoint_after_the_peaked_engines_are_closed(tmp_path):
@@ -811,6 +818,82 @@ def test_a_speculation_cell_against_the_control_twin_is_marked_a_over_a(tmp_path
         "fixed", "fixed@control", None)
     assert ("| m | nonrepeating | 4 | 3 | fixed vs fixed (A/A) | 100 (0.0%) | 78 (0.0%) | "
             "0.780 [0.780, 0.780] | 12 / 9 | 3/3 |") in report.render_markdown(bench.results)
+
+
+def test_control_alongside_keeps_the_twin_up_beside_every_pair_of_the_first_policy(
+        tmp_path, capsys):
+    """--control-alongside: the twin starts right after the first policy and
+    is passed to each of its cells (no A/A cell of its own at the end); the
+    other policy still takes the engine without speculation's place. Three
+    engines at once: at 0.42 of the GPU each, or without --control, the
+    arguments are refused naming the field."""
+    bench = RecordingRun(run.parse_args([
+        "--mixes", "ngram", "--control", "--control-alongside",
+        "--gpu-memory-utilization", "0.28", "--out", str(tmp_path)]))
+    bench.model("1b", 128256)
+    twin = "adaptive@control"
+    assert bench.log == [
+        ("start", "plugin", "/ckpt/copy", 0, "topk_topp", None),
+        ("peakedness", "1b-copy"),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
+        ("ngram", "1b-copy", "adaptive", "nospec", ("nospec", "adaptive", twin), 3, twin),
+        ("close", "/ckpt/copy", 0),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "fixed"),
+        ("ngram", "1b-copy", "adaptive", "fixed", ("adaptive", twin, "fixed"), 3, twin),
+        ("close", "/ckpt/copy", 3), ("close", "/ckpt/copy", 3), ("close", "/ckpt/copy", 3),
+    ]
+    assert bench.specs[1] == bench.specs[2]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--control-alongside", "--gpu-memory-utilization", "0.28"])
+    assert "add --control" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run.parse_args(["--control", "--control-alongside"])
+    assert "--gpu-memory-utilization 0.4 do not fit" in capsys.readouterr().err
+
+
+def test_a_cell_with_the_twin_alongside_rotates_three_engines_and_writes_two_cells(tmp_path):
+    """With a twin, each pair is a rotation of baseline, policy and twin on
+    the same prompts; the policy's runs give the cell against no
+    speculation (greedy and seeded identity) and the A/A cell against the
+    twin (greedy identity only), the same tok/s in both."""
+    args = run.parse_args(["--pairs", "3", "--num-requests", "4", "--output-len", "32",
+                           "--max-num-seqs", "4", "--identity-requests", "2",
+                           "--spec-workloads", "nonrepeating", "--breakdown-mixes", "none",
+                           "--spec-policies", "adaptive", "--control", "--control-alongside",
+                           "--gpu-memory-utilization", "0.3", "--out", str(tmp_path)])
+    calls, seen = [], []
+
+    class Speculating(FakeEngine):
+        def call(self, command, **kwargs):
+            if command == "throughput":
+                return super().call(command, **kwargs)
+            seen.append((self.role, kwargs.get("mix")))
+            return {"tokens": [[7] * 32 for _ in kwargs["prompts"]],
+                    "spec": {"drafts": 0, "drafted": 0, "accepted": 0}}
+
+    twin = "adaptive@control"
+    engines = {"nospec": Speculating("nospec", calls, 100.0),
+               "adaptive": Speculating("adaptive", calls, 98.0),
+               twin: Speculating(twin, calls, 97.0)}
+    bench = run.Run(args)
+    bench.ngram_cells("m", 1000, engines, "adaptive", "nospec", 3, twin)
+    assert [c[0] for c in calls if c[3] == 32] == [
+        "nospec", "adaptive", twin, "adaptive", twin, "nospec", twin, "nospec", "adaptive"]
+    assert [c[0] for c in calls if c[3] == run.WARMUP_TOKENS] == ["nospec", "adaptive", twin]
+    assert seen == [("nospec", None), ("adaptive", None),
+                    ("nospec", "seeded_t1"), ("adaptive", "seeded_t1"),
+                    (twin, None), ("adaptive", None)]
+    against_none, against_twin = bench.results["speculation"]
+    assert (against_none["against"], against_twin["against"]) == ("nospec", twin)
+    assert against_none["spec_tok_s"] == against_twin["spec_tok_s"] == [98.0] * 3
+    assert against_none["paired"]["median"] == pytest.approx(0.98)
+    assert against_twin["paired"]["median"] == pytest.approx(98 / 97)
+    assert against_twin["seeded_identity"] is None
+    assert against_none["orders"] == against_twin["orders"] == [
+        ["nospec", "adaptive", twin], ["adaptive", twin, "nospec"], [twin, "nospec", "adaptive"]]
+    saved = json.loads((tmp_path / "e2e.json").read_text())
+    assert len(saved["speculation"]) == 2
 
 
 def test_stock_engines_measure_each_k_against_one_engine_without_speculation(

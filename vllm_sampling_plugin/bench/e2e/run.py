@@ -36,6 +36,11 @@ UPSTREAM_POLICY = "upstream"
 SPEC_VERIFICATIONS = ("default", "plugin", "upstream", "both")
 PEAKEDNESS_TOKENS = 32
 WARMUP_TOKENS = 16
+# The GPU memory share that engines up at once may claim together
+# (--control-alongside): vLLM's default for one engine, 0.9, leaves the rest
+# to the CUDA context and allocations outside its budget; 0.95 keeps 4 GB of
+# an 80 GB card free for three contexts.
+MAX_GPU_MEMORY_UTILIZATION = 0.95
 
 
 def _model_list(text: str) -> list[tuple[str, int]]:
@@ -109,7 +114,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "near 1): in the sampling cells a second stock engine takes the "
                              "plugin's place; the ngram cells also measure the first "
                              "speculating variant, last, against a second engine of the same "
-                             "configuration (VARIANT@control)")
+                             "configuration (VARIANT@control; see --control-alongside)")
+    parser.add_argument("--control-alongside", action="store_true",
+                        help="with --control, the ngram cells' A/A twin runs in every cell "
+                             "of the first speculating variant, in the same window: each "
+                             "pair becomes a rotation of three runs (baseline, variant, "
+                             "twin) and the cell against the twin comes from the same runs "
+                             "as the cell against the baseline. Three engines are up at "
+                             "once: --gpu-memory-utilization at most 0.3 (1B engines)")
     parser.add_argument("--ngram-k", type=_int_list, default=[3],
                         help="draft tokens per step of the ngram cells' engines, comma list: "
                              "each k gets its own engines and cells (default 3)")
@@ -204,6 +216,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
+    if args.control_alongside:
+        if not args.control:
+            parser.error("--control-alongside places the --control twin beside the pair; "
+                         "add --control")
+        if 3 * args.gpu_memory_utilization > MAX_GPU_MEMORY_UTILIZATION:
+            parser.error(f"--control-alongside: three engines of --gpu-memory-utilization "
+                         f"{args.gpu_memory_utilization} do not fit one GPU (at most "
+                         f"{math.floor(100 * MAX_GPU_MEMORY_UTILIZATION / 3) / 100} each)")
     if args.record and args.render and not args.ratios:
         parser.error("--record writes the ratios of a run or of --ratios FILE, not of --render")
     if args.spec_engines == "stock" and release_line(installed_vllm_version()) == LINE_0_20:
@@ -353,13 +373,13 @@ class Run:
         self.save()
         return engine
 
-    def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, str], mix: str,
+    def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, ...], mix: str,
                       prompts_for: Callable[[int], list[list[int]]], wave: int,
                       continuous: bool = False) -> tuple[list, dict, list[list[int]]]:
-        """Warm both engines on this cell, then the interleaved pairs, on
-        ``prompts_for(count)``: ``--num-requests`` prompts, or more where
-        ``--min-run-s`` asks runs to last longer than that many would at the
-        faster engine's throughput. Returns the prompts it ran."""
+        """Warm the engines on this cell, then the interleaved pairs (rotations
+        of ``roles``), on ``prompts_for(count)``: ``--num-requests`` prompts,
+        or more where ``--min-run-s`` asks runs to last longer than that many
+        would at the fastest engine's throughput. Returns the prompts it ran."""
         a = self.args
         prompts = prompts_for(a.num_requests)
         for engine in engines.values():
@@ -489,13 +509,16 @@ class Run:
         return greedy, drafted["spec"], seeded
 
     def ngram_cells(self, model: str, vocab: int, engines: dict[str, Engine], policy: str,
-                    baseline: str, k: int) -> None:
+                    baseline: str, k: int, twin: str | None = None) -> None:
         """Every workload and batch size: the ``policy`` engine against the
         ``baseline`` one (no speculation or another policy), both speculating
         with ``k`` drafts, interleaved pairs, then greedy (and seeded) identity
-        and the spec-decode counters."""
+        and the spec-decode counters. With ``twin`` (``--control-alongside``)
+        each pair is a rotation of three runs, and a second cell puts the
+        policy against its twin over the same window."""
         a = self.args
         pair = {baseline: engines[baseline], policy: engines[policy]}
+        rotation = {**pair, twin: engines[twin]} if twin else pair
         cells = [(w, mix) for w in a.spec_workloads for mix in a.spec_mixes]
         for workload_name, mix in cells:
             name = workload_name if mix == "ngram" else f"{workload_name}/{mix}"
@@ -506,30 +529,35 @@ class Run:
                 # early frees its place, as in a server (lock-step waves would
                 # wait for the wave's slowest request).
                 orders, tok_s, prompts = self.measure_pairs(
-                    pair, (baseline, policy), mix,
+                    rotation, tuple(rotation), mix,
                     lambda n: copying.workload_prompts(workload_name, n, a.prompt_len, vocab,
                                                        seed=wave),
                     wave, continuous=True)
-                greedy, counters, seeded = self.identity(pair, baseline, policy,
-                                                         prompts[:a.identity_requests])
-                cell = report.speculation_cell(model, name, wave, k, policy, baseline,
-                                               orders, tok_s[baseline], tok_s[policy],
-                                               counters, greedy, seeded)
+                for against in [baseline] + ([twin] if twin else []):
+                    greedy, counters, seeded = self.identity(rotation, against, policy,
+                                                             prompts[:a.identity_requests])
+                    cell = report.speculation_cell(model, name, wave, k, policy, against,
+                                                   orders, tok_s[against], tok_s[policy],
+                                                   counters, greedy, seeded)
+                    cell["requests"] = len(prompts)
+                    self.results["speculation"].append(cell)
+                    self.save()
+                    self.say_cell(model, name, wave, k, cell)
                 if "ngram" in a.breakdown_mixes:
                     self.breakdowns(model, vocab, pair, ["ngram"], waves=[wave],
                                     prompts=prompts)
-                cell["requests"] = len(prompts)
-                self.results["speculation"].append(cell)
-                self.save()
-                paired, acc = cell["paired"], cell["acceptance"]
-                self.say(f"{model} {name} B={wave} k={k}: {baseline} "
-                         f"{cell['base']['median']:.0f} -> {policy} {cell['spec']['median']:.0f} "
-                         f"tok/s, pairs {paired['median']:.3f} [{paired['min']:.3f}, "
-                         f"{paired['max']:.3f}]; verified {acc['drafted']}, accepted "
-                         f"{acc['accepted']}; greedy identical {greedy['identical']}/"
-                         f"{greedy['requests']}"
-                         + (f", seeded {seeded['identical']}/{seeded['requests']}"
-                            if seeded else ""))
+
+    def say_cell(self, model: str, name: str, wave: int, k: int, cell: dict) -> None:
+        """One line per speculation cell: tok/s, pairs, drafts, identity."""
+        paired, acc = cell["paired"], cell["acceptance"]
+        greedy, seeded = cell["identity"], cell["seeded_identity"]
+        self.say(f"{model} {name} B={wave} k={k}: {cell['against']} "
+                 f"{cell['base']['median']:.0f} -> {cell['policy']} "
+                 f"{cell['spec']['median']:.0f} tok/s, pairs {paired['median']:.3f} "
+                 f"[{paired['min']:.3f}, {paired['max']:.3f}]; verified {acc['drafted']}, "
+                 f"accepted {acc['accepted']}; greedy identical {greedy['identical']}/"
+                 f"{greedy['requests']}"
+                 + (f", seeded {seeded['identical']}/{seeded['requests']}" if seeded else ""))
 
     def checkpoint(self, shape: str, vocab: int, kind: str) -> tuple[str, str]:
         """Name and path of a written (and, for the copy kind, checked) checkpoint."""
@@ -603,6 +631,8 @@ class Run:
         256 sequences each): each other engine takes the place of the
         previous baseline, and the engine without
         speculation is started again for the next k. With
+        ``--control-alongside`` the twin starts right after the first policy
+        and runs in each of its cells, three engines at a time. With
         ``--no-spec-against-none`` no engine without speculation starts: the
         first policy is measured against the others only.
 
@@ -617,6 +647,9 @@ class Run:
         draft = self.checkpoint(a.spec_draft, vocab, "copy")[1] if a.spec_draft else None
         role = a.spec_engines
         policy, *others = spec_variants(a)
+        # --control-alongside: the twin (last of the variants) stays up beside
+        # every pair of this k instead of taking a baseline's place at the end.
+        twin = others.pop() if a.control_alongside else None
 
         def engine_for(k: int, variant: str) -> Engine:
             chosen, owner = split_variant(variant)
@@ -638,18 +671,22 @@ class Run:
                         spec_for(role, path, cold_start_first="topk_topp"), name)
                     self.peakedness(name, vocab, engines["nospec"])
                 engines[policy] = engine_for(k, policy)
-                self.ngram_cells(name, vocab, engines, policy, "nospec", k)
+                if twin:
+                    engines[twin] = engine_for(k, twin)
+                self.ngram_cells(name, vocab, engines, policy, "nospec", k, twin)
                 baseline = "nospec"
             else:
                 engines[policy] = engine_for(k, policy)
                 self.peakedness(name, vocab, engines[policy])
+                if twin:
+                    engines[twin] = engine_for(k, twin)
             for other in others:
                 if self.out_of_time(f"{name} k={k} {policy} vs {other}"):
                     return
                 if baseline is not None:
                     engines.pop(baseline).close()
                 engines[other] = engine_for(k, other)
-                self.ngram_cells(name, vocab, engines, policy, other, k)
+                self.ngram_cells(name, vocab, engines, policy, other, k, twin)
                 baseline = other
             for engine_name in [n for n in engines if n != "nospec"]:
                 engines.pop(engine_name).close()

@@ -60,17 +60,19 @@ def random_prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[l
     return [[rng.randrange(FIRST_WORD_ID, vocab) for _ in range(length)] for _ in range(count)]
 
 
-def pair_orders(pairs: int, roles: tuple[str, str] = ("stock", "plugin")) -> list[tuple[str, str]]:
-    """Which engine runs first in each pair: alternating, so a drift over the
-    run (clocks, temperature, fragmentation) hits both engines equally.
+def pair_orders(pairs: int, roles: tuple[str, ...] = ("stock", "plugin")) -> list[tuple[str, ...]]:
+    """The order of the engines' runs in each pair (or, of three engines, each
+    rotation): rotating which one goes first, so a drift over the run (clocks,
+    temperature, fragmentation) hits every engine equally.
 
     Example::
 
         >>> pair_orders(3)
         [('stock', 'plugin'), ('plugin', 'stock'), ('stock', 'plugin')]
+        >>> pair_orders(3, ("nospec", "adaptive", "adaptive@control"))[1]
+        ('adaptive', 'adaptive@control', 'nospec')
     """
-    first, second = roles
-    return [(first, second) if i % 2 == 0 else (second, first) for i in range(pairs)]
+    return [roles[i % len(roles):] + roles[:i % len(roles)] for i in range(pairs)]
 
 
 def waves(items: list, size: int) -> list[list]:
