@@ -844,6 +844,13 @@ def test_control_alongside_keeps_the_twin_up_beside_every_pair_of_the_first_poli
         ("close", "/ckpt/copy", 3), ("close", "/ckpt/copy", 3), ("close", "/ckpt/copy", 3),
     ]
     assert bench.specs[1] == bench.specs[2]
+    # Where the twin is the only engine to measure against, it is the baseline.
+    alone = RecordingRun(run.parse_args([
+        "--mixes", "ngram", "--spec-policies", "fixed", "--no-spec-against-none", "--control",
+        "--control-alongside", "--gpu-memory-utilization", "0.28", "--out", str(tmp_path)]))
+    alone.model("1b", 128256)
+    assert [e for e in alone.log if e[0] == "ngram"] == [
+        ("ngram", "1b-copy", "fixed", "fixed@control", ("fixed", "fixed@control"), 3)]
     with pytest.raises(SystemExit):
         run.parse_args(["--control-alongside", "--gpu-memory-utilization", "0.28"])
     assert "add --control" in capsys.readouterr().err

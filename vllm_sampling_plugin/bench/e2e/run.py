@@ -648,8 +648,10 @@ class Run:
         role = a.spec_engines
         policy, *others = spec_variants(a)
         # --control-alongside: the twin (last of the variants) stays up beside
-        # every pair of this k instead of taking a baseline's place at the end.
-        twin = others.pop() if a.control_alongside else None
+        # every pair of this k instead of taking a baseline's place at the end;
+        # where it is the only engine to measure against, it stays that.
+        beside = a.control_alongside and (a.spec_against_none or len(others) > 1)
+        twin = others.pop() if beside else None
 
         def engine_for(k: int, variant: str) -> Engine:
             chosen, owner = split_variant(variant)
