@@ -121,7 +121,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "pair becomes a rotation of three runs (baseline, variant, "
                              "twin) and the cell against the twin comes from the same runs "
                              "as the cell against the baseline. Three engines are up at "
-                             "once: --gpu-memory-utilization at most 0.3 (1B engines)")
+                             "once: --gpu-memory-utilization at most 0.31 (1B engines)")
     parser.add_argument("--ngram-k", type=_int_list, default=[3],
                         help="draft tokens per step of the ngram cells' engines, comma list: "
                              "each k gets its own engines and cells (default 3)")
