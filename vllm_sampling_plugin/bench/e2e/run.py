@@ -484,15 +484,20 @@ class Run:
                  f"{summary.get('p90', 0):.3f}")
 
     def identity(self, engines: dict[str, Engine], baseline: str, policy: str,
-                 prompts: list[list[int]]) -> tuple[dict, dict, dict | None]:
+                 prompts: list[list[int]],
+                 drafted: dict | None = None) -> tuple[dict, dict | None, dict]:
         """Greedy tokens of both engines compared (differences probed for near
-        ties), the policy engine's spec-decode counters over that call, and,
-        against no speculation, seeded tokens compared as well
+        ties) and, against no speculation, seeded tokens compared as well
         (``workload.IDENTITY_SEEDED_MIX``: temperature 1, so that the
-        comparison sees the draws, not only the argmax)."""
+        comparison sees the draws, not only the argmax). Returns those and the
+        policy engine's greedy result (its tokens and spec-decode counters
+        over the call), which a later comparison on the same prompts passes
+        back as ``drafted`` instead of generating it again."""
         a = self.args
         base = engines[baseline].call("greedy_tokens", prompts=prompts, output_len=a.output_len)
-        drafted = engines[policy].call("greedy_tokens", prompts=prompts, output_len=a.output_len)
+        if drafted is None:
+            drafted = engines[policy].call("greedy_tokens", prompts=prompts,
+                                           output_len=a.output_len)
         differing = [(p, b, report.first_difference(b, d))
                      for p, b, d in zip(prompts, base["tokens"], drafted["tokens"])]
         probes = [p + b[:pos] for p, b, pos in differing if pos is not None]
@@ -506,7 +511,7 @@ class Run:
                                        mix=workload.IDENTITY_SEEDED_MIX)["tokens"]
                     for role in (baseline, policy)]
             seeded = report.identity_report(*runs)
-        return greedy, drafted["spec"], seeded
+        return greedy, seeded, drafted
 
     def ngram_cells(self, model: str, vocab: int, engines: dict[str, Engine], policy: str,
                     baseline: str, k: int, twin: str | None = None) -> None:
@@ -533,12 +538,13 @@ class Run:
                     lambda n: copying.workload_prompts(workload_name, n, a.prompt_len, vocab,
                                                        seed=wave),
                     wave, continuous=True)
+                drafted = None
                 for against in [baseline] + ([twin] if twin else []):
-                    greedy, counters, seeded = self.identity(rotation, against, policy,
-                                                             prompts[:a.identity_requests])
+                    greedy, seeded, drafted = self.identity(
+                        rotation, against, policy, prompts[:a.identity_requests], drafted)
                     cell = report.speculation_cell(model, name, wave, k, policy, against,
                                                    orders, tok_s[against], tok_s[policy],
-                                                   counters, greedy, seeded)
+                                                   drafted["spec"], greedy, seeded)
                     cell["requests"] = len(prompts)
                     self.results["speculation"].append(cell)
                     self.save()
