@@ -9,8 +9,9 @@ scipy, openai, ...); vLLM's and the plugin's own modules take the rest.
 ``run`` therefore hands each snippet to a *zygote*: an interpreter that has
 imported only the third-party modules vLLM imports directly (found once per
 interpreter and vLLM release by ``python -X importtime``, and kept in the
-temporary directory), and forks a child per snippet. The child has no ``vllm`` or ``vllm_sampling_plugin`` module
-yet, its ``os.environ`` is exactly the environment asked for, and its
+temporary directory), and forks a child per snippet. The child has no
+``vllm`` or ``vllm_sampling_plugin`` module yet, its ``os.environ`` is
+exactly the environment asked for, and its
 ``__main__``, ``sys.argv``, exit status, stdout and stderr are those of
 ``python -c CODE`` or ``python -m MODULE ARGS``. What differs from a new
 process is only that those third-party modules are already in
