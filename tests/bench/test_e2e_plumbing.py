@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 import types
 
 import pytest
@@ -129,7 +131,8 @@ class FakeEngine:
 
     def call(self, command, **kwargs):
         self.calls.append((self.role, command, len(kwargs["prompts"]), kwargs["output_len"]))
-        return {"tok_s": self.tok_s, "tokens": 0, "seconds": 1.0}
+        return {"tok_s": self.tok_s, "tokens": 0, "seconds": 1.0,
+                "host_cpu_s": {"engine_core": self.tok_s / 100, "front_end": 0.5}}
 
 
 def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
@@ -499,6 +502,43 @@ def test_throughput_sends_waves_and_counts_tokens():
     result = server.throughput("mixed", workload.random_prompts(10, 4, 1000), 6, wave=4)
     assert server.llm.calls == [(4, [6] * 4), (4, [6] * 4), (2, [6] * 2)]
     assert result["tokens"] == 60 and result["tok_s"] == pytest.approx(60 / result["seconds"])
+    assert set(result["host_cpu_s"]) == {"front_end", "engine_core"}
+
+
+def test_host_cpu_seconds_count_the_engine_core_below_the_front_end():
+    """The engine core is a child process: CPU it burns counts as the engine
+    core's, not the front end's."""
+    import subprocess
+
+    before = engine.host_cpu_seconds()
+    child = subprocess.Popen([sys.executable, "-c",
+                              "import time\nend = time.process_time() + 0.5\n"
+                              "while time.process_time() < end: pass\ntime.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            used = engine.host_cpu_seconds()["engine_core"] - before["engine_core"]
+            if used >= 0.45:
+                break
+            time.sleep(0.05)
+        after = engine.host_cpu_seconds()
+    finally:
+        child.kill()
+        child.wait()
+    assert after["engine_core"] - before["engine_core"] >= 0.45
+    assert after["front_end"] - before["front_end"] < 0.45
+
+
+def test_host_summary_reads_busy_shares_and_cost_per_token():
+    runs = [{"seconds": 2.0, "tokens": 1000, "engine_core_cpu_s": 2.1, "front_end_cpu_s": 1.0},
+            {"seconds": 1.0, "tokens": 1000, "engine_core_cpu_s": 1.0, "front_end_cpu_s": 0.2},
+            {"seconds": 4.0, "tokens": 1000, "engine_core_cpu_s": 4.0, "front_end_cpu_s": 1.2}]
+    summary = report.host_summary(runs)
+    assert summary["engine_core_busy"] == pytest.approx(1.0)
+    assert summary["front_end_busy"] == pytest.approx(0.3)
+    assert summary["engine_core_us_per_token"] == pytest.approx(2100.0)
+    assert report.host_text(runs) == "engine core 100% busy, 2100.0 us/token; front end 30%"
+    assert report.host_text([None, None]) == "-"
 
 
 def test_greedy_tokens_reports_probabilities_and_counter_deltas():
@@ -898,6 +938,11 @@ def test_a_cell_with_the_twin_alongside_rotates_three_engines_and_writes_two_cel
     assert against_none["paired"]["median"] == pytest.approx(0.98)
     assert against_twin["paired"]["median"] == pytest.approx(98 / 97)
     assert against_twin["seeded_identity"] is None
+    # Each cell keeps its two engines' host use per run, in the order of their tok/s.
+    assert [r["engine_core_cpu_s"] for r in against_none["host"]["base"]] == [1.0] * 3
+    assert [r["engine_core_cpu_s"] for r in against_twin["host"]["base"]] == [0.97] * 3
+    assert against_none["host"]["spec"] == against_twin["host"]["spec"]
+    assert [r["engine_core_cpu_s"] for r in against_none["host"]["spec"]] == [0.98] * 3
     assert against_none["orders"] == against_twin["orders"] == [
         ["nospec", "adaptive", twin], ["adaptive", twin, "nospec"], [twin, "nospec", "adaptive"]]
     saved = json.loads((tmp_path / "e2e.json").read_text())

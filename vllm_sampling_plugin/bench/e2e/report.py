@@ -30,7 +30,11 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                        "identity": {...} (greedy, policy vs against),
                        "seeded_identity": {...} or null (seeded, temperature 1, against nospec;
                        before 2026-11-27: seeded top-p 0.95),
-                       "requests": as in "cells"}],
+                       "requests": as in "cells",
+                       "host": {"base": [RUN], "spec": [RUN]}, each timed run's host CPU
+                       in the order of ``base_tok_s`` / ``spec_tok_s``, RUN = {"seconds",
+                       "tokens", "engine_core_cpu_s", "front_end_cpu_s"} (absent in files
+                       written before 2026-11-28)}],
       "ngram": [{"model", "max_num_seqs", "k", "nospec_tok_s": [...], "spec_tok_s": [...],
                  "nospec": DIST, "spec": DIST, "speedup",
                  "acceptance": {"drafts", "drafted", "accepted", "acceptance_rate",
@@ -268,6 +272,51 @@ def cell_label(cell: dict) -> str:
     return cell["mix"] + (" (A/A: stock vs stock)" if cell.get("against") == "control" else "")
 
 
+def host_use(run: dict) -> dict | None:
+    """The host CPU one timed run used (``Engine.throughput``'s result), or
+    None where the engine did not measure it."""
+    cpu = run.get("host_cpu_s")
+    if cpu is None:
+        return None
+    return {"seconds": run["seconds"], "tokens": run["tokens"],
+            "engine_core_cpu_s": cpu["engine_core"], "front_end_cpu_s": cpu["front_end"]}
+
+
+def host_summary(runs: Sequence[dict | None]) -> dict | None:
+    """Medians over runs of :func:`host_use`: how busy the engine core and
+    the front end were (CPU seconds per second of the run, 1.0 = one core
+    all the time) and the engine core's CPU microseconds per generated token.
+
+    Example::
+
+        >>> run = {"seconds": 2.0, "tokens": 1000, "engine_core_cpu_s": 1.9,
+        ...        "front_end_cpu_s": 1.0}
+        >>> host_summary([run])
+        {'engine_core_busy': 0.95, 'front_end_busy': 0.5, 'engine_core_us_per_token': 1900.0}
+    """
+    measured = [r for r in runs if r and r["seconds"] > 0 and r["tokens"] > 0]
+    if not measured:
+        return None
+    return {
+        "engine_core_busy": statistics.median(r["engine_core_cpu_s"] / r["seconds"]
+                                              for r in measured),
+        "front_end_busy": statistics.median(r["front_end_cpu_s"] / r["seconds"]
+                                            for r in measured),
+        "engine_core_us_per_token": statistics.median(1e6 * r["engine_core_cpu_s"] / r["tokens"]
+                                                      for r in measured),
+    }
+
+
+def host_text(runs: Sequence[dict | None]) -> str:
+    """One engine's :func:`host_summary` in words, "-" where not measured."""
+    summary = host_summary(runs)
+    if summary is None:
+        return "-"
+    return (f"engine core {100 * summary['engine_core_busy']:.0f}% busy, "
+            f"{summary['engine_core_us_per_token']:.1f} us/token; "
+            f"front end {100 * summary['front_end_busy']:.0f}%")
+
+
 def speculation_label(cell: dict) -> str:
     """The "policy vs baseline" column of a speculation row; against its A/A
     twin (``CONTROL_SUFFIX``) the policy is named twice and marked A/A."""
@@ -361,6 +410,15 @@ def render_markdown(results: dict) -> str:
                 f"{acc['drafted']} / {acc['accepted']} | "
                 f"{ident['identical']}/{ident['requests']}{seeded_text} |")
         lines.append("")
+        hosts = [c for c in results["speculation"] if c.get("host")]
+        if hosts:
+            lines += ["| model | workload | max_num_seqs | policy vs baseline | baseline host "
+                      "(median of runs) | policy host (median of runs) |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| {c['model']} | {c['workload']} | {c['max_num_seqs']} | "
+                      f"{speculation_label(c)} | {host_text(c['host']['base'])} | "
+                      f"{host_text(c['host']['spec'])} |" for c in hosts]
+            lines.append("")
     if results["ngram"]:
         lines += ["| model | max_num_seqs | k | tok/s without (spread) | tok/s with n-gram "
                   "(spread) | speedup | mean acceptance length | identical greedy | "

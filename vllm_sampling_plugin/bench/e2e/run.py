@@ -375,11 +375,13 @@ class Run:
 
     def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, ...], mix: str,
                       prompts_for: Callable[[int], list[list[int]]], wave: int,
-                      continuous: bool = False) -> tuple[list, dict, list[list[int]]]:
+                      continuous: bool = False) -> tuple[list, dict, list[list[int]], dict]:
         """Warm the engines on this cell, then the interleaved pairs (rotations
         of ``roles``), on ``prompts_for(count)``: ``--num-requests`` prompts,
         or more where ``--min-run-s`` asks runs to last longer than that many
-        would at the fastest engine's throughput. Returns the prompts it ran."""
+        would at the fastest engine's throughput. Returns the orders, each
+        role's tok/s, the prompts it ran and each role's host use per run
+        (:func:`report.host_use`)."""
         a = self.args
         prompts = prompts_for(a.num_requests)
         for engine in engines.values():
@@ -402,13 +404,15 @@ class Run:
             prompts = prompts_for(count)
         orders = workload.pair_orders(a.pairs, roles)
         tok_s: dict[str, list[float]] = {role: [] for role in roles}
+        host: dict[str, list[dict]] = {role: [] for role in roles}
         for order in orders:
             for role in order:
                 result = engines[role].call("throughput", mix=mix, prompts=prompts,
                                             output_len=a.output_len, wave=wave,
                                             continuous=continuous)
                 tok_s[role].append(result["tok_s"])
-        return orders, tok_s, prompts
+                host[role].append(report.host_use(result))
+        return orders, tok_s, prompts, host
 
     def plain_cells(self, model: str, vocab: int, engines: dict[str, Engine],
                     mixes: list[str]) -> None:
@@ -417,7 +421,7 @@ class Run:
             for wave in a.max_num_seqs:
                 if self.out_of_time(f"{model} {mix} B={wave}"):
                     return
-                orders, tok_s, prompts = self.measure_pairs(
+                orders, tok_s, prompts, _ = self.measure_pairs(
                     engines, ("stock", self.second), mix,
                     lambda n: workload.random_prompts(n, a.prompt_len, vocab, seed=wave), wave)
                 cell = report.pair_cell(model, mix, wave, orders, tok_s["stock"],
@@ -533,7 +537,7 @@ class Run:
                 # Continuous batching: a request that speculation finishes
                 # early frees its place, as in a server (lock-step waves would
                 # wait for the wave's slowest request).
-                orders, tok_s, prompts = self.measure_pairs(
+                orders, tok_s, prompts, host = self.measure_pairs(
                     rotation, tuple(rotation), mix,
                     lambda n: copying.workload_prompts(workload_name, n, a.prompt_len, vocab,
                                                        seed=wave),
@@ -546,6 +550,7 @@ class Run:
                                                    orders, tok_s[against], tok_s[policy],
                                                    drafted["spec"], greedy, seeded)
                     cell["requests"] = len(prompts)
+                    cell["host"] = {"base": host[against], "spec": host[policy]}
                     self.results["speculation"].append(cell)
                     self.save()
                     self.say_cell(model, name, wave, k, cell)
@@ -564,6 +569,9 @@ class Run:
                  f"accepted {acc['accepted']}; greedy identical {greedy['identical']}/"
                  f"{greedy['requests']}"
                  + (f", seeded {seeded['identical']}/{seeded['requests']}" if seeded else ""))
+        if cell.get("host"):
+            self.say(f"  host: {cell['against']} {report.host_text(cell['host']['base'])} | "
+                     f"{cell['policy']} {report.host_text(cell['host']['spec'])}")
 
     def checkpoint(self, shape: str, vocab: int, kind: str) -> tuple[str, str]:
         """Name and path of a written (and, for the copy kind, checked) checkpoint."""
