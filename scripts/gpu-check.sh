@@ -8,7 +8,8 @@
 #        line-check | spec-step-breakdown
 #        (upstream ... e2e-vs-stock: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
 #        between 0.21 and 0.31)
-# Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others.
+# Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others;
+# the script exits 1 after the last step if any failed or timed out, naming them.
 # Before/after steps compare this checkout with an older package in $BEFORE
 # (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
 # narrows the benchmark (e.g. "--batch-sizes 64 256 1024"); E2E_ARGS comes after an e2e
@@ -19,6 +20,9 @@ out=${OUT:-gpu-results}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 limit=${STEP_TIMEOUT:-420}
+# Steps that failed, one line each; a file, since some steps run in parallel subshells.
+failed="$out/failed-steps"
+: > "$failed"
 run() {
   local name=$1; shift
   echo "=== $name: $*"
@@ -27,6 +31,9 @@ run() {
   local rc=$?
   echo "=== $name rc=$rc in $((SECONDS - t0)) s"
   tail -n "${TAIL:-25}" "$out/$name.log"
+  if [ "$rc" -ne 0 ]; then
+    echo "$name rc=$rc$([ "$rc" -eq 124 ] && echo " (STEP_TIMEOUT=$limit s)")" >> "$failed"
+  fi
 }
 for step in "$@"; do
   case $step in
@@ -220,6 +227,10 @@ for step in "$@"; do
     bench-topk) run bench-topk python3 -m vllm_sampling_plugin.bench.topk_topp --out "$out/topk_topp" ;;
     bench-rejection) run bench-rejection python3 -m vllm_sampling_plugin.bench.rejection --out "$out/rejection" ;;
     bench-ngram) run bench-ngram python3 -m vllm_sampling_plugin.bench.ngram --out "$out/ngram" ;;
-    *) echo "unknown step $step" ;;
+    *) echo "unknown step $step"; echo "$step: unknown step" >> "$failed" ;;
   esac
 done
+if [ -s "$failed" ]; then
+  echo "=== failed: $(paste -sd ';' "$failed" | sed 's/;/; /g') (logs in $out)"
+  exit 1
+fi

@@ -103,6 +103,7 @@ def commands_dir(tmp_path_factory) -> Path:
 NEVER_RUN = re.compile(
     r"\bpip install\b|\bvenv\b|\bpytest\b|\bvllm serve\b|\bsoak\b|\bcheckpoint\b"
     r"|\bbench(\.| )(sampler|topk_topp|rejection|ngram|upstream)\b|\bbench(\.| )e2e\b(?!.*--render)"
+    r"|\bgpu-check\.sh\b"
 )
 
 

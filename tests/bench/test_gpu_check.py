@@ -1,0 +1,35 @@
+"""scripts/gpu-check.sh runs every step it is given and then says, by its
+exit status and one line, which of them failed."""
+
+import subprocess
+from pathlib import Path
+
+from tests.scripts_dir import SCRIPTS
+
+
+def gpu_check(tmp_path: Path, *steps: str, python_exit: int = 0) -> subprocess.CompletedProcess:
+    """The script with ``python3`` a stand-in that exits ``python_exit``:
+    nothing of a step runs, on a machine with a GPU or without."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f"#!/bin/sh\necho stand-in\nexit {python_exit}\n")
+    (bin_dir / "python3").chmod(0o755)
+    return subprocess.run(["bash", str(SCRIPTS / "gpu-check.sh"), *steps],
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path / "out"),
+                               "STEP_TIMEOUT": "60"},
+                          cwd=SCRIPTS.parent, capture_output=True, text=True, timeout=120)
+
+
+def test_a_failed_step_fails_the_script_after_the_others_ran(tmp_path):
+    proc = gpu_check(tmp_path, "no-such-step", "e2e-spec-1b", "bench-ngram", python_exit=3)
+    assert proc.returncode == 1
+    assert "=== e2e-spec-1b rc=3" in proc.stdout and "=== bench-ngram rc=3" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1] == (
+        "=== failed: no-such-step: unknown step; e2e-spec-1b rc=3; bench-ngram rc=3 "
+        f"(logs in {tmp_path / 'out'})")
+
+
+def test_steps_that_pass_exit_zero(tmp_path):
+    proc = gpu_check(tmp_path, "e2e-spec-1b", "bench-ngram")
+    assert proc.returncode == 0
+    assert "=== e2e-spec-1b rc=0" in proc.stdout and "failed" not in proc.stdout
