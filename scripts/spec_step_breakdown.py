@@ -12,7 +12,9 @@ every draft is accepted, where adaptive and fixed k should run the same
 steps), 256 requests x 64 prompt x 256 output tokens, continuous batching,
 it prints per engine and writes to ``--out``/spec_step_breakdown.json:
 
-- tok/s of each of ``--runs`` uninstrumented runs;
+- tok/s of each of ``--runs`` uninstrumented runs, and the host CPU each
+  engine's front end and engine core used in it (``bench e2e``'s host use:
+  an engine core busy for the whole run is host-bound);
 - from one run with ``bench/e2e/hooks.py``'s timers: steps, tokens
   generated per step, mean wall ms per engine step (one step's start to the
   next), mean host ms inside ``execute_model`` and inside ``sample_tokens``,
@@ -46,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vllm_sampling_plugin.bench.e2e import report  # noqa: E402
 from vllm_sampling_plugin.bench.e2e.copying import SPEC_WORKLOADS  # noqa: E402
 
 K = 3
@@ -196,11 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         for run in range(args.runs):
             # Alternate which engine goes first.
             for name in names if run % 2 == 0 else names[::-1]:
-                tok_s = engines[name].call("throughput", mix=MIX, prompts=prompts,
-                                           output_len=args.output_len, wave=wave,
-                                           continuous=True)["tok_s"]
+                result = engines[name].call("throughput", mix=MIX, prompts=prompts,
+                                            output_len=args.output_len, wave=wave,
+                                            continuous=True)
+                tok_s, host = result["tok_s"], report.host_use(result)
                 results["engines"][name]["tok_s"].append(tok_s)
-                say(f"{name} run {run + 1}: {tok_s:.0f} tok/s")
+                results["engines"][name].setdefault("host", []).append(host)
+                say(f"{name} run {run + 1}: {tok_s:.0f} tok/s; {report.host_text([host])}")
         for name, engine in engines.items():
             entry = results["engines"][name]
             entry.update(step_summary(engine.call(

@@ -158,6 +158,11 @@ def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
     assert saved["cells"][0]["requests"] == 8
     assert saved["cells"][0]["orders"] == [["stock", "plugin"], ["plugin", "stock"],
                                            ["stock", "plugin"]]
+    host = saved["cells"][0]["host"]
+    assert [r["engine_core_cpu_s"] for r in host["stock"]] == [1.0] * 3
+    assert [r["engine_core_cpu_s"] for r in host["plugin"]] == [1.1] * 3
+    # The stand-ins generate no tokens, so there is no cost per token to show.
+    assert "| m | topk_topp | 4 | - | - |" in report.render_markdown(bench.results)
 
 
 def test_min_run_s_sends_more_requests_where_runs_would_be_short(tmp_path):

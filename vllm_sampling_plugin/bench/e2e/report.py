@@ -14,7 +14,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                  "stock": DIST, "plugin": DIST, "ratio": plugin median / stock median,
                  "pair_ratios": [plugin / stock of each pair], "paired": DIST of those,
                  "requests": requests per timed run (--num-requests, more with
-                 --min-run-s; absent in files written before it)}],
+                 --min-run-s; absent in files written before it),
+                 "host": {"stock": [RUN], "plugin": [RUN]} (as in "speculation")}],
       "breakdown": [{"model", "mix", "max_num_seqs", "role", "steps", "step_gpu_ms",
                      "sampling_gpu_ms", "host_ms", "sampling_host_ms", "period_ms",
                      "sampling_share"}],
@@ -370,6 +371,14 @@ def render_markdown(results: dict) -> str:
                 f"{c['plugin']['median']:.0f} ({100 * c['plugin']['spread']:.1f}%) | "
                 f"{paired['median']:.3f} [{_fmt(paired['min'], 3)}, {_fmt(paired['max'], 3)}] |")
         lines.append("")
+        hosts = [c for c in results["cells"] if c.get("host")]
+        if hosts:
+            lines += ["| model | mix | max_num_seqs | stock host (median of runs) | "
+                      "plugin host (median of runs) |", "|---|---|---|---|---|"]
+            lines += [f"| {c['model']} | {cell_label(c)} | {c['max_num_seqs']} | "
+                      f"{host_text(c['host']['stock'])} | {host_text(c['host']['plugin'])} |"
+                      for c in hosts]
+            lines.append("")
     if results["breakdown"]:
         lines += ["| model | mix | max_num_seqs | engine | steps | step GPU ms | "
                   "sampling GPU ms | sampling share | host ms in runner | host ms in sampler | "

@@ -421,12 +421,13 @@ class Run:
             for wave in a.max_num_seqs:
                 if self.out_of_time(f"{model} {mix} B={wave}"):
                     return
-                orders, tok_s, prompts, _ = self.measure_pairs(
+                orders, tok_s, prompts, host = self.measure_pairs(
                     engines, ("stock", self.second), mix,
                     lambda n: workload.random_prompts(n, a.prompt_len, vocab, seed=wave), wave)
                 cell = report.pair_cell(model, mix, wave, orders, tok_s["stock"],
                                         tok_s[self.second], against=self.second)
                 cell["requests"] = len(prompts)
+                cell["host"] = {"stock": host["stock"], "plugin": host[self.second]}
                 self.results["cells"].append(cell)
                 self.save()
                 self.say(f"{model} {mix} B={wave}: stock {cell['stock']['median']:.0f} "
