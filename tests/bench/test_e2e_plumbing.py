@@ -508,6 +508,15 @@ def test_throughput_sends_waves_and_counts_tokens():
     assert server.llm.calls == [(4, [6] * 4), (4, [6] * 4), (2, [6] * 2)]
     assert result["tokens"] == 60 and result["tok_s"] == pytest.approx(60 / result["seconds"])
     assert set(result["host_cpu_s"]) == {"front_end", "engine_core"}
+    assert result["steal_s"] >= 0 and len(result["probe_ms"]) == 2
+    assert report.host_use(result)["probe_ms"] == result["probe_ms"]
+
+
+def test_the_speed_probe_times_its_fixed_work(monkeypatch):
+    monkeypatch.setattr(engine, "PROBE_ITERATIONS", 1_000)
+    short = min(engine.host_speed_probe_ms() for _ in range(3))
+    monkeypatch.setattr(engine, "PROBE_ITERATIONS", 1_000_000)
+    assert engine.host_speed_probe_ms() > 20 * short
 
 
 def test_host_cpu_seconds_count_the_engine_core_below_the_front_end():
@@ -544,6 +553,9 @@ def test_host_summary_reads_busy_shares_and_cost_per_token():
     assert summary["engine_core_us_per_token"] == pytest.approx(2100.0)
     assert report.host_text(runs) == "engine core 100% busy, 2100.0 us/token; front end 30%"
     assert report.host_text([None, None]) == "-"
+    runs[0]["probe_ms"], runs[2]["probe_ms"] = [20.0, 30.0], [40.0, 44.0]
+    assert report.host_summary(runs)["probe_ms"] == pytest.approx(33.5)
+    assert report.host_text(runs).endswith("front end 30%; speed probe 33.5 ms")
 
 
 def test_greedy_tokens_reports_probabilities_and_counter_deltas():

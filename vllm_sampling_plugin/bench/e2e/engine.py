@@ -195,6 +195,34 @@ def host_cpu_seconds() -> dict[str, float]:
     return {"front_end": used(front_end), "engine_core": engine_core}
 
 
+# Iterations of host_speed_probe_ms's loop: about 25 ms of one core.
+PROBE_ITERATIONS = 300_000
+
+
+def host_speed_probe_ms() -> float:
+    """Milliseconds this process takes for a fixed pure-Python loop: the
+    host CPU's speed at that moment, lower is faster.
+
+    Timed right before and right after each run (outside its clock): where
+    an engine's CPU time per token moves from run to run, the probe tells
+    whether the machine's speed moved with it (the lent hosts' did by up to
+    35% between runs minutes apart, docs/benchmarks.md).
+    """
+    start = time.perf_counter()
+    total = 0
+    for i in range(PROBE_ITERATIONS):
+        total += i * i
+    return 1e3 * (time.perf_counter() - start)
+
+
+def steal_seconds() -> float:
+    """CPU time the hypervisor has taken from this machine's CPUs so far
+    (all CPUs together; 0 where the kernel does not count it)."""
+    import psutil
+
+    return getattr(psutil.cpu_times(), "steal", 0.0)
+
+
 class Engine:
     """The parent's handle on an engine process."""
 
@@ -338,6 +366,8 @@ class _EngineServer:
         and not others), a wave would wait for its slowest request.
         """
         params = self._params(mix, len(prompts), output_len)
+        probe_before = host_speed_probe_ms()
+        steal_before = steal_seconds()
         cpu_before = host_cpu_seconds()
         start = time.perf_counter()
         if continuous:
@@ -351,8 +381,10 @@ class _EngineServer:
         seconds = time.perf_counter() - start
         cpu_after = host_cpu_seconds()
         host_cpu_s = {part: cpu_after[part] - cpu_before[part] for part in cpu_after}
+        steal_s = steal_seconds() - steal_before
         return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
-                "host_cpu_s": host_cpu_s}
+                "host_cpu_s": host_cpu_s, "steal_s": steal_s,
+                "probe_ms": [probe_before, host_speed_probe_ms()]}
 
     def _continuous(self, prompts: list[list[int]], params: list, in_flight: int) -> int:
         """Run every request with ``in_flight`` of them in the engine at a

@@ -34,8 +34,11 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                        "requests": as in "cells",
                        "host": {"base": [RUN], "spec": [RUN]}, each timed run's host CPU
                        in the order of ``base_tok_s`` / ``spec_tok_s``, RUN = {"seconds",
-                       "tokens", "engine_core_cpu_s", "front_end_cpu_s"} (absent in files
-                       written before 2026-11-28)}],
+                       "tokens", "engine_core_cpu_s", "front_end_cpu_s", "steal_s": CPU
+                       time the hypervisor took from the machine during the run, "probe_ms":
+                       [before, after] (engine.host_speed_probe_ms: the host's speed
+                       around the run)} (absent in files written before 2026-11-28; the
+                       eighth 0.20 run's have no "steal_s" and "probe_ms")}],
       "ngram": [{"model", "max_num_seqs", "k", "nospec_tok_s": [...], "spec_tok_s": [...],
                  "nospec": DIST, "spec": DIST, "speedup",
                  "acceptance": {"drafts", "drafted", "accepted", "acceptance_rate",
@@ -280,13 +283,15 @@ def host_use(run: dict) -> dict | None:
     if cpu is None:
         return None
     return {"seconds": run["seconds"], "tokens": run["tokens"],
-            "engine_core_cpu_s": cpu["engine_core"], "front_end_cpu_s": cpu["front_end"]}
+            "engine_core_cpu_s": cpu["engine_core"], "front_end_cpu_s": cpu["front_end"],
+            "steal_s": run.get("steal_s"), "probe_ms": run.get("probe_ms")}
 
 
 def host_summary(runs: Sequence[dict | None]) -> dict | None:
     """Medians over runs of :func:`host_use`: how busy the engine core and
     the front end were (CPU seconds per second of the run, 1.0 = one core
-    all the time) and the engine core's CPU microseconds per generated token.
+    all the time), the engine core's CPU microseconds per generated token
+    and, where measured, the speed probe's milliseconds around the runs.
 
     Example::
 
@@ -298,7 +303,7 @@ def host_summary(runs: Sequence[dict | None]) -> dict | None:
     measured = [r for r in runs if r and r["seconds"] > 0 and r["tokens"] > 0]
     if not measured:
         return None
-    return {
+    summary = {
         "engine_core_busy": statistics.median(r["engine_core_cpu_s"] / r["seconds"]
                                               for r in measured),
         "front_end_busy": statistics.median(r["front_end_cpu_s"] / r["seconds"]
@@ -306,6 +311,10 @@ def host_summary(runs: Sequence[dict | None]) -> dict | None:
         "engine_core_us_per_token": statistics.median(1e6 * r["engine_core_cpu_s"] / r["tokens"]
                                                       for r in measured),
     }
+    probes = [statistics.fmean(r["probe_ms"]) for r in measured if r.get("probe_ms")]
+    if probes:
+        summary["probe_ms"] = statistics.median(probes)
+    return summary
 
 
 def host_text(runs: Sequence[dict | None]) -> str:
@@ -313,9 +322,10 @@ def host_text(runs: Sequence[dict | None]) -> str:
     summary = host_summary(runs)
     if summary is None:
         return "-"
+    probe = f"; speed probe {summary['probe_ms']:.1f} ms" if "probe_ms" in summary else ""
     return (f"engine core {100 * summary['engine_core_busy']:.0f}% busy, "
             f"{summary['engine_core_us_per_token']:.1f} us/token; "
-            f"front end {100 * summary['front_end_busy']:.0f}%")
+            f"front end {100 * summary['front_end_busy']:.0f}%{probe}")
 
 
 def speculation_label(cell: dict) -> str:
