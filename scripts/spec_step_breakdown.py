@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, spec in engine_specs(args, path).items():
             engines[name] = Engine(spec)
             results["engines"][name] = {
-                "startup_s": engines[name].info["startup_s"], "tok_s": [],
+                "startup_s": engines[name].info["startup_s"], "tok_s": [], "host": [],
                 "engine_core_pid": engine_core_pid(engines[name].pid),
                 # Full runs of the workload: the timed ones and the instrumented one.
                 "runs_profiled": args.runs + 1,
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                                             continuous=True)
                 tok_s, host = result["tok_s"], report.host_use(result)
                 results["engines"][name]["tok_s"].append(tok_s)
-                results["engines"][name].setdefault("host", []).append(host)
+                results["engines"][name]["host"].append(host)
                 say(f"{name} run {run + 1}: {tok_s:.0f} tok/s; {report.host_text([host])}")
         for name, engine in engines.items():
             entry = results["engines"][name]
