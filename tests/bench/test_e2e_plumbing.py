@@ -221,6 +221,49 @@ def test_ngram_cells_run_identity_on_the_prompts_they_timed(tmp_path):
     assert cell["requests"] == 14 and cell["identity"]["identical"] == 3
 
 
+def test_a_seeded_difference_asks_both_engines_again_with_logprobs(tmp_path):
+    """Seeded tokens that differ get a second seeded run of both engines
+    with logprobs; the cell keeps what it says (and identical seeded tokens
+    ask nothing more: the test above)."""
+    args = run.parse_args(["--pairs", "1", "--num-requests", "4", "--output-len", "3",
+                           "--max-num-seqs", "4", "--identity-requests", "2",
+                           "--spec-workloads", "nonrepeating", "--breakdown-mixes", "none",
+                           "--out", str(tmp_path)])
+    calls, seen = [], []
+
+    class Speculating(FakeEngine):
+        def call(self, command, **kwargs):
+            if command == "throughput":
+                return super().call(command, **kwargs)
+            probabilities = kwargs.get("with_probabilities", False)
+            seen.append((self.role, kwargs.get("mix"), probabilities))
+            tokens = [[7, 7, 7], [8, 8, 8]]
+            if self.role == "adaptive" and kwargs.get("mix"):
+                tokens[1][2] = 9
+            logprobs = [[-0.1, -0.2, -0.3]] * 2 if probabilities else []
+            return {"tokens": tokens, "token_logprobs": logprobs,
+                    "spec": {"drafts": 0, "drafted": 0, "accepted": 0}}
+
+    engines = {"nospec": Speculating("nospec", calls, 100.0),
+               "adaptive": Speculating("adaptive", calls, 110.0)}
+    bench = run.Run(args)
+    bench.ngram_cells("m", 1000, engines, "adaptive", "nospec", 3)
+    assert seen[-2:] == [("nospec", "seeded_t1", True), ("adaptive", "seeded_t1", True)]
+    seeded = bench.results["speculation"][0]["seeded_identity"]
+    assert seeded["identical"] == 1
+    assert seeded["rerun"]["repeated"] == [2, 2]
+    assert (seeded["rerun"]["equal_logprobs"], seeded["rerun"]["compared_logprobs"]) == (5, 5)
+    assert "seeded rerun: each engine repeated 2/2 and 2/2" in report.render_markdown(
+        bench.results)
+    # With --seeded-rerun it asks again where nothing differed too.
+    engines["adaptive"].role = "adaptive, seeded as nospec"
+    for rerun_always in (False, True):
+        seen.clear()
+        args.seeded_rerun = rerun_always
+        run.Run(args).ngram_cells("m", 1000, engines, "adaptive", "nospec", 3)
+        assert any(probabilities for *_, probabilities in seen) is rerun_always
+
+
 def test_control_pairs_stock_with_a_second_stock_engine(tmp_path):
     args = run.parse_args(["--pairs", "2", "--num-requests", "4", "--max-num-seqs", "4",
                            "--control", "--out", str(tmp_path)])
@@ -351,6 +394,22 @@ def test_identity_report_explains_differences_with_either_run():
     assert result["all_differences_near_ties"] is False
     same = report.identity_report(nospec, nospec)
     assert same["identical"] == 4 and same["all_differences_near_ties"] is True
+
+
+def test_seeded_rerun_compares_logprobs_only_before_each_difference():
+    first = [[[1, 2, 3], [4, 5, 6]], [[1, 2, 7], [4, 9, 6]]]
+    again = [[[1, 2, 3], [4, 5, 6]], [[1, 2, 7], [4, 5, 6]]]
+    logprobs = [[[-0.1, -0.2, -0.3], [-0.4, -0.5, -0.6]],
+                [[-0.1, -0.25, -9.0], [-0.4, -0.5, -0.6]]]
+    rerun = report.seeded_rerun(first, again, logprobs)
+    # nospec repeated both of its requests, spec only its first.
+    assert rerun["repeated"] == [2, 1]
+    assert [(d["request"], d["position"]) for d in rerun["differences"]] == [(0, 2)]
+    # Request 0 compares positions 0-1 (it differs at 2), request 1 all three.
+    assert (rerun["equal_logprobs"], rerun["compared_logprobs"]) == (4, 5)
+    assert rerun["max_logprob_gap"] == pytest.approx(0.05)
+    text = report.seeded_rerun_text(rerun)
+    assert "repeated 2/2 and 1/2" in text and "1 still differ" in text and "4/5" in text
 
 
 def test_sampling_ceilings_pair_stock_with_plugin():

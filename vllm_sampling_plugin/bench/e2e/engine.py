@@ -417,17 +417,19 @@ class _EngineServer:
                       with_probabilities: bool = False, mix: str = "greedy") -> dict:
         """Greedy (or ``mix``'s) continuations and the speculative-decoding
         counters' change over the call; with ``with_probabilities`` also the
-        probability of every generated token, from the raw logits."""
+        raw logprob of every generated token (``token_logprobs``, one list per
+        prompt) and their probabilities, flattened (``top1_probability``)."""
         before = self._spec_counters()
         extra = {"logprobs": 0} if with_probabilities else {}
         outputs = self._generate(prompts, self._params(mix, len(prompts), output_len,
                                                        **extra))
         spec = self._spec_counters_since(before)
-        top1 = [math.exp(position[token].logprob)
-                for o in outputs if with_probabilities
-                for token, position in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+        logprobs = [[position[token].logprob
+                     for token, position in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)]
+                    for o in outputs] if with_probabilities else []
         return {"tokens": [list(o.outputs[0].token_ids) for o in outputs],
-                "top1_probability": top1,
+                "token_logprobs": logprobs,
+                "top1_probability": [math.exp(x) for row in logprobs for x in row],
                 "spec": spec}
 
     def top2_logits(self, prompts: list[list[int]]) -> dict:

@@ -30,7 +30,8 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                        identity requests: "drafted" counts verified draft tokens),
                        "identity": {...} (greedy, policy vs against),
                        "seeded_identity": {...} or null (seeded, temperature 1, against nospec;
-                       before 2026-11-27: seeded top-p 0.95),
+                       before 2026-11-27: seeded top-p 0.95; where requests differ,
+                       "rerun": ``seeded_rerun``'s result, files from 2026-11-28 on),
                        "requests": as in "cells",
                        "host": {"base": [RUN], "spec": [RUN]}, each timed run's host CPU
                        in the order of ``base_tok_s`` / ``spec_tok_s``, RUN = {"seconds",
@@ -198,6 +199,54 @@ def identity_report(nospec: list[list[int]], spec: list[list[int]],
             "fraction": (requests - len(differences)) / requests if requests else None,
             "all_differences_near_ties": all(d["near_tie"] for d in differences),
             "differences": differences}
+
+
+def seeded_rerun(first: Sequence[list[list[int]]], again: Sequence[list[list[int]]],
+                 logprobs: Sequence[list[list[float]]]) -> dict:
+    """What a second seeded run of both engines says about a seeded difference.
+
+    ``first`` / ``again``: [nospec, spec] token lists of the first and the
+    second run, one list per prompt; ``logprobs``: [nospec, spec] raw logprob
+    of every token of the second run. Returns how many requests each engine
+    repeated exactly (``repeated``), the requests the engines still tell
+    apart (``differences``), and, over the positions before each request's
+    first difference, how many sampled tokens got the same logprob bit for
+    bit in both engines (``equal_logprobs`` of ``compared_logprobs``) and the
+    largest gap (``max_logprob_gap``): where logprobs differ, the engines'
+    logits differ by rounding, and a draw whose two best perturbed logits lie
+    that close can go either way.
+
+    Example::
+
+        >>> r = seeded_rerun([[[1, 2]], [[1, 3]]], [[[1, 2]], [[1, 3]]],
+        ...                  [[[-0.5, -1.0]], [[-0.5, -1.5]]])
+        >>> r["repeated"], r["equal_logprobs"], r["compared_logprobs"]
+        ([1, 1], 1, 1)
+    """
+    repeated = [sum(a == b for a, b in zip(f, g)) for f, g in zip(first, again)]
+    equal = compared = 0
+    gap = 0.0
+    for base_tokens, spec_tokens, base_lp, spec_lp in zip(*again, *logprobs):
+        shared = first_difference(base_tokens, spec_tokens)
+        shared = len(base_tokens) if shared is None else shared
+        for x, y in zip(base_lp[:shared], spec_lp[:shared]):
+            compared += 1
+            equal += x == y
+            gap = max(gap, abs(x - y))
+    return {"repeated": repeated, "requests": len(first[0]),
+            "differences": identity_report(*again)["differences"],
+            "equal_logprobs": equal, "compared_logprobs": compared,
+            "max_logprob_gap": gap}
+
+
+def seeded_rerun_text(rerun: dict) -> str:
+    """One line for ``seeded_rerun``'s result."""
+    base, spec = rerun["repeated"]
+    n = rerun["requests"]
+    return (f"each engine repeated {base}/{n} and {spec}/{n} of its own requests, "
+            f"{len(rerun['differences'])} still differ; sampled tokens' logprobs equal "
+            f"in {rerun['equal_logprobs']}/{rerun['compared_logprobs']} shared positions, "
+            f"largest gap {rerun['max_logprob_gap']:.2e}")
 
 
 def sampling_ceilings(breakdown: list[dict]) -> list[dict]:
@@ -429,6 +478,11 @@ def render_markdown(results: dict) -> str:
                 f"{acc['drafted']} / {acc['accepted']} | "
                 f"{ident['identical']}/{ident['requests']}{seeded_text} |")
         lines.append("")
+        lines += [f"{c['model']} {c['workload']} max_num_seqs={c['max_num_seqs']} "
+                  f"{speculation_label(c)}, seeded rerun: "
+                  f"{seeded_rerun_text(c['seeded_identity']['rerun'])}"
+                  for c in results["speculation"]
+                  if (c["seeded_identity"] or {}).get("rerun")]
         hosts = [c for c in results["speculation"] if c.get("host")]
         if hosts:
             lines += ["| model | workload | max_num_seqs | policy vs baseline | baseline host "

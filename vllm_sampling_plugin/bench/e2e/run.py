@@ -174,6 +174,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "vLLM 0.32/0.33, --spec-engines plugin")
     parser.add_argument("--identity-requests", type=int, default=256,
                         help="greedy (and seeded) requests compared with and without speculation")
+    parser.add_argument("--seeded-rerun", action="store_true",
+                        help="ask both engines for the seeded tokens again with logprobs in "
+                             "every cell against no speculation, not only where seeded tokens "
+                             "differ: whether each engine repeats itself and whether the two "
+                             "engines' logits agree bit for bit")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
                         help="per engine; two engines share the GPU")
     parser.add_argument("--attention-backend", default=None,
@@ -516,7 +521,25 @@ class Run:
                                        mix=workload.IDENTITY_SEEDED_MIX)["tokens"]
                     for role in (baseline, policy)]
             seeded = report.identity_report(*runs)
+            if seeded["differences"] or a.seeded_rerun:
+                seeded["rerun"] = self.seeded_rerun(engines, baseline, policy, prompts, runs)
         return greedy, seeded, drafted
+
+    def seeded_rerun(self, engines: dict[str, Engine], baseline: str, policy: str,
+                     prompts: list[list[int]], first: list[list[list[int]]]) -> dict:
+        """Seeded tokens that differed, asked again of both engines with the
+        raw logprob of every sampled token: does each engine repeat its own
+        tokens, and are the two engines' logits the same bit for bit where
+        their tokens agree (a seeded draw at temperature 1 can flip on a
+        rounding-level logit difference; ``report.seeded_rerun``)."""
+        again = [engines[role].call("greedy_tokens", prompts=prompts,
+                                    output_len=self.args.output_len,
+                                    mix=workload.IDENTITY_SEEDED_MIX, with_probabilities=True)
+                 for role in (baseline, policy)]
+        rerun = report.seeded_rerun(first, [r["tokens"] for r in again],
+                                    [r["token_logprobs"] for r in again])
+        self.say(f"  seeded rerun: {report.seeded_rerun_text(rerun)}")
+        return rerun
 
     def ngram_cells(self, model: str, vocab: int, engines: dict[str, Engine], policy: str,
                     baseline: str, k: int, twin: str | None = None) -> None:
