@@ -35,6 +35,25 @@ run() {
     echo "$name rc=$rc$([ "$rc" -eq 124 ] && echo " (STEP_TIMEOUT=$limit s)")" >> "$failed"
   fi
 }
+# Stock vLLM 0.32/0.33 samples top-k/top-p with FlashInfer, whose sampling
+# module a fresh lent machine compiles with nvcc on first use: a stock engine's
+# first top-k/top-p request was still compiling it 174 s in when its step ran
+# out of time (H200, vLLM 0.33, 2026-11-28). Steps that start stock engines
+# on those lines build it in the background from the step's start, beside the
+# first engine's start-up; an engine that needs it meanwhile waits on
+# FlashInfer's build lock, so no timed run overlaps the build. Once per
+# machine: FlashInfer keeps the module under ~/.cache/flashinfer.
+flashinfer_build_started=
+build_flashinfer_sampling_in_background() {
+  [ -n "$flashinfer_build_started" ] && return
+  flashinfer_build_started=1
+  ( t0=$SECONDS
+    MAX_JOBS=$(nproc) python3 -c \
+      'from flashinfer.sampling import get_sampling_module; get_sampling_module()' \
+      > "$out/flashinfer-sampling-build.log" 2>&1
+    echo "FlashInfer sampling module built or loaded (rc=$?) in $((SECONDS - t0)) s" \
+      >> "$out/flashinfer-sampling-build.log" ) &
+}
 for step in "$@"; do
   case $step in
     info) run info vllm-sampling-plugin info ;;
@@ -88,6 +107,7 @@ for step in "$@"; do
       # engine stock: issue 25's baseline, 8B, the workloads that matter for
       # it. One k per call fits the 10-minute limit: SPEC_K=3, then SPEC_K=7
       # (the copy checkpoint stays in /tmp/e2e-checkpoints between calls).
+      build_flashinfer_sampling_in_background
       run "$step-k${SPEC_K:-3}" python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
         --mixes ngram --spec-engines stock --ngram-k "${SPEC_K:-3}" --max-num-seqs 64,256 \
         --spec-workloads nonrepeating,mixed,accepting --pairs 2 --num-requests 256 \
@@ -123,6 +143,7 @@ for step in "$@"; do
       # (about 8-9 minutes on an H100: STEP_TIMEOUT=575). A 1B engine runs
       # these 256 requests in under a second, which the host's noise
       # swamps: add --models 1b:128256 --min-run-s 8 through E2E_ARGS.
+      build_flashinfer_sampling_in_background
       run "$step-k${SPEC_K:-3}" python3 -m vllm_sampling_plugin.cli bench e2e \
         --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \
         --no-spec-against-none --spec-against-stock --ngram-k "${SPEC_K:-3}" \
@@ -139,6 +160,7 @@ for step in "$@"; do
       # machines without drafts (2026-11-27), so one mix per call:
       # SPEC_MIXES=t1 (default), then seeded_topp or ngram (greedy),
       # STEP_TIMEOUT=590. Not yet run on a GPU.
+      build_flashinfer_sampling_in_background
       run "$step-${SPEC_MIXES:-t1}" python3 -m vllm_sampling_plugin.cli bench e2e \
         --models 8b:151936 --mixes ngram --spec-draft 1b --spec-policies fixed \
         --spec-verification plugin --no-spec-against-none --spec-against-stock \

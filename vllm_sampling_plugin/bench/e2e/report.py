@@ -211,10 +211,12 @@ def seeded_rerun(first: Sequence[list[list[int]]], again: Sequence[list[list[int
     repeated exactly (``repeated``), the requests the engines still tell
     apart (``differences``), and, over the positions before each request's
     first difference, how many sampled tokens got the same logprob bit for
-    bit in both engines (``equal_logprobs`` of ``compared_logprobs``) and the
-    largest gap (``max_logprob_gap``): where logprobs differ, the engines'
-    logits differ by rounding, and a draw whose two best perturbed logits lie
-    that close can go either way.
+    bit in both engines (``equal_logprobs`` of ``compared_logprobs``), the
+    largest gap (``max_logprob_gap``) and the median over requests of the
+    first position whose logprobs differ (``median_first_unequal``; None where
+    none do): where logprobs differ, the engines' logits differ by rounding,
+    and a draw whose two best perturbed logits lie that close can go either
+    way.
 
     Example::
 
@@ -226,17 +228,22 @@ def seeded_rerun(first: Sequence[list[list[int]]], again: Sequence[list[list[int
     repeated = [sum(a == b for a, b in zip(f, g)) for f, g in zip(first, again)]
     equal = compared = 0
     gap = 0.0
+    first_unequal = []
     for base_tokens, spec_tokens, base_lp, spec_lp in zip(*again, *logprobs):
         shared = first_difference(base_tokens, spec_tokens)
         shared = len(base_tokens) if shared is None else shared
-        for x, y in zip(base_lp[:shared], spec_lp[:shared]):
-            compared += 1
-            equal += x == y
-            gap = max(gap, abs(x - y))
+        pairs = list(zip(base_lp[:shared], spec_lp[:shared]))
+        unequal = [i for i, (x, y) in enumerate(pairs) if x != y]
+        compared += len(pairs)
+        equal += len(pairs) - len(unequal)
+        gap = max([gap] + [abs(x - y) for x, y in pairs])
+        if unequal:
+            first_unequal.append(unequal[0])
     return {"repeated": repeated, "requests": len(first[0]),
             "differences": identity_report(*again)["differences"],
             "equal_logprobs": equal, "compared_logprobs": compared,
-            "max_logprob_gap": gap}
+            "max_logprob_gap": gap,
+            "median_first_unequal": statistics.median(first_unequal) if first_unequal else None}
 
 
 def seeded_rerun_text(rerun: dict) -> str:
@@ -246,7 +253,9 @@ def seeded_rerun_text(rerun: dict) -> str:
     return (f"each engine repeated {base}/{n} and {spec}/{n} of its own requests, "
             f"{len(rerun['differences'])} still differ; sampled tokens' logprobs equal "
             f"in {rerun['equal_logprobs']}/{rerun['compared_logprobs']} shared positions, "
-            f"largest gap {rerun['max_logprob_gap']:.2e}")
+            f"largest gap {rerun['max_logprob_gap']:.2e}"
+            + (f", first unequal at position {rerun['median_first_unequal']:g} (median)"
+               if rerun.get("median_first_unequal") is not None else ""))
 
 
 def sampling_ceilings(breakdown: list[dict]) -> list[dict]:
