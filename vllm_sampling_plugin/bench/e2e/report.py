@@ -487,11 +487,12 @@ def render_markdown(results: dict) -> str:
                 f"{acc['drafted']} / {acc['accepted']} | "
                 f"{ident['identical']}/{ident['requests']}{seeded_text} |")
         lines.append("")
-        lines += [f"{c['model']} {c['workload']} max_num_seqs={c['max_num_seqs']} "
+        reruns = [f"{c['model']} {c['workload']} max_num_seqs={c['max_num_seqs']} "
                   f"{speculation_label(c)}, seeded rerun: "
                   f"{seeded_rerun_text(c['seeded_identity']['rerun'])}"
                   for c in results["speculation"]
                   if (c["seeded_identity"] or {}).get("rerun")]
+        lines += reruns + ([""] if reruns else [])
         hosts = [c for c in results["speculation"] if c.get("host")]
         if hosts:
             lines += ["| model | workload | max_num_seqs | policy vs baseline | baseline host "
