@@ -76,6 +76,13 @@ if [ ! -e "$site/.ready-$version" ]; then
   if ls "$extra"/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$extra"/*.whl
   fi
+  # FlashInfer's sampling module, prebuilt by the staging: FlashInfer loads it
+  # from its package's data/aot instead of compiling it on first use.
+  if [ -e "$bundle/aot/sampling/sampling.so" ]; then
+    mkdir -p "$site/flashinfer/data/aot/sampling"
+    cp "$bundle/aot/sampling/sampling.so" "$site/flashinfer/data/aot/sampling/"
+    echo "$me FlashInfer sampling module installed prebuilt"
+  fi
   rm -rf "$bundle"
   touch "$site/.ready-$version"
 fi

@@ -152,11 +152,22 @@ with zipfile.ZipFile(src) as z, zipfile.ZipFile(src + ".new", "w", zipfile.ZIP_D
 os.replace(src + ".new", src)
 PY
 
+# Stock 0.32/0.33 samples top-k/top-p with FlashInfer, which would compile its
+# sampling module with nvcc on a fresh machine's first top-k/top-p request
+# (minutes, docs/gpu-staging.md). Where this machine has nvcc, build it here
+# from the wheel being sent; the device step puts it where FlashInfer loads
+# prebuilt modules. STAGE_FLASHINFER_AOT=0 skips it.
+packed=(wheels)
+if [ "${STAGE_FLASHINFER_AOT:-1}" = 1 ] && command -v nvcc >/dev/null; then
+  echo "[stage] building FlashInfer's sampling module for sm_90a (about 15 minutes on 2 cores)"
+  python3 "$here/build_flashinfer_sampling.py" "$work/wheels" "$work/aot" && packed+=(aot)
+fi
+
 echo "[stage] packing into ${chunk_mb} MB chunks"
 rm -rf "$dest" && mkdir -p "$dest/tools"
 # Wheels are already deflated, so xz gains little over them; it still packs
 # the step in one stream that the device unpacks only once all parts are in.
-tar cf - -C "$work" wheels | xz -${XZ_LEVEL:-6} -T0 | split -b "${chunk_mb}000000" -d -a 2 - "$dest/part_"
+tar cf - -C "$work" "${packed[@]}" | xz -${XZ_LEVEL:-6} -T0 | split -b "${chunk_mb}000000" -d -a 2 - "$dest/part_"
 n=$(ls "$dest"/part_* | wc -l)
 for p in "$dest"/part_*; do mkdir "$dest/c_${p##*_}"; mv "$p" "$dest/c_${p##*_}/"; done
 echo "$n" > "$dest/tools/count"
