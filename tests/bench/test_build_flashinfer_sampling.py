@@ -1,7 +1,8 @@
 """scripts/build_flashinfer_sampling.py: the pieces that need no nvcc."""
 
-import importlib.util
 import shutil
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,12 @@ def test_tvm_ffi_is_asked_for_in_the_version_the_staging_sends(tmp_path):
     assert build.tvm_ffi_requirement(tmp_path) == "apache-tvm-ffi==0.1.11"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("nvidia") is None,
-                    reason="no NVIDIA wheels beside this Python's torch")
-def test_cuda_include_dirs_hold_curand():
-    dirs = build.cuda_include_dirs()
-    assert dirs and all((Path(d) / "curand.h").is_file() for d in dirs)
+def test_cuda_include_dirs_are_the_nvidia_wheels_folders_that_hold_curand(tmp_path, monkeypatch):
+    for wheel, header in (("cu13", "curand.h"), ("cudnn", "cudnn.h")):
+        (tmp_path / wheel / "include").mkdir(parents=True)
+        (tmp_path / wheel / "include" / header).touch()
+    monkeypatch.setitem(sys.modules, "nvidia", types.SimpleNamespace(__path__=[str(tmp_path)]))
+    assert build.cuda_include_dirs() == [str(tmp_path / "cu13" / "include")]
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc")
