@@ -408,10 +408,13 @@ def test_seeded_rerun_compares_logprobs_only_before_each_difference():
     # Request 0 compares positions 0-1 (it differs at 2), request 1 all three.
     assert (rerun["equal_logprobs"], rerun["compared_logprobs"]) == (4, 5)
     assert rerun["max_logprob_gap"] == pytest.approx(0.05)
-    # Only request 0's logprobs differ, first at position 1.
+    # Only request 0's logprobs differ, first at position 1, by 0.05.
     assert rerun["median_first_unequal"] == 1
+    assert rerun["unequal_gaps"]["tokens"] == 1
+    assert rerun["unequal_gaps"]["p50"] == pytest.approx(0.05)
     text = report.seeded_rerun_text(rerun)
     assert "repeated 2/2 and 1/2" in text and "1 still differ" in text and "4/5" in text
+    assert "unequal gaps p10/p50/p90 5.0e-02/5.0e-02/5.0e-02" in text
     assert text.endswith("first unequal at position 1 (median)")
 
 

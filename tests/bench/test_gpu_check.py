@@ -14,8 +14,9 @@ def gpu_check(tmp_path: Path, *steps: str, python_exit: int = 0) -> subprocess.C
     runs, on a machine with a GPU or without."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").write_text(f'#!/bin/sh\necho stand-in\necho "$*" >> {tmp_path}/python3-calls'
-                                     f"\nexit {python_exit}\n")
+    (bin_dir / "python3").write_text(f'#!/bin/sh\necho stand-in\n'
+                                     f'echo "$*" >> {tmp_path}/python3-calls\n'
+                                     f"exit {python_exit}\n")
     (bin_dir / "python3").chmod(0o755)
     return subprocess.run(["bash", str(SCRIPTS / "gpu-check.sh"), *steps],
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path / "out"),

@@ -212,11 +212,13 @@ def seeded_rerun(first: Sequence[list[list[int]]], again: Sequence[list[list[int
     apart (``differences``), and, over the positions before each request's
     first difference, how many sampled tokens got the same logprob bit for
     bit in both engines (``equal_logprobs`` of ``compared_logprobs``), the
-    largest gap (``max_logprob_gap``) and the median over requests of the
-    first position whose logprobs differ (``median_first_unequal``; None where
-    none do): where logprobs differ, the engines' logits differ by rounding,
-    and a draw whose two best perturbed logits lie that close can go either
-    way.
+    largest gap (``max_logprob_gap``), the quantiles of the gaps that are not
+    zero (``unequal_gaps``: a different reduction order moves a float32
+    logprob by about 1e-6, a different bf16 rounding of a logit by 1e-2 or
+    more) and the median over requests of the first position whose logprobs
+    differ (``median_first_unequal``; None where none do). Where logits differ
+    by a rounding, a draw whose two best perturbed logits lie that close can
+    go either way.
 
     Example::
 
@@ -227,8 +229,7 @@ def seeded_rerun(first: Sequence[list[list[int]]], again: Sequence[list[list[int
     """
     repeated = [sum(a == b for a, b in zip(f, g)) for f, g in zip(first, again)]
     equal = compared = 0
-    gap = 0.0
-    first_unequal = []
+    first_unequal, gaps = [], []
     for base_tokens, spec_tokens, base_lp, spec_lp in zip(*again, *logprobs):
         shared = first_difference(base_tokens, spec_tokens)
         shared = len(base_tokens) if shared is None else shared
@@ -236,13 +237,13 @@ def seeded_rerun(first: Sequence[list[list[int]]], again: Sequence[list[list[int
         unequal = [i for i, (x, y) in enumerate(pairs) if x != y]
         compared += len(pairs)
         equal += len(pairs) - len(unequal)
-        gap = max([gap] + [abs(x - y) for x, y in pairs])
+        gaps += [abs(pairs[i][0] - pairs[i][1]) for i in unequal]
         if unequal:
             first_unequal.append(unequal[0])
     return {"repeated": repeated, "requests": len(first[0]),
             "differences": identity_report(*again)["differences"],
             "equal_logprobs": equal, "compared_logprobs": compared,
-            "max_logprob_gap": gap,
+            "max_logprob_gap": max(gaps, default=0.0), "unequal_gaps": quantiles(gaps),
             "median_first_unequal": statistics.median(first_unequal) if first_unequal else None}
 
 
@@ -254,6 +255,9 @@ def seeded_rerun_text(rerun: dict) -> str:
             f"{len(rerun['differences'])} still differ; sampled tokens' logprobs equal "
             f"in {rerun['equal_logprobs']}/{rerun['compared_logprobs']} shared positions, "
             f"largest gap {rerun['max_logprob_gap']:.2e}"
+            + (f", unequal gaps p10/p50/p90 {rerun['unequal_gaps']['p10']:.1e}/"
+               f"{rerun['unequal_gaps']['p50']:.1e}/{rerun['unequal_gaps']['p90']:.1e}"
+               if rerun.get("unequal_gaps", {}).get("tokens") else "")
             + (f", first unequal at position {rerun['median_first_unequal']:g} (median)"
                if rerun.get("median_first_unequal") is not None else ""))
 
