@@ -42,7 +42,9 @@ run() {
 # on those lines build it in the background from the step's start, beside the
 # first engine's start-up; an engine that needs it meanwhile waits on
 # FlashInfer's build lock, so no timed run overlaps the build. Once per
-# machine: FlashInfer keeps the module under ~/.cache/flashinfer.
+# machine: FlashInfer keeps the module under ~/.cache/flashinfer. Where the
+# staging sent it prebuilt (scripts/build_flashinfer_sampling.py) this only
+# loads it, in seconds.
 flashinfer_build_started=
 build_flashinfer_sampling_in_background() {
   [ -n "$flashinfer_build_started" ] && return

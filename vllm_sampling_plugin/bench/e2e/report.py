@@ -30,8 +30,9 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                        identity requests: "drafted" counts verified draft tokens),
                        "identity": {...} (greedy, policy vs against),
                        "seeded_identity": {...} or null (seeded, temperature 1, against nospec;
-                       before 2026-11-27: seeded top-p 0.95; where requests differ,
-                       "rerun": ``seeded_rerun``'s result, files from 2026-11-28 on),
+                       before 2026-11-27: seeded top-p 0.95; where requests differ or with
+                       ``--seeded-rerun``, "rerun": ``seeded_rerun``'s result, files
+                       from 2026-11-28 on),
                        "requests": as in "cells",
                        "host": {"base": [RUN], "spec": [RUN]}, each timed run's host CPU
                        in the order of ``base_tok_s`` / ``spec_tok_s``, RUN = {"seconds",
