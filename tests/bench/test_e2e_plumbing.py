@@ -135,6 +135,23 @@ class FakeEngine:
                 "host_cpu_s": {"engine_core": self.tok_s / 100, "front_end": 0.5}}
 
 
+class SpeculatingEngine(FakeEngine):
+    """A FakeEngine that also answers the identity calls: ``answer(self,
+    kwargs)`` gives their tokens (and logprobs); ``seen`` gets (role,
+    command, kwargs) of each."""
+
+    def __init__(self, role, calls, tok_s, seen, answer):
+        super().__init__(role, calls, tok_s)
+        self.seen, self.answer = seen, answer
+
+    def call(self, command, **kwargs):
+        if command == "throughput":
+            return super().call(command, **kwargs)
+        self.seen.append((self.role, command, kwargs))
+        return {**self.answer(self, kwargs),
+                "spec": {"drafts": 0, "drafted": 0, "accepted": 0}}
+
+
 def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
     args = run.parse_args(["--pairs", "3", "--num-requests", "8", "--output-len", "32",
                            "--max-num-seqs", "4,8", "--out", str(tmp_path)])
@@ -197,26 +214,21 @@ def test_ngram_cells_run_identity_on_the_prompts_they_timed(tmp_path):
                            "--out", str(tmp_path)])
     calls, seen = [], []
 
-    class Speculating(FakeEngine):
-        def call(self, command, **kwargs):
-            if command == "throughput":
-                return super().call(command, **kwargs)
-            seen.append((self.role, command, kwargs.get("mix"), kwargs["prompts"]))
-            return {"tokens": [[7] * 32 for _ in kwargs["prompts"]],
-                    "spec": {"drafts": 0, "drafted": 0, "accepted": 0}}
+    def answer(engine, kwargs):
+        return {"tokens": [[7] * 32 for _ in kwargs["prompts"]]}
 
-    engines = {"nospec": Speculating("nospec", calls, 100.0),
-               "adaptive": Speculating("adaptive", calls, 110.0)}
+    engines = {role: SpeculatingEngine(role, calls, tok_s, seen, answer)
+               for role, tok_s in (("nospec", 100.0), ("adaptive", 110.0))}
     bench = run.Run(args)
     bench.ngram_cells("m", 1000, engines, "adaptive", "nospec", 3)
     full_length = [c for c in calls if c[3] == 32]
     assert full_length == [("nospec", "throughput", 8, 32), ("adaptive", "throughput", 8, 32),
                            ("nospec", "throughput", 14, 32), ("adaptive", "throughput", 14, 32)]
     expected = copying.workload_prompts("nonrepeating", 14, 64, 1000, seed=4)[:3]
-    assert [(r, c, m) for r, c, m, _ in seen] == [
+    assert [(r, c, kw.get("mix")) for r, c, kw in seen] == [
         ("nospec", "greedy_tokens", None), ("adaptive", "greedy_tokens", None),
         ("nospec", "greedy_tokens", "seeded_t1"), ("adaptive", "greedy_tokens", "seeded_t1")]
-    assert all(p == expected for *_, p in seen)
+    assert all(kw["prompts"] == expected for *_, kw in seen)
     cell = bench.results["speculation"][0]
     assert cell["requests"] == 14 and cell["identity"]["identical"] == 3
 
@@ -231,24 +243,22 @@ def test_a_seeded_difference_asks_both_engines_again_with_logprobs(tmp_path):
                            "--out", str(tmp_path)])
     calls, seen = [], []
 
-    class Speculating(FakeEngine):
-        def call(self, command, **kwargs):
-            if command == "throughput":
-                return super().call(command, **kwargs)
-            probabilities = kwargs.get("with_probabilities", False)
-            seen.append((self.role, kwargs.get("mix"), probabilities))
-            tokens = [[7, 7, 7], [8, 8, 8]]
-            if self.role == "adaptive" and kwargs.get("mix"):
-                tokens[1][2] = 9
-            logprobs = [[-0.1, -0.2, -0.3]] * 2 if probabilities else []
-            return {"tokens": tokens, "token_logprobs": logprobs,
-                    "spec": {"drafts": 0, "drafted": 0, "accepted": 0}}
+    def answer(engine, kwargs):
+        tokens = [[7, 7, 7], [8, 8, 8]]
+        if engine.role == "adaptive" and kwargs.get("mix"):
+            tokens[1][2] = 9
+        with_logprobs = kwargs.get("with_probabilities", False)
+        return {"tokens": tokens,
+                "token_logprobs": [[-0.1, -0.2, -0.3]] * 2 if with_logprobs else []}
 
-    engines = {"nospec": Speculating("nospec", calls, 100.0),
-               "adaptive": Speculating("adaptive", calls, 110.0)}
+    def asked(seen):
+        return [(r, kw.get("mix"), kw.get("with_probabilities", False)) for r, _, kw in seen]
+
+    engines = {role: SpeculatingEngine(role, calls, tok_s, seen, answer)
+               for role, tok_s in (("nospec", 100.0), ("adaptive", 110.0))}
     bench = run.Run(args)
     bench.ngram_cells("m", 1000, engines, "adaptive", "nospec", 3)
-    assert seen[-2:] == [("nospec", "seeded_t1", True), ("adaptive", "seeded_t1", True)]
+    assert asked(seen)[-2:] == [("nospec", "seeded_t1", True), ("adaptive", "seeded_t1", True)]
     seeded = bench.results["speculation"][0]["seeded_identity"]
     assert seeded["identical"] == 1
     assert seeded["rerun"]["repeated"] == [2, 2]
@@ -261,7 +271,7 @@ def test_a_seeded_difference_asks_both_engines_again_with_logprobs(tmp_path):
         seen.clear()
         args.seeded_rerun = rerun_always
         run.Run(args).ngram_cells("m", 1000, engines, "adaptive", "nospec", 3)
-        assert any(probabilities for *_, probabilities in seen) is rerun_always
+        assert any(probabilities for *_, probabilities in asked(seen)) is rerun_always
 
 
 def test_control_pairs_stock_with_a_second_stock_engine(tmp_path):
