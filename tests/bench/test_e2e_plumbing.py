@@ -137,8 +137,8 @@ class FakeEngine:
 
 class SpeculatingEngine(FakeEngine):
     """A FakeEngine that also answers the identity calls: ``answer(self,
-    kwargs)`` gives their tokens (and logprobs); ``seen`` gets (role,
-    command, kwargs) of each."""
+    kwargs)`` gives their tokens (and logprobs, or spec-decode counters other
+    than none); ``seen`` gets (role, command, kwargs) of each."""
 
     def __init__(self, role, calls, tok_s, seen, answer):
         super().__init__(role, calls, tok_s)
@@ -148,8 +148,8 @@ class SpeculatingEngine(FakeEngine):
         if command == "throughput":
             return super().call(command, **kwargs)
         self.seen.append((self.role, command, kwargs))
-        return {**self.answer(self, kwargs),
-                "spec": {"drafts": 0, "drafted": 0, "accepted": 0}}
+        return {"spec": {"drafts": 0, "drafted": 0, "accepted": 0},
+                **self.answer(self, kwargs)}
 
 
 def test_cells_warm_both_engines_then_interleave_and_save_each_cell(tmp_path):
@@ -930,21 +930,18 @@ def test_a_speculation_cell_against_the_control_twin_is_marked_a_over_a(tmp_path
                            "--spec-policies", "fixed", "--control", "--out", str(tmp_path)])
     calls, seen = [], []
 
-    class Speculating(FakeEngine):
-        def call(self, command, **kwargs):
-            if command == "throughput":
-                return super().call(command, **kwargs)
-            seen.append((self.role, command, kwargs.get("mix")))
-            return {"tokens": [[7] * 32 for _ in kwargs["prompts"]],
-                    "spec": {"drafts": 4, "drafted": 12, "accepted": 9}}
+    def answer(engine, kwargs):
+        return {"tokens": [[7] * 32 for _ in kwargs["prompts"]],
+                "spec": {"drafts": 4, "drafted": 12, "accepted": 9}}
 
-    engines = {"fixed": Speculating("fixed", calls, 78.0),
-               "fixed@control": Speculating("fixed@control", calls, 100.0)}
+    engines = {role: SpeculatingEngine(role, calls, tok_s, seen, answer)
+               for role, tok_s in (("fixed", 78.0), ("fixed@control", 100.0))}
     bench = run.Run(args)
     bench.ngram_cells("m", 1000, engines, "fixed", "fixed@control", 3)
     assert [c[0] for c in calls if c[3] == 32] == [
         "fixed@control", "fixed", "fixed", "fixed@control"]
-    assert seen == [("fixed@control", "greedy_tokens", None), ("fixed", "greedy_tokens", None)]
+    assert [(r, c, kw.get("mix")) for r, c, kw in seen] == [
+        ("fixed@control", "greedy_tokens", None), ("fixed", "greedy_tokens", None)]
     cell = bench.results["speculation"][0]
     assert (cell["policy"], cell["against"], cell["seeded_identity"]) == (
         "fixed", "fixed@control", None)
@@ -1004,26 +1001,20 @@ def test_a_cell_with_the_twin_alongside_rotates_three_engines_and_writes_two_cel
                            "--gpu-memory-utilization", "0.3", "--out", str(tmp_path)])
     calls, seen = [], []
 
-    class Speculating(FakeEngine):
-        def call(self, command, **kwargs):
-            if command == "throughput":
-                return super().call(command, **kwargs)
-            seen.append((self.role, kwargs.get("mix")))
-            return {"tokens": [[7] * 32 for _ in kwargs["prompts"]],
-                    "spec": {"drafts": 0, "drafted": 0, "accepted": 0}}
+    def answer(engine, kwargs):
+        return {"tokens": [[7] * 32 for _ in kwargs["prompts"]]}
 
     twin = "adaptive@control"
-    engines = {"nospec": Speculating("nospec", calls, 100.0),
-               "adaptive": Speculating("adaptive", calls, 98.0),
-               twin: Speculating(twin, calls, 97.0)}
+    engines = {role: SpeculatingEngine(role, calls, tok_s, seen, answer)
+               for role, tok_s in (("nospec", 100.0), ("adaptive", 98.0), (twin, 97.0))}
     bench = run.Run(args)
     bench.ngram_cells("m", 1000, engines, "adaptive", "nospec", 3, twin)
     assert [c[0] for c in calls if c[3] == 32] == [
         "nospec", "adaptive", twin, "adaptive", twin, "nospec", twin, "nospec", "adaptive"]
     assert [c[0] for c in calls if c[3] == run.WARMUP_TOKENS] == ["nospec", "adaptive", twin]
-    assert seen == [("nospec", None), ("adaptive", None),
-                    ("nospec", "seeded_t1"), ("adaptive", "seeded_t1"),
-                    (twin, None)]
+    assert [(r, kw.get("mix")) for r, _, kw in seen] == [
+        ("nospec", None), ("adaptive", None), ("nospec", "seeded_t1"),
+        ("adaptive", "seeded_t1"), (twin, None)]
     against_none, against_twin = bench.results["speculation"]
     assert (against_none["against"], against_twin["against"]) == ("nospec", twin)
     assert against_none["spec_tok_s"] == against_twin["spec_tok_s"] == [98.0] * 3
