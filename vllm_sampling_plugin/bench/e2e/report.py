@@ -229,11 +229,12 @@ def seeded_rerun(first: Sequence[list[list[int]]], again: Sequence[list[list[int
         ([1, 1], 1, 1)
     """
     repeated = [sum(a == b for a, b in zip(f, g)) for f, g in zip(first, again)]
+    differences = identity_report(*again)["differences"]
+    parted_at = {d["request"]: d["position"] for d in differences}
     equal = compared = 0
     first_unequal, gaps = [], []
-    for base_tokens, spec_tokens, base_lp, spec_lp in zip(*again, *logprobs):
-        shared = first_difference(base_tokens, spec_tokens)
-        shared = len(base_tokens) if shared is None else shared
+    for request, (base_lp, spec_lp) in enumerate(zip(*logprobs)):
+        shared = parted_at.get(request, len(base_lp))
         pairs = list(zip(base_lp[:shared], spec_lp[:shared]))
         unequal = [i for i, (x, y) in enumerate(pairs) if x != y]
         compared += len(pairs)
@@ -241,8 +242,7 @@ def seeded_rerun(first: Sequence[list[list[int]]], again: Sequence[list[list[int
         gaps += [abs(pairs[i][0] - pairs[i][1]) for i in unequal]
         if unequal:
             first_unequal.append(unequal[0])
-    return {"repeated": repeated, "requests": len(first[0]),
-            "differences": identity_report(*again)["differences"],
+    return {"repeated": repeated, "requests": len(first[0]), "differences": differences,
             "equal_logprobs": equal, "compared_logprobs": compared,
             "max_logprob_gap": max(gaps, default=0.0), "unequal_gaps": quantiles(gaps),
             "median_first_unequal": statistics.median(first_unequal) if first_unequal else None}
