@@ -618,6 +618,47 @@ def test_packed_layout_matches_independent_reference(device):
         assert sampled[r, : num_sampled[r]].tolist() == want.tokens[0]
 
 
+def test_draft_logits_before_the_temperature_are_divided_by_it(device):
+    """``scale_draft_logits``: vLLM 0.32/0.33's drafters cache their logits
+    before the temperature. The kernel then verifies against softmax(d / T):
+    the tokens are exactly those of the same call on d / T divided up front
+    (float32 division both ways), and not those of d read as it is."""
+    num_reqs, num_spec, vocab = 24, 3, 40
+    generator = torch.Generator().manual_seed(23)
+    temperature = torch.tensor([0.5, 0.7, 1.3, 2.0] * (num_reqs // 4))
+    seeds = torch.arange(300, 300 + num_reqs)
+    # Target and draft close enough that drafts are often accepted, far
+    # enough that the temperature moves q(draft) across the uniforms.
+    target = torch.randn(num_reqs, num_spec + 1, vocab, generator=generator)
+    stored = target[:, :num_spec] + torch.randn(num_reqs, num_spec, vocab, generator=generator)
+    drafts = torch.multinomial(
+        torch.softmax(stored / temperature[:, None, None], -1).reshape(-1, vocab), 1,
+        generator=generator,
+    ).reshape(num_reqs, num_spec)
+    draft_column = torch.cat([torch.zeros(num_reqs, 1, dtype=torch.int64), drafts], 1)
+    case = dict(
+        target_logits=target.reshape(-1, vocab).to(device),
+        draft_tokens=draft_column.reshape(-1).to(device),
+        cu_num_logits=torch.arange(0, num_reqs * (num_spec + 1) + 1, num_spec + 1,
+                                   dtype=torch.int32, device=device),
+        idx_mapping=torch.arange(num_reqs, dtype=torch.int32, device=device),
+        pos=torch.arange(num_reqs * (num_spec + 1), dtype=torch.int64, device=device) + 11,
+        temperature=temperature.to(device),
+        seeds=seeds.to(device),
+        num_speculative_steps=num_spec,
+        apply_temperature=True,
+    )
+    scaled_in_kernel = rejection_sample_packed(
+        **case, draft_logits=stored.to(device), scale_draft_logits=True
+    )
+    scaled_before = rejection_sample_packed(
+        **case, draft_logits=(stored / temperature[:, None, None]).to(device)
+    )
+    read_as_stored = rejection_sample_packed(**case, draft_logits=stored.to(device))
+    assert _emitted(*scaled_in_kernel) == _emitted(*scaled_before)
+    assert _emitted(*scaled_in_kernel) != _emitted(*read_as_stored)
+
+
 def test_bad_inputs_raise_value_error_naming_the_argument(device):
     logits = torch.zeros(2, 3, 8, device=device)
     drafts = torch.zeros(2, 2, dtype=torch.int64, device=device)

@@ -42,6 +42,7 @@ def draft_accepted(
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     FILTERED: tl.constexpr,
+    SCALE_DRAFT: tl.constexpr,
 ):
     in_vocab = (draft >= 0) & (draft < vocab_size)
     accept_counter = tl.full([], _ACCEPT_COUNTER, tl.int32)
@@ -63,7 +64,10 @@ def draft_accepted(
             - target_lse
         )
         if HAS_DRAFT_LOGITS:
-            log_q = load_logits(draft_row_ptr, draft, in_vocab, temp, 0, False, False) - draft_lse
+            log_q = (
+                load_logits(draft_row_ptr, draft, in_vocab, temp, 0, SCALE_DRAFT, False)
+                - draft_lse
+            )
         else:
             # An n-gram draft is a point mass: q(draft) = 1.
             log_q = 0.0
@@ -91,6 +95,7 @@ def corrected_block_winners(
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     FILTERED: tl.constexpr,
+    SCALE_DRAFT: tl.constexpr,
 ):
     """Gumbel-max winners of one block for a rejected draft (temperature > 0).
 
@@ -117,7 +122,7 @@ def corrected_block_winners(
             # log(p - q) = log p + log(1 - q / p) where q < p.
             log_p = logits - target_lse
             ratio = tl.exp(
-                load_logits(draft_row_ptr, offsets, mask, temp, 0, False, False)
+                load_logits(draft_row_ptr, offsets, mask, temp, 0, SCALE_DRAFT, False)
                 - draft_lse
                 - log_p
             )

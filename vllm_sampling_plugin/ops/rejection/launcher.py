@@ -80,6 +80,7 @@ def _rejection_kernel(
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     FILTERED: tl.constexpr,
+    SCALE_DRAFT: tl.constexpr,
 ):
     """Every step of every request in one launch: the blocks of a request
     meet at a per-request barrier between steps, and the last block to
@@ -137,6 +138,7 @@ def _rejection_kernel(
                 NOISE,
                 APPLY_TEMPERATURE,
                 FILTERED,
+                SCALE_DRAFT,
             )
             all_arrived = num_blocks * (step + 1)
             arrived = _arrive(arrivals_ptr + req_idx) + 1
@@ -199,6 +201,7 @@ def _rejection_step_kernel(
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     FILTERED: tl.constexpr,
+    SCALE_DRAFT: tl.constexpr,
 ):
     """One step of every request per launch, for launch plans whose blocks
     cannot wait for each other (see ``plan_launch``); ``_emit_kernel`` follows."""
@@ -246,6 +249,7 @@ def _rejection_step_kernel(
             NOISE,
             APPLY_TEMPERATURE,
             FILTERED,
+            SCALE_DRAFT,
         )
     if block_idx == 0:
         tl.store(reached_row_ptr + step, reached.to(tl.int8))
@@ -314,6 +318,7 @@ def rejection_sample_packed(
     *,
     use_fp64: bool = False,
     apply_temperature: bool = False,
+    scale_draft_logits: bool = False,
     tuning: RejectionTuning | None = None,
     # [max_num_reqs] each
     top_k: torch.Tensor | None = None,
@@ -344,14 +349,20 @@ def rejection_sample_packed(
         seeds: int64 ``[max_num_reqs]``.
         num_speculative_steps: K, the width of the output minus one.
         draft_logits: None for n-gram drafts (a point mass: accept with
-            probability p(draft)), else float ``[max_num_reqs, K, V]`` (Eagle's
-            temperature-scaled draft logits, indexed by state slot and step),
-            normalised by the kernel.
+            probability p(draft)), else float ``[max_num_reqs, K, V]``, the
+            drafter's logits indexed by state slot and step, normalised by
+            the kernel: the draft law ``q`` is their softmax, after the
+            temperature where ``scale_draft_logits``.
         synthetic_conditional_rates: None for standard mode; float32 ``[K]``
             *conditional* rates (see ``unconditional_to_conditional_rates``)
             for synthetic mode.
         use_fp64: FP64 acceptance uniforms and resampling noise.
         apply_temperature: see ``target_logits``.
+        scale_draft_logits: the draft logits are stored before the
+            temperature (vLLM 0.32/0.33's drafters cache them so, and their
+            verification divides them): the kernel divides every draft row of
+            a request with temperature > 0 by it. False: read as they are
+            (already scaled, or drafted at temperature 1).
         tuning: launch parameters; None takes ``TUNING[use_fp64]``. Speed
             only: the output is the same for every tuning.
         top_k: None, or int32/int64 ``[max_num_reqs]`` by state slot; ``<= 0``
@@ -493,6 +504,7 @@ def rejection_sample_packed(
         "NOISE": noise_code(use_fp64),
         "APPLY_TEMPERATURE": apply_temperature,
         "FILTERED": filtered,
+        "SCALE_DRAFT": scale_draft_logits,
         "num_warps": plan.num_warps,
     }
     emit_constants = {

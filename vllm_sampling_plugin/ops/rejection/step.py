@@ -50,6 +50,7 @@ def rejection_step(
     NOISE: tl.constexpr,
     APPLY_TEMPERATURE: tl.constexpr,
     FILTERED: tl.constexpr,
+    SCALE_DRAFT: tl.constexpr,
 ):
     """Step ``step`` of one block of a request whose row ``step - 1`` was reached.
 
@@ -124,6 +125,7 @@ def rejection_step(
             NOISE,
             APPLY_TEMPERATURE,
             FILTERED,
+            SCALE_DRAFT,
         )
         if reached == 0:
             if temp == 0.0:
@@ -151,6 +153,7 @@ def rejection_step(
                     NOISE,
                     APPLY_TEMPERATURE,
                     FILTERED,
+                    SCALE_DRAFT,
                 )
                 tl.store(winner_value_ptr + winner_offset, value)
                 tl.store(winner_token_ptr + winner_offset, token)
@@ -244,7 +247,7 @@ def rejection_step(
                     STATS_TILE,
                     False,
                     True,
-                    False,
+                    SCALE_DRAFT,
                     False,
                 )
     return reached
