@@ -191,6 +191,8 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
             n = args[3].shape[0] - 1
             return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
         def fake_plugin(*args, **kwargs):
+            # The drafters cache their logits before the temperature.
+            assert kwargs["scale_draft_logits"] is True
             calls.append(("plugin", tuple(x is not None for x in
                           (kwargs["top_k"], kwargs["top_p"], kwargs["min_p"]))))
             n = args[2].shape[0] - 1
@@ -239,11 +241,12 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         assert route(dict(temperature=1.0, logprobs=2), max_num_logprobs=2) == plugin
         assert route(dict(temperature=1.0, logprobs=2), max_num_logprobs=2,
                      logprobs_mode="processed_logprobs") == "upstream"
-        # Draft logits: the plugin's at temperatures 0 and 1, upstream's
-        # (which divides them by the temperature) otherwise.
+        # Draft logits at any temperature (the kernel divides them by it),
+        # but not over a narrower draft vocabulary.
         draft_logits = torch.randn(n, k, vocab)
         assert route(dict(temperature=0.0), draft_logits) == plugin
-        assert route(dict(temperature=0.5), draft_logits) == "upstream"
+        assert route(dict(temperature=0.5, top_k=5, top_p=0.9), draft_logits) == (
+            "plugin", (True, True, False))
         assert route(dict(temperature=1.0), torch.randn(n, k, vocab - 4)) == "upstream"
         # A seeded request: n-gram drafts are matched against the Sampler's
         # draws of every logit; draft logits keep the fused kernel.
@@ -251,6 +254,36 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         assert route(dict(temperature=0.7, top_p=0.9), seed=7) == ("matching", n * (k + 1))
         assert route(dict(temperature=0.0), draft_logits, seed=7) == plugin
         assert route(dict(temperature=1.0, logit_bias={3: 5.0}), seed=7) == "upstream"
+        print("ok")
+        """,
+        prelude=PRELUDE,
+        env=INTERPRET,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_drafters_cache_their_logits_before_the_temperature():
+    """The premise of ``scale_draft_logits=True``: upstream's draft sampler
+    (``gumbel_sample`` with a ``logits_cache``, as the draft-model and
+    EAGLE-style speculators call it) stores the logits it was given, not
+    those divided by the request's temperature, which it samples from."""
+    out = run_python(
+        """
+        real_triton_for_upstreams_rejection_kernels()
+        from vllm.v1.worker.gpu.sample import gumbel
+        num_reqs, k, vocab = 3, 2, 40
+        g = torch.Generator().manual_seed(4)
+        logits = torch.randn(num_reqs, vocab, generator=g) * 3
+        cache = torch.full((num_reqs, k, vocab), float("nan"))
+        temperature = torch.tensor([0.5, 0.7, 2.0])
+        gumbel.gumbel_sample(
+            logits, torch.arange(num_reqs, dtype=torch.int32), temperature,
+            torch.arange(num_reqs, dtype=torch.int64), torch.zeros(num_reqs, dtype=torch.int64),
+            apply_temperature=True, is_drafting=True, logits_cache=cache,
+            logits_cache_col=torch.tensor(1, dtype=torch.int64),
+        )
+        assert torch.equal(cache[:, 1], logits)
+        assert not torch.equal(cache[:, 1], logits / temperature[:, None])
         print("ok")
         """,
         prelude=PRELUDE,

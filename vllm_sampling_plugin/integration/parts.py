@@ -136,7 +136,7 @@ WHY_UPSTREAM_IN_SHAPE = {
     "with the plugin's fused "
     "kernel (no float32 [B*(k+1), V] canvas); other methods, adaptive verification, "
     "watermarks, sampling masks, logits processors, thinking budgets, processed "
-    "logprobs and draft logits at temperatures other than 0 or 1 stay upstream's",
+    "logprobs and draft vocabularies narrower than the target's stay upstream's",
     REJECTION: "upstream's kernels by default; with --plugin-verification plugin the "
     "plugin's fused rejection kernel (filters folded in) on the batches the "
     "verification owner row names",

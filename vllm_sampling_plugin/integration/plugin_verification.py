@@ -21,10 +21,9 @@ target law of every logits row in two steps:
 overrides only that step for the batches whose law the plugin's
 ``rejection_sample_packed`` carries exactly: the ``standard`` method, every
 request's processing being temperature, min_p, top-k and top-p (folded into
-the kernel: no float32 canvas), n-gram drafts, or draft logits when every
-request's temperature is 0 or 1 (the plugin reads draft logits as they are,
-upstream divides them by the temperature). Everything else is upstream's
-own code path:
+the kernel: no float32 canvas), n-gram drafts or draft logits (which the
+drafters cache before the temperature: the kernel divides them by it, as
+upstream's does). Everything else is upstream's own code path:
 
 * per engine (decided in the constructor, one log line): the ``synthetic``,
   ``block`` and ``fly`` methods, adaptive verification, a watermark key, a
@@ -32,8 +31,7 @@ own code path:
 * per batch (host-side numpy reads only, the first occurrence of each reason
   logged once): a request with a logits processor or thinking budget
   (``Sampler.add_request`` is watched per request), processed logprobs
-  requested, draft logits with a temperature other than 0 or 1 or a
-  narrower draft vocabulary.
+  requested, a draft vocabulary narrower than the target's.
 
 A grammar bitmask is applied to the logits by the runner before
 verification and its invalid drafts arrive as ``-1``, which the plugin's
@@ -173,8 +171,8 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             "noise in %s Philox; n-gram drafts of a batch with a seeded request "
             "are verified by matching the Sampler's own draws (seeded tokens as "
             "without speculation); batches with a logits processor or thinking "
-            "budget, processed logprobs, or draft logits at a temperature other "
-            "than 0 or 1 stay upstream's.",
+            "budget, processed logprobs, or a draft vocabulary narrower than the "
+            "target's stay upstream's.",
             "FP64" if sampler.use_fp64_gumbel else "FP32",
         )
 
@@ -217,12 +215,8 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             return "a request with a logits processor or thinking budget"
         if max_num_logprobs != _NO_LOGPROBS and self.sampler.logprobs_mode in _PROCESSED_MODES:
             return "processed logprobs requested"
-        if draft_logits is not None:
-            if draft_logits.shape[-1] != vocab_size:
-                return "a draft vocabulary narrower than the target's"
-            temperature = self.sampler.sampling_states.temperature.np[idx_mapping_np]
-            if not np.all((temperature == 0.0) | (temperature == 1.0)):
-                return "draft logits at a temperature other than 0 or 1"
+        if draft_logits is not None and draft_logits.shape[-1] != vocab_size:
+            return "a draft vocabulary narrower than the target's"
         return None
 
     def matches_drafts(self, draft_logits: torch.Tensor | None, idx_mapping_np: np.ndarray) -> bool:
@@ -344,6 +338,8 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             None,
             use_fp64=self.sampler.use_fp64_gumbel,
             apply_temperature=True,
+            # The drafters cache their logits before the temperature.
+            scale_draft_logits=True,
             top_k=top_k,
             top_p=top_p,
             min_p=min_p,
