@@ -699,10 +699,9 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
     top_k = torch.full((num_reqs,), TOP_K, dtype=torch.int32, device=device)
     top_p = torch.full((num_reqs,), TOP_P, dtype=torch.float32, device=device)
     eagle = variant.startswith("eagle")
-    # Upstream divides its raw draft logits by the temperature; the plugin
-    # takes them divided (Eagle's layout on 0.20).
-    upstream_draft = raw_draft.contiguous() if eagle else None
-    plugin_draft = (raw_draft / FILTERED_TEMPERATURE).contiguous() if eagle else None
+    # Both take the drafter's logits before the temperature, as 0.32/0.33's
+    # drafters cache them, and divide them as they read them.
+    draft = raw_draft.contiguous() if eagle else None
 
     def plugin_call(columns: int = vocab_size):
         return lambda: rejection_sample_packed(
@@ -714,8 +713,9 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
             temperature=temperature,
             seeds=seeds,
             num_speculative_steps=num_spec,
-            draft_logits=None if plugin_draft is None else plugin_draft[..., :columns],
+            draft_logits=None if draft is None else draft[..., :columns],
             apply_temperature=True,
+            scale_draft_logits=True,
             top_k=top_k,
             top_p=top_p,
         )
@@ -723,7 +723,7 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
     def upstream_call(columns: int = vocab_size):
         return lambda: upstream_filtered_verify(
             target[:, :columns],
-            None if upstream_draft is None else upstream_draft[..., :columns],
+            None if draft is None else draft[..., :columns],
             draft_sampled,
             cu_num_logits,
             cu_num_logits_np,
@@ -780,7 +780,7 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
         note=f"rows={num_logits}, temperature {FILTERED_TEMPERATURE}, top_k={TOP_K}, "
         f"top_p={TOP_P}, raw fp32 logits; upstream: chunked FP32 canvas + temperature + "
         "apply_top_k_top_p + rejection_sample; "
-        + ("point-mass drafts" if upstream_draft is None else "draft logits [B, K, V]"),
+        + ("point-mass drafts" if draft is None else "draft logits [B, K, V]"),
     )
 
 
