@@ -154,22 +154,24 @@ for step in "$@"; do
         --identity-requests 32 --breakdown-mixes none --gpu-memory-utilization 0.42 \
         ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step-k${SPEC_K:-3}" ;;
     e2e-draft)
-      # Issue 25 for drafts with draft probabilities: an 8B copy checkpoint
-      # speculating with a 1B copy checkpoint of the same vocabulary and token
-      # cycles (vLLM 0.33's draft_model method; every draft accepted), the
-      # plugin (its verification and draw) against stock vLLM with the same
-      # draft model and k. Two 8B engines took 5-7 minutes to start on these
-      # machines without drafts (2026-11-27), so one mix per call:
-      # SPEC_MIXES=t1 (default), then seeded_topp or ngram (greedy),
-      # STEP_TIMEOUT=590. Not yet run on a GPU.
+      # Issue 25 for drafts with draft probabilities: a 1B copy checkpoint
+      # speculating with a tiny copy checkpoint of the same vocabulary and
+      # token cycles (vLLM 0.33's draft_model method; every draft accepted),
+      # the plugin (its verification and draw) against stock vLLM with the
+      # same draft model and k, 256 sequences, with the plugin's A/A twin
+      # alongside (1B cells move with start order). One mix per call:
+      # SPEC_MIXES=t1 (default), topk_topp, seeded_topp; about 7 minutes on
+      # an H200 (two engines took 300 s, 2026-11-28): STEP_TIMEOUT=590. An 8B
+      # target (two 8B engines start in 5-7 minutes) does not fit a call.
       build_flashinfer_sampling_in_background
       run "$step-${SPEC_MIXES:-t1}" python3 -m vllm_sampling_plugin.cli bench e2e \
-        --models 8b:151936 --mixes ngram --spec-draft 1b --spec-policies fixed \
+        --models 1b:128256 --mixes ngram --spec-draft tiny --spec-policies fixed \
         --spec-verification plugin --no-spec-against-none --spec-against-stock \
         --ngram-k "${SPEC_K:-3}" --spec-workloads accepting --spec-mixes "${SPEC_MIXES:-t1}" \
-        --max-num-seqs 64 --pairs 3 --num-requests 256 --output-len 128 \
-        --identity-requests 32 --breakdown-mixes none --gpu-memory-utilization 0.42 \
-        ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step-${SPEC_MIXES:-t1}" ;;
+        --max-num-seqs 256 --pairs 2 --num-requests 1024 --output-len 256 \
+        --identity-requests 32 --breakdown-mixes none --control --control-alongside \
+        --gpu-memory-utilization 0.28 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
+        --out "$out/$step-${SPEC_MIXES:-t1}" ;;
     line-check)
       # Issue 23 on a line between 0.21 and 0.31 (docs/compatibility.md): the
       # seams' engine test (seeded repeat, batch invariance, valid tokens,

@@ -335,6 +335,22 @@ def test_time_budget_skips_cells_but_keeps_the_finished_ones(tmp_path):
     assert len(bench.results["cells"]) == 1
 
 
+def test_an_engine_that_would_start_after_the_time_budget_is_not_started(tmp_path, capsys):
+    """A cell that starts an engine needs the last engine's start-up time
+    left in the budget; a cell of engines already up needs only time left."""
+    bench = run.Run(run.parse_args(["--time-budget", "60", "--out", str(tmp_path)]))
+    bench.start = time.perf_counter() - 10
+    assert not bench.out_of_time("first engines", starts_engine=True)  # none started yet
+    bench.results["engines"].append({"model": "m", "role": "plugin", "sampler": "s",
+                                     "startup_s": 55.0})
+    assert not bench.out_of_time("a cell of running engines")
+    assert bench.out_of_time("stock engine", starts_engine=True)
+    assert "s left, less than the last engine's start (55 s): skipping stock engine" in (
+        capsys.readouterr().out)
+    bench.results["engines"][-1]["startup_s"] = 30.0
+    assert not bench.out_of_time("stock engine", starts_engine=True)
+
+
 def test_distribution_and_pair_cell():
     dist = report.distribution([90.0, 100.0, 120.0])
     assert dist == {"median": 100.0, "min": 90.0, "max": 120.0, "spread": pytest.approx(0.3)}
@@ -1321,3 +1337,37 @@ def test_record_after_a_run_writes_its_cells(tmp_path, monkeypatch, capsys):
     assert run.main(["--models", "8b:151936", "--out", str(tmp_path / "out"), "--record"]) == 0
     assert json.loads(path.read_text()) == {"0.31": {TOPK: {
         "ratio": RECORDED[TOPK], "source": "bench e2e, NVIDIA H200, docs/benchmarks.md"}}}
+
+
+def test_gpu_checks_draft_step_starts_the_plugin_its_twin_and_stock_with_one_draft(
+        tmp_path, monkeypatch):
+    """scripts/gpu-check.sh e2e-draft: its bench arguments (read from the
+    script with python3 a stand-in) are ones the bench takes on vLLM 0.33,
+    and start a 1B plugin engine drafting with the tiny copy checkpoint, its
+    A/A twin and stock vLLM with the same draft model."""
+    import shlex
+    import subprocess
+
+    from tests.scripts_dir import SCRIPTS
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\n')
+    (bin_dir / "python3").chmod(0o755)
+    subprocess.run(["bash", str(SCRIPTS / "gpu-check.sh"), "e2e-draft"],
+                   env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path / "out")},
+                   cwd=SCRIPTS.parent, check=True, capture_output=True, timeout=60)
+    line = next(c for c in (tmp_path / "calls").read_text().splitlines() if "bench e2e" in c)
+    argv = shlex.split(line.split("bench e2e", 1)[1])
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.33.0")
+
+    class DraftRun(RecordingRun):
+        def checkpoint(self, shape, vocab, kind):
+            return f"{shape}-{kind}", f"/ckpt/{shape}-v{vocab}-{kind}"
+
+    bench = DraftRun(run.parse_args(argv))
+    bench.model("1b", 128256)
+    draft = "/ckpt/tiny-v128256-copy"
+    assert [(s.role, s.ngram_k, s.draft_model) for s in bench.specs] == [
+        ("plugin", 3, draft), ("plugin", 3, draft), ("stock", 3, draft)]
+    assert bench.specs[0] == bench.specs[1]

@@ -349,12 +349,25 @@ class Run:
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
 
-    def out_of_time(self, cell: str) -> bool:
-        """True (and says so) when ``--time-budget`` leaves no time for ``cell``."""
+    def out_of_time(self, cell: str, starts_engine: bool = False) -> bool:
+        """True (and says so) when ``--time-budget`` leaves no time for
+        ``cell``. A cell that ``starts_engine`` also needs as long as the last
+        engine took to start: an engine that would be up only after the budget
+        is never started (on vLLM 0.33 a 1B engine takes 100-140 s, and a
+        lent machine's call is 10 minutes)."""
         budget = self.args.time_budget
-        if budget is None or time.perf_counter() - self.start < budget:
+        if budget is None:
             return False
-        self.say(f"time budget of {budget:.0f} s spent: skipping {cell}")
+        elapsed = time.perf_counter() - self.start
+        started = self.results["engines"]
+        needed = started[-1]["startup_s"] if starts_engine and started else 0.0
+        if elapsed + needed < budget:
+            return False
+        if elapsed < budget:
+            self.say(f"time budget of {budget:.0f} s: {budget - elapsed:.0f} s left, less than "
+                     f"the last engine's start ({needed:.0f} s): skipping {cell}")
+        else:
+            self.say(f"time budget of {budget:.0f} s spent: skipping {cell}")
         return True
 
     def save(self) -> None:
@@ -648,7 +661,8 @@ class Run:
                 self.breakdowns(name, vocab, engines,
                                 [m for m in a.breakdown_mixes if m in plain])
                 self.profiles(name, vocab, engines)
-            if "ngram" in a.mixes and not self.out_of_time(f"{shape} ngram engines"):
+            if "ngram" in a.mixes and not self.out_of_time(f"{shape} ngram engines",
+                                                            starts_engine=True):
                 while engines:
                     engines.popitem()[1].close()
                 self.speculation(shape, vocab, engines, spec_for)
@@ -702,7 +716,7 @@ class Run:
                 name)
 
         for k in a.ngram_k:
-            if self.out_of_time(f"{name} k={k} engines"):
+            if self.out_of_time(f"{name} k={k} engines", starts_engine=True):
                 return
             baseline = None
             if a.spec_against_none:
@@ -721,7 +735,7 @@ class Run:
                 if twin:
                     engines[twin] = engine_for(k, twin)
             for other in others:
-                if self.out_of_time(f"{name} k={k} {policy} vs {other}"):
+                if self.out_of_time(f"{name} k={k} {policy} vs {other}", starts_engine=True):
                     return
                 if baseline is not None:
                     engines.pop(baseline).close()
