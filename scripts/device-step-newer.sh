@@ -6,8 +6,13 @@
 # installs them into /tmp/vllm-site, then installs the project itself there
 # (non-editable, so its entry points are registered). /tmp lasts only while
 # the machine is held: the calls must follow each other within its 30 s of
-# warmth, or start again from the first chunk.
+# warmth, or start again from the first chunk. The call that chains the work
+# passes --last (`bash .../device-step-newer.sh --last && ...`): where chunks
+# are still missing there (the machine went cold between calls and this is a
+# fresh one), it exits 4, so the work after `&&` never runs without vLLM.
 set -euo pipefail
+last_call=0
+[ "${1:-}" = --last ] && last_call=1
 stage=$(dirname "$(dirname "$0")")        # .device/v033
 tag=$(basename "$stage")
 version=$(cat "$stage/tools/version")
@@ -65,7 +70,14 @@ for p in "$stage"/c_*/part_*; do
 done
 if [ ! -e "$site/.ready-$version" ]; then
   n=$(ls "$have" | wc -l)
-  if [ "$n" -lt "$want" ]; then echo "$me have $n of $want chunks; carry the next one"; exit 0; fi
+  if [ "$n" -lt "$want" ]; then
+    if [ "$last_call" = 1 ]; then
+      echo "$me STOP: --last, but only $n of $want chunks are here (the machine was handed back between calls?); stage again from the first chunk"
+      exit 4
+    fi
+    echo "$me have $n of $want chunks; carry the next one"
+    exit 0
+  fi
   echo "$me unpacking and installing"
   bundle=/tmp/vllm-$tag-bundle
   rm -rf "$bundle" "$site" && mkdir -p "$bundle"

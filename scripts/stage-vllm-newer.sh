@@ -176,3 +176,4 @@ cp "$here/device-step-newer.sh" "$work/machine-expects.txt" "$dest/tools/"
 du -sh "$dest"/c_* | tail -3; du -sh "$dest"
 echo "[stage] done: $n chunks. Send them in order, back to back (docs/gpu-staging.md):"
 for c in "$dest"/c_*; do echo "  carry [.device/$tag/tools, .device/$tag/${c##*/}]  command: bash .device/$tag/tools/device-step-newer.sh"; done
+echo "  (the last one as: bash .device/$tag/tools/device-step-newer.sh --last && <your work>)"
