@@ -157,6 +157,16 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "draft_logits_not_divided_in_the_acceptance_test",
+        f"{PACKAGE}/ops/rejection/draws.py",
+        "load_logits(draft_row_ptr, draft, in_vocab, temp, 0, SCALE_DRAFT, False)",
+        "load_logits(draft_row_ptr, draft, in_vocab, temp, 0, False, False)",
+        (
+            "tests/ops/test_rejection.py::"
+            "test_draft_logits_before_the_temperature_are_divided_by_it",
+        ),
+    ),
+    Mutant(
         "bonus_drawn_from_the_unfiltered_target",
         f"{PACKAGE}/ops/rejection/draws.py",
         """            target_row_ptr, offsets, offsets < vocab_size, temp, threshold, APPLY_TEMPERATURE,
