@@ -555,11 +555,22 @@ def test_model_list_type():
 
 class FakeLLM:
     """Answers generate() like vLLM's LLM: token i of request r is r + i, with
-    log-probability log(0.5); spec-decode counters grow by one draft per call."""
+    log-probability log(0.5); spec-decode counters grow by one draft per call,
+    and so does the plugin verification's count of its own batches (a
+    worker whose runner holds ``rejection_sampler``, for ``collective_rpc``)."""
 
-    def __init__(self):
+    def __init__(self, rejection_sampler=None):
+        from types import SimpleNamespace
+
         self.calls = []
         self.counter = 0
+        if rejection_sampler is None:
+            rejection_sampler = SimpleNamespace(batches={"plugin": 0, "upstream": 0})
+        self.worker = SimpleNamespace(model_runner=SimpleNamespace(
+            rejection_sampler=rejection_sampler))
+
+    def collective_rpc(self, function):
+        return [function(self.worker)]
 
     def generate(self, inputs, params, use_tqdm):
         import math
@@ -567,6 +578,9 @@ class FakeLLM:
 
         self.calls.append((len(inputs), [p.max_tokens for p in params]))
         self.counter += 1
+        batches = getattr(self.worker.model_runner.rejection_sampler, "batches", None)
+        if batches is not None:
+            batches["plugin"] += 1
         outputs = []
         for r, p in enumerate(params):
             ids = [r + i for i in range(p.max_tokens)]
@@ -601,6 +615,34 @@ def test_throughput_sends_waves_and_counts_tokens():
     assert set(result["host_cpu_s"]) == {"front_end", "engine_core"}
     assert result["steal_s"] >= 0 and len(result["probe_ms"]) == 2
     assert report.host_use(result)["probe_ms"] == result["probe_ms"]
+    # Three waves, each one verification batch of the plugin's (counted
+    # since the engine started, so the run reports the difference).
+    server.llm.worker.model_runner.rejection_sampler.batches["upstream"] = 7
+    result = server.throughput("mixed", workload.random_prompts(10, 4, 1000), 6, wave=4)
+    assert result["verification_batches"] == {"plugin": 3, "upstream": 0}
+    assert report.host_use(result)["verification_batches"] == {"plugin": 3, "upstream": 0}
+
+
+def test_an_engine_without_the_plugins_verification_reports_no_owner():
+    """Stock engines and upstream's RejectionSampler count no batches; an
+    engine without speculation has no RejectionSampler at all."""
+    from types import SimpleNamespace
+
+    for rejection_sampler in (SimpleNamespace(), None):
+        server = _server()
+        server.llm = FakeLLM(rejection_sampler=rejection_sampler)
+        server.llm.worker.model_runner.rejection_sampler = rejection_sampler
+        result = server.throughput("greedy", workload.random_prompts(4, 4, 1000), 6, wave=4)
+        assert result["verification_batches"] is None
+        assert report.verification_text([report.host_use(result)]) == ""
+
+
+def test_host_text_says_who_verified_the_runs():
+    base = {"seconds": 1.0, "tokens": 1000, "engine_core_cpu_s": 1.0, "front_end_cpu_s": 0.2}
+    runs = [{**base, "verification_batches": {"plugin": 90, "upstream": 10}},
+            {**base, "verification_batches": {"plugin": 0, "upstream": 100}}]
+    assert report.host_text(runs).endswith(
+        "front end 20%; verified by the plugin in 90 of 200 batches")
 
 
 def test_the_speed_probe_times_its_fixed_work(monkeypatch):

@@ -366,6 +366,7 @@ class _EngineServer:
         and not others), a wave would wait for its slowest request.
         """
         params = self._params(mix, len(prompts), output_len)
+        verified_before = self._verification_batches()
         probe_before = host_speed_probe_ms()
         steal_before = steal_seconds()
         cpu_before = host_cpu_seconds()
@@ -382,9 +383,17 @@ class _EngineServer:
         cpu_after = host_cpu_seconds()
         host_cpu_s = {part: cpu_after[part] - cpu_before[part] for part in cpu_after}
         steal_s = steal_seconds() - steal_before
+        probe_after = host_speed_probe_ms()
+        verified = self._verification_batches()
+        if verified is not None:
+            verified = {owner: verified[owner] - verified_before[owner] for owner in verified}
         return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
                 "host_cpu_s": host_cpu_s, "steal_s": steal_s,
-                "probe_ms": [probe_before, host_speed_probe_ms()]}
+                "probe_ms": [probe_before, probe_after], "verification_batches": verified}
+
+    def _verification_batches(self) -> dict | None:
+        """``hooks.verification_batches`` of the worker (outside timed spans)."""
+        return self.llm.collective_rpc(hooks.verification_batches)[0]
 
     def _continuous(self, prompts: list[list[int]], params: list, in_flight: int) -> int:
         """Run every request with ``in_flight`` of them in the engine at a

@@ -140,6 +140,15 @@ def remove_timers(worker) -> bool:
     return True
 
 
+def verification_batches(worker) -> dict | None:
+    """How many verification batches the plugin's kernel and upstream's code
+    took so far (``PluginVerifyingRejectionSampler.batches``, vLLM
+    0.32/0.33 with ``--plugin-verification plugin``), or None where the
+    runner's RejectionSampler does not count them."""
+    batches = getattr(worker.model_runner.rejection_sampler, "batches", None)
+    return dict(batches) if batches is not None else None
+
+
 def start_top2(worker) -> bool:
     """From now on record the top-2 raw logits of every sampled row."""
     log = worker.model_runner._e2e_log

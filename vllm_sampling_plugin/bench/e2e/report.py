@@ -347,7 +347,8 @@ def host_use(run: dict) -> dict | None:
         return None
     return {"seconds": run["seconds"], "tokens": run["tokens"],
             "engine_core_cpu_s": cpu["engine_core"], "front_end_cpu_s": cpu["front_end"],
-            "steal_s": run.get("steal_s"), "probe_ms": run.get("probe_ms")}
+            "steal_s": run.get("steal_s"), "probe_ms": run.get("probe_ms"),
+            "verification_batches": run.get("verification_batches")}
 
 
 def host_summary(runs: Sequence[dict | None]) -> dict | None:
@@ -388,7 +389,29 @@ def host_text(runs: Sequence[dict | None]) -> str:
     probe = f"; speed probe {summary['probe_ms']:.1f} ms" if "probe_ms" in summary else ""
     return (f"engine core {100 * summary['engine_core_busy']:.0f}% busy, "
             f"{summary['engine_core_us_per_token']:.1f} us/token; "
-            f"front end {100 * summary['front_end_busy']:.0f}%{probe}")
+            f"front end {100 * summary['front_end_busy']:.0f}%{probe}"
+            + verification_text(runs))
+
+
+def verification_text(runs: Sequence[dict | None]) -> str:
+    """Who verified the runs' drafts, summed over the runs, where the engine
+    counted it (the plugin's verification on vLLM 0.32/0.33): a cell whose
+    plugin engine handed its batches to upstream's code measures upstream's
+    verification in both engines.
+
+    Example::
+
+        >>> verification_text([{"verification_batches": {"plugin": 90, "upstream": 10}},
+        ...                    {"verification_batches": {"plugin": 95, "upstream": 5}}])
+        '; verified by the plugin in 185 of 200 batches'
+    """
+    counted = [r["verification_batches"] for r in runs
+               if r is not None and r.get("verification_batches") is not None]
+    if not counted:
+        return ""
+    plugin = sum(c["plugin"] for c in counted)
+    total = plugin + sum(c["upstream"] for c in counted)
+    return f"; verified by the plugin in {plugin} of {total} batches"
 
 
 def speculation_label(cell: dict) -> str:
