@@ -15,12 +15,8 @@ import time
 import numpy as np
 import torch
 import triton
-from stub_runner import (
-    fake_ngram_speculator,
-    fake_rejection_sampler,
-    fake_sampler,
-    stub_ops,
-)
+from kernel_stubs import stub_ops
+from stub_runner import fake_ngram_speculator, fake_rejection_sampler, fake_sampler
 
 from vllm_sampling_plugin.integration.sampler import Route
 

@@ -1,43 +1,19 @@
-"""The plugin's runner components on a CPU, without an engine: fake vLLM request
-state, and the ops' kernels swapped for stand-ins that run nothing, on an H100's
-launch plans. Shared by ``profile_host_path.py`` (host time per step) and
+"""The plugin's vLLM 0.20 runner components on a CPU, without an engine: fake
+vLLM request state, and the ops' kernels swapped for stand-ins that run nothing
+(``kernel_stubs.py``), on an H100's launch plans. Shared by
+``profile_host_path.py`` (host time per step) and
 ``tests/integration/test_warmup.py`` (what the warm-up compiles)."""
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from collections.abc import Callable
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
-import vllm_sampling_plugin.ops as ops_pkg
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
 from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
 from vllm_sampling_plugin.integration.sampler import PluginSampler, PluginSamplingStates
-
-H100_SMS = 132
-
-
-def ops_modules() -> list[ModuleType]:
-    return [
-        importlib.import_module(info.name)
-        for info in pkgutil.walk_packages(ops_pkg.__path__, ops_pkg.__name__ + ".")
-    ]
-
-
-def stub_ops(stand_in: Callable[[str, object], object], set_attr=setattr) -> None:
-    """Replace every Triton kernel of ``ops/`` (a module's ``*_kernel``) by
-    ``stand_in(name, kernel)``, and every SM count by an H100's.
-    ``set_attr`` may be pytest's ``monkeypatch.setattr``, which undoes it."""
-    for module in ops_modules():
-        for name, obj in list(vars(module).items()):
-            if name.endswith("_kernel") and hasattr(obj, "fn") and hasattr(obj, "__getitem__"):
-                set_attr(module, name, stand_in(name, obj))
-            elif "num_sms" in name and callable(obj):
-                set_attr(module, name, lambda device: H100_SMS)
 
 
 def state(values, dtype):

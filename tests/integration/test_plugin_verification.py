@@ -193,8 +193,8 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         def fake_plugin(*args, **kwargs):
             # The drafters cache their logits before the temperature.
             assert kwargs["scale_draft_logits"] is True
-            calls.append(("plugin", tuple(x is not None for x in
-                          (kwargs["top_k"], kwargs["top_p"], kwargs["min_p"]))))
+            calls.append(("plugin", tuple(kwargs.get(name) is not None
+                                          for name in ("top_k", "top_p", "min_p"))))
             n = args[2].shape[0] - 1
             return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
         def fake_matching(target_tokens, drafts, cu, k):
@@ -245,8 +245,11 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         # but not over a narrower draft vocabulary.
         draft_logits = torch.randn(n, k, vocab)
         assert route(dict(temperature=0.0), draft_logits) == plugin
+        # Every filter is passed where any is on (the kernels turn each
+        # off per row: one compile variant).
         assert route(dict(temperature=0.5, top_k=5, top_p=0.9), draft_logits) == (
-            "plugin", (True, True, False))
+            "plugin", (True, True, True))
+        assert route(dict(temperature=0.7, min_p=0.1)) == ("plugin", (True, True, True))
         assert route(dict(temperature=1.0), torch.randn(n, k, vocab - 4)) == "upstream"
         # A seeded request: n-gram drafts are matched against the Sampler's
         # draws of every logit; draft logits keep the fused kernel.
@@ -446,8 +449,10 @@ for r in range(n):
 sampler = build_sampler(n, vocab, k, use_fp64_gumbel={fp64})
 rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
 add(sampler, n, temperature=1.0, top_p=0.95)
-# The start-up warm-up compiles the matching kernel and sizes the draw's.
-assert rs.warm_up_matching(n, CPU) == n * (k + 1)
+# The start-up warm-up compiles the verification kernels and sizes the
+# draw's warm-up: matching draws every logit of n-gram drafts.
+assert rs.warm_up_verification(n, CPU, (torch.float32,), (torch.int32,), None) == n * (k + 1)
+assert rs.warm_up_verification(n, CPU, (torch.float32,), (torch.int32,), torch.zeros(n, k, vocab)) == n
 sampled, num = verify(rs, b)
 emitted = [sampled[r, : num[r]].tolist() for r in range(n)]
 # Without speculation every position is a step of its own: one row per
@@ -481,3 +486,66 @@ def test_seeded_requests_get_the_tokens_they_draw_without_speculation(fp64):
         IDENTITY_CODE.format(fp64=fp64), prelude=PRELUDE, env=INTERPRET, timeout=900
     )
     assert out.strip().splitlines()[-1] == "ok", out
+
+
+def test_warm_up_compiles_every_variant_the_verification_steps_launch():
+    """Every kernel of ops/ is replaced by a recorder of its Triton compile key
+    (tests/compile_keys.py), on an H100's launch plans and vocabulary 151936:
+    the verifier's start-up warm-up must have launched every key that its
+    steps launch, at every batch size up to max_num_reqs, greedy batches in
+    the model's dtype, sampled ones in float32, each filter alone and all
+    together, with n-gram drafts and with draft logits."""
+    out = run_python(
+        """
+        import sys
+        sys.path.insert(0, "scripts")
+        from kernel_stubs import stub_ops
+        from tests.compile_keys import Recorder
+        keys = set()
+        stub_ops(lambda name, kernel: Recorder(name, kernel, keys))
+        k, max_reqs, vocab = 3, 48, 151936
+        mixes = [
+            (torch.bfloat16, dict(temperature=0.0)),
+            (torch.bfloat16, dict(temperature=1.0)),
+            (torch.float32, dict(temperature=0.7)),
+            (torch.float32, dict(temperature=0.7, top_k=20)),
+            (torch.float32, dict(temperature=0.7, top_p=0.9)),
+            (torch.float32, dict(temperature=0.7, min_p=0.05)),
+            (torch.float32, dict(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05)),
+        ]
+        for draft_logits in (None, torch.zeros(max_reqs, k, vocab)):
+            sampler = build_sampler(max_reqs, vocab, k)
+            rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
+            keys.clear()
+            rs.warm_up_verification(max_reqs, CPU, (torch.float32, torch.bfloat16), (torch.int64,),
+                                    draft_logits)
+            warmed = set(keys)
+            names = {key[0] for key in warmed}
+            assert {"_rejection_kernel", "_rejection_step_kernel", "_emit_kernel",
+                    "_list_chunks_kernel", "_threshold_kernel"} <= names, names
+            assert ("_accept_matching_kernel" in names) == (draft_logits is None), names
+            logits = torch.empty(max_reqs * (k + 1), vocab)
+            for dtype, params in mixes:
+                add(sampler, max_reqs, seeded=False, **params)
+                for n in range(1, max_reqs + 1):
+                    slots = torch.arange(n, dtype=torch.int64)  # the runner's steps' dtype
+                    local = torch.arange(k + 1, dtype=torch.int32).repeat(n)
+                    cu = torch.arange(n + 1, dtype=torch.int32) * (k + 1)
+                    b = types.SimpleNamespace(
+                        logits=logits[: n * (k + 1)].to(dtype),
+                        drafts=torch.zeros(n * (k + 1), dtype=torch.int32),
+                        idx=slots, idx_np=slots.numpy(), cu=cu, cu_np=cu.numpy(),
+                        expanded=slots.repeat_interleave(k + 1), local=local,
+                        pos=local.to(torch.int64), seq_lens=torch.full((n,), 24))
+                    keys.clear()
+                    verify(rs, b, draft_logits)
+                    assert rs.plugin_batch, (params, n)
+                    missing = keys - warmed
+                    assert not missing, (params, n, draft_logits is None, min(missing))
+        print("ok")
+        """,
+        prelude=PRELUDE,
+        env=INTERPRET,
+        timeout=900,
+    )
+    assert out.strip().splitlines()[-1] == "ok"

@@ -214,20 +214,21 @@ def test_warm_up_draws_every_logit_a_matching_verifier_draws():
         warmup.representatives = lambda max_rows, variant: [max_rows]
 
         class Matching:
-            def warm_up_matching(self, max_num_reqs, device):
-                self.asked = max_num_reqs
+            def warm_up_verification(self, max_num_reqs, device, logits_dtypes, slot_dtypes,
+                                     draft_logits):
+                self.asked = (max_num_reqs, logits_dtypes, draft_logits)
                 return max_num_reqs * 4
 
         def runner(verifier):
             return types.SimpleNamespace(
                 sampler=RecordingDraw(), rejection_sampler=verifier, max_num_reqs=8,
-                device=torch.device("cpu"),
+                device=torch.device("cpu"), speculator=types.SimpleNamespace(draft_logits=None),
                 model_config=types.SimpleNamespace(dtype=torch.bfloat16))
 
         matching = runner(Matching())
         warmup.warm_up(matching)
         assert {launch[4] for launch in matching.sampler.launches} == {32}
-        assert matching.rejection_sampler.asked == 8
+        assert matching.rejection_sampler.asked == (8, (torch.float32, torch.bfloat16), None)
         assert set().union(*(launch[5] for launch in matching.sampler.launches)) == set(range(8))
         plain = runner(None)
         warmup.warm_up(plain)

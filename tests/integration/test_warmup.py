@@ -10,7 +10,6 @@ the launch plans of an H100 (132 SMs) and a real vocabulary.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,54 +30,13 @@ from vllm_sampling_plugin.integration.seams import shapes  # noqa: E402
 pytestmark = needs_seam(shapes.DRAW, shapes.SAMPLE)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from stub_runner import (
-    fake_ngram_speculator,
-    fake_rejection_sampler,
-    fake_sampler,
-    stub_ops,
-)
+from kernel_stubs import stub_ops
+from tests.compile_keys import Recorder
+from stub_runner import fake_ngram_speculator, fake_rejection_sampler, fake_sampler
 
 VOCAB = 151936
 MAX_NUM_REQS = 64
 K = 3
-
-
-def _specialization(value, specialize=True):
-    """What Triton keys a binary on for one runtime argument; a tuple's
-    elements each count, as Triton flattens them."""
-    if isinstance(value, tuple):
-        return tuple(_specialization(element) for element in value)
-    if isinstance(value, torch.Tensor):
-        return (value.dtype, value.data_ptr() % 16 == 0)
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int) and specialize:
-        return "one" if value == 1 else value % 16 == 0
-    return type(value).__name__
-
-
-class Recorder:
-    """Stands in for a Triton kernel: ``kernel[grid](...)`` records a compile key."""
-
-    def __init__(self, name, kernel, keys):
-        self.name = name
-        self.signature = inspect.signature(kernel.fn)
-        self.do_not_specialize = set(getattr(kernel, "do_not_specialize", ()) or ())
-        self.keys = keys
-
-    def __getitem__(self, grid):
-        return self.launch
-
-    def launch(self, *args, num_warps=4, num_stages=3, **kwargs):
-        bound = self.signature.bind(*args, **kwargs)
-        key = [self.name, ("num_warps", num_warps), ("num_stages", num_stages)]
-        for name, value in bound.arguments.items():
-            annotation = self.signature.parameters[name].annotation
-            if "constexpr" in str(annotation):
-                key.append((name, value))
-            else:
-                key.append((name, _specialization(value, name not in self.do_not_specialize)))
-        self.keys.add(tuple(key))
 
 
 @pytest.fixture

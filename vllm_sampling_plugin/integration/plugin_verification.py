@@ -68,6 +68,7 @@ the runner holds upstream's object and nothing of the plugin runs.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -75,8 +76,10 @@ import torch
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as upstream
 
 from vllm_sampling_plugin import config as cfg
+from vllm_sampling_plugin.integration.compile_variants import representatives
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
-from vllm_sampling_plugin.ops.rejection.launcher import rejection_sample_packed
+from vllm_sampling_plugin.ops.rejection.launcher import device_plan, rejection_sample_packed
+from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -227,15 +230,97 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             idx_mapping_np
         )
 
-    def warm_up_matching(self, max_num_reqs: int, device: torch.device) -> int:
-        """Compile the matching kernel (one variant: its output width is K + 1)
-        during the engine's profile run; returns how many rows the Sampler's
-        matching draws reach, which the warm-up seam warms the draw to."""
-        zeros = torch.zeros(2, dtype=torch.int32, device=device)
-        accept_matching_drafts(
-            zeros[:1].long(), zeros[:1], zeros, self.num_speculative_steps
+    def warm_up_verification(
+        self,
+        max_num_reqs: int,
+        device: torch.device,
+        logits_dtypes: tuple[torch.dtype, ...],
+        slot_dtypes: tuple[torch.dtype, ...],
+        draft_logits: torch.Tensor | None,
+    ) -> int:
+        """Compile, during the engine's profile run, every variant of the
+        verification kernels the steps can launch, so that no request waits
+        for a Triton compile; returns how many rows the Sampler's draws reach
+        (matching draws every logit), which the warm-up seam warms the draw to.
+
+        Upstream's own kernel warm-up (``warmup_kernels``) runs decode steps
+        at one batch size, and with penalties, which are upstream's batches.
+        A kernel's compile variant follows from the launch plan of its number
+        of requests (one batch size per plan here, one logit per request),
+        the logits' dtype (float32 where a request is processed, the model's
+        for a greedy or temperature-1 batch; filtered rows are sampled, hence
+        float32), whether the batch filters (one variant for every filter
+        combination: ``_verify`` passes all three), and, fixed per engine,
+        the drafts' logits (``draft_logits``: the speculator's buffer, None
+        for n-gram drafts) and the noise's precision. Greedy zero rows: the
+        outputs are thrown away.
+        """
+        start = time.perf_counter()
+        states = self.sampler.sampling_states
+        vocab_size = states.vocab_size
+        use_fp64 = self.sampler.use_fp64_gumbel
+        sizes = representatives(
+            max_num_reqs,
+            lambda n: device_plan(n, vocab_size, REJECTION_TUNING[use_fp64], device),
         )
-        return max_num_reqs * (1 + self.num_speculative_steps)
+        # One logit (the bonus position) per request: [: n + 1] are the
+        # cu_num_logits of n requests.
+        counts = torch.arange(max_num_reqs + 1, dtype=torch.int32, device=device)
+        draft_tokens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        pos = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
+        variants = [(dtype, False) for dtype in dict.fromkeys(logits_dtypes)]
+        variants.append((torch.float32, True))
+        for dtype, filtered in variants:
+            logits = torch.zeros(max_num_reqs, vocab_size, dtype=dtype, device=device)
+            filters = self.filters(filtered)
+            for slot_dtype in dict.fromkeys(slot_dtypes):
+                slots = counts[:max_num_reqs].to(slot_dtype)
+                for n in sizes:
+                    rejection_sample_packed(
+                        logits[:n],
+                        draft_tokens[:n],
+                        counts[: n + 1],
+                        slots[:n],
+                        pos[:n],
+                        states.temperature.gpu,
+                        states.seeds.gpu,
+                        self.num_speculative_steps,
+                        draft_logits,
+                        None,
+                        use_fp64=use_fp64,
+                        apply_temperature=True,
+                        scale_draft_logits=True,
+                        **filters,
+                    )
+        warmed = [f"rejection ({'draft logits' if draft_logits is not None else 'n-gram drafts'})"]
+        max_rows = max_num_reqs
+        if draft_logits is None:
+            # One variant: the output width is K + 1.
+            accept_matching_drafts(pos[:1], draft_tokens[:1], counts[:2], self.num_speculative_steps)
+            warmed.append("matching")
+            max_rows = max_num_reqs * (1 + self.num_speculative_steps)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        logger.info(
+            "vllm-sampling-plugin verification warm-up: compiled and ran %s on logits in "
+            "%s, unfiltered and filtered, batch sizes %s, covering every batch size 1..%d, "
+            "in %.1f s.",
+            " and ".join(warmed),
+            " and ".join(str(dtype).removeprefix("torch.") for dtype in dict.fromkeys(logits_dtypes)),
+            sizes,
+            max_num_reqs,
+            time.perf_counter() - start,
+        )
+        return max_rows
+
+    def filters(self, filtered: bool) -> dict[str, torch.Tensor]:
+        """The filter arguments of a batch: all three where some request
+        filters (the kernels turn each off per row: one compile variant for
+        every combination), none otherwise."""
+        if not filtered:
+            return {}
+        states = self.sampler.sampling_states
+        return {"top_k": states.top_k.gpu, "top_p": states.top_p.gpu, "min_p": states.min_p.gpu}
 
     def _verify_in_chunks(
         self,
@@ -320,11 +405,11 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             )
             return logits, sampled, num_sampled
         states = self.sampler.sampling_states
-        vocab_size = states.vocab_size
-        # Only the filters some request of the batch uses are compiled in.
-        top_k = states.top_k.gpu if np.any(states.top_k.np[idx_mapping_np] < vocab_size) else None
-        top_p = states.top_p.gpu if np.any(states.top_p.np[idx_mapping_np] < 1.0) else None
-        min_p = states.min_p.gpu if np.any(states.min_p.np[idx_mapping_np] > 0.0) else None
+        filtered = (
+            np.any(states.top_k.np[idx_mapping_np] < states.vocab_size)
+            or np.any(states.top_p.np[idx_mapping_np] < 1.0)
+            or np.any(states.min_p.np[idx_mapping_np] > 0.0)
+        )
         sampled, num_sampled = rejection_sample_packed(
             logits,
             verify_draft_sampled,
@@ -340,9 +425,7 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             apply_temperature=True,
             # The drafters cache their logits before the temperature.
             scale_draft_logits=True,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
+            **self.filters(filtered),
         )
         # int64 [num_reqs, k + 1] and int32 [num_reqs], as upstream's kernel
         # returns them. The raw logits stand for the processed ones: nothing reads them on

@@ -26,10 +26,13 @@ and the zero-initialised request state.
 It writes only its outputs, which it drops: no token changes. Upstream's
 speculative verification draws with its own kernels, so the plugin's draw
 sees at most max_num_reqs rows, except where the plugin verifies
-(``--plugin-verification plugin``, 0.32/0.33): there a batch with a seeded
-request is verified by matching the Sampler's draws of every logit, up to
-max_num_reqs x (1 + K) rows, and the warm-up covers those and the matching
-kernel (``PluginVerifyingRejectionSampler.warm_up_matching``). Where the user keeps FlashInfer
+(``--plugin-verification plugin``, 0.32/0.33): there the verifier first
+compiles its own kernels
+(``PluginVerifyingRejectionSampler.warm_up_verification``: the rejection
+kernel per launch plan, logits dtype and filtering, and the matching
+kernel), and a batch of n-gram drafts with a seeded request is verified by
+matching the Sampler's draws of every logit, so the draw is warmed up to
+max_num_reqs x (1 + K) rows. Where the user keeps FlashInfer
 (``VLLM_USE_FLASHINFER_SAMPLER=1``) its batches stay upstream's, and so does
 their first-use cost.
 """
@@ -139,20 +142,26 @@ def step_slot_dtypes() -> tuple[torch.dtype, ...]:
 def warm_up(runner: Any) -> None:
     """Warm up the kernels of whichever plugin sampler the runner holds."""
     if isinstance(runner.sampler, PluginDrawMixin):
-        # The plugin's verification (0.32/0.33) has the Sampler draw every
-        # logit of a seeded batch: up to 1 + K rows a request.
-        verifier = getattr(runner, "rejection_sampler", None)
-        warm_up_matching = getattr(verifier, "warm_up_matching", None)
-        max_rows = (
-            warm_up_matching(runner.max_num_reqs, runner.device)
-            if warm_up_matching is not None
-            else runner.max_num_reqs
+        logits_dtypes = (torch.float32, runner.model_config.dtype)
+        max_rows = runner.max_num_reqs
+        # The plugin's verification (0.32/0.33): its kernels, and how many
+        # rows its matching has the Sampler draw (1 + K a request).
+        warm_up_verification = getattr(
+            getattr(runner, "rejection_sampler", None), "warm_up_verification", None
         )
+        if warm_up_verification is not None:
+            max_rows = warm_up_verification(
+                runner.max_num_reqs,
+                runner.device,
+                logits_dtypes,
+                step_slot_dtypes(),
+                getattr(runner.speculator, "draft_logits", None),
+            )
         warm_up_plugin_draw(
             runner.sampler,
             runner.max_num_reqs,
             runner.device,
-            (torch.float32, runner.model_config.dtype),
+            logits_dtypes,
             step_slot_dtypes(),
             max_rows,
         )
