@@ -908,8 +908,15 @@ def test_a_draft_model_speculates_in_place_of_n_gram(tmp_path, monkeypatch, caps
         ("stock", "/ckpt/8b-v151936-copy", 3, "/ckpt/1b-v151936-copy"),
     ]
     drafting = bench.specs[1]
-    assert drafting.llm_kwargs()["speculative_config"] == {
-        "method": "draft_model", "model": "/ckpt/1b-v151936-copy", "num_speculative_tokens": 3}
+    kwargs = drafting.llm_kwargs()
+    # Drafts with draft probabilities (vLLM's default drafts greedily,
+    # without logits), verified as the label says.
+    assert kwargs["speculative_config"] == {
+        "method": "draft_model", "model": "/ckpt/1b-v151936-copy", "num_speculative_tokens": 3,
+        "draft_sample_method": "probabilistic"}
+    assert kwargs["plugin_verification"] == "plugin"
+    assert "speculation_policy" not in kwargs
+    assert "plugin_verification" not in bench.specs[0].llm_kwargs()
     assert drafting.label == "plugin+draft3-fixed-verify-plugin"
     with pytest.raises(SystemExit):
         run.parse_args(["--spec-draft", "1b"])  # the adaptive policy is n-gram's

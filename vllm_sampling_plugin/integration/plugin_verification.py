@@ -247,10 +247,12 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         at one batch size, and with penalties, which are upstream's batches.
         A kernel's compile variant follows from the launch plan of its number
         of requests (one batch size per plan here, one logit per request),
-        the logits' dtype (float32 where a request is processed, the model's
-        for a greedy or temperature-1 batch; filtered rows are sampled, hence
-        float32), whether the batch filters (one variant for every filter
-        combination: ``_verify`` passes all three), and, fixed per engine,
+        the logits' dtype (``_verify`` reads the runner's raw logits, in the
+        model's dtype whatever the batch samples with, since the plugin skips
+        upstream's float32 copy; ``logits_dtypes`` names float32 too, for
+        models that emit it), whether the batch filters (one variant for
+        every filter combination: ``_verify`` passes all three), and, fixed
+        per engine,
         the drafts' logits (``draft_logits``: the speculator's buffer, None
         for n-gram drafts) and the noise's precision. Greedy zero rows: the
         outputs are thrown away.
@@ -268,8 +270,9 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         counts = torch.arange(max_num_reqs + 1, dtype=torch.int32, device=device)
         draft_tokens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         pos = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
-        variants = [(dtype, False) for dtype in dict.fromkeys(logits_dtypes)]
-        variants.append((torch.float32, True))
+        variants = [
+            (dtype, filtered) for dtype in dict.fromkeys(logits_dtypes) for filtered in (False, True)
+        ]
         for dtype, filtered in variants:
             logits = torch.zeros(max_num_reqs, vocab_size, dtype=dtype, device=device)
             filters = self.filters(filtered)

@@ -108,19 +108,24 @@ class EngineSpec:
         if compilation_config:
             kwargs["compilation_config"] = compilation_config
         if self.ngram_k and self.draft_model:
+            # "probabilistic": the drafter samples its drafts and keeps their
+            # logits for verification (vLLM's default, "greedy", drafts
+            # argmax tokens without logits, as n-gram does).
             kwargs["speculative_config"] = {
                 "method": "draft_model", "model": self.draft_model,
                 "num_speculative_tokens": self.ngram_k,
+                "draft_sample_method": "probabilistic",
             }
         elif self.ngram_k:
             kwargs["speculative_config"] = {
                 "method": "ngram", "num_speculative_tokens": self.ngram_k,
                 "prompt_lookup_min": 2, "prompt_lookup_max": 4,
             }
+            # The adaptive policy is n-gram's (run.py refuses it with a draft model).
             if self.speculation_policy:
                 kwargs["speculation_policy"] = self.speculation_policy
-            if self.plugin_verification:
-                kwargs["plugin_verification"] = self.plugin_verification
+        if self.ngram_k and self.plugin_verification:
+            kwargs["plugin_verification"] = self.plugin_verification
         return kwargs
 
     @property
