@@ -634,6 +634,31 @@ def test_an_engine_without_the_plugins_verification_reports_no_owner():
         assert report.verification_text([report.host_use(result)]) == ""
 
 
+def test_a_run_records_the_triton_kernels_compiled_while_it_was_timed(tmp_path):
+    """A kernel variant that appears in the engine's Triton cache during a
+    timed run is named in the run's result and in the host row."""
+    server = _server(triton_cache=str(tmp_path))
+    (tmp_path / "aaaa1111").mkdir()
+    (tmp_path / "aaaa1111" / "_gumbel_kernel.json").write_text("{}")
+
+    generate = server.llm.generate
+
+    def generate_compiling(inputs, params, use_tqdm):
+        (tmp_path / "bbbb2222").mkdir(exist_ok=True)
+        (tmp_path / "bbbb2222" / "_rejection_kernel.json").write_text("{}")
+        (tmp_path / "bbbb2222" / "__grp___rejection_kernel.json").write_text("{}")
+        return generate(inputs, params, use_tqdm)
+
+    server.llm.generate = generate_compiling
+    result = server.throughput("mixed", workload.random_prompts(4, 4, 1000), 6, wave=4)
+    assert result["compiled_during_run"] == ["_rejection_kernel@bbbb2222"]
+    again = server.throughput("mixed", workload.random_prompts(4, 4, 1000), 6, wave=4)
+    assert again["compiled_during_run"] == []
+    runs = [report.host_use(result), report.host_use(again)]
+    assert report.host_text(runs).endswith("; compiled in a timed run: _rejection_kernel")
+    assert report.compiled_text(runs[1:]) == ""
+
+
 def test_host_text_says_who_verified_the_runs():
     base = {"seconds": 1.0, "tokens": 1000, "engine_core_cpu_s": 1.0, "front_end_cpu_s": 0.2}
     runs = [{**base, "verification_batches": {"plugin": 90, "upstream": 10}},

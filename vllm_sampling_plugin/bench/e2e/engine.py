@@ -372,6 +372,7 @@ class _EngineServer:
         """
         params = self._params(mix, len(prompts), output_len)
         verified_before = self._verification_batches()
+        compiled_before = compiled_kernels(self.triton_cache)
         probe_before = host_speed_probe_ms()
         steal_before = steal_seconds()
         cpu_before = host_cpu_seconds()
@@ -392,9 +393,12 @@ class _EngineServer:
         verified = self._verification_batches()
         if verified is not None:
             verified = {owner: verified[owner] - verified_before[owner] for owner in verified}
+        # A Triton compile inside a timed run is a stall of seconds, no rate.
+        compiled = sorted(compiled_kernels(self.triton_cache) - compiled_before)
         return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
                 "host_cpu_s": host_cpu_s, "steal_s": steal_s,
-                "probe_ms": [probe_before, probe_after], "verification_batches": verified}
+                "probe_ms": [probe_before, probe_after], "verification_batches": verified,
+                "compiled_during_run": compiled}
 
     def _verification_batches(self) -> dict | None:
         """``hooks.verification_batches`` of the worker (outside timed spans)."""

@@ -348,7 +348,8 @@ def host_use(run: dict) -> dict | None:
     return {"seconds": run["seconds"], "tokens": run["tokens"],
             "engine_core_cpu_s": cpu["engine_core"], "front_end_cpu_s": cpu["front_end"],
             "steal_s": run.get("steal_s"), "probe_ms": run.get("probe_ms"),
-            "verification_batches": run.get("verification_batches")}
+            "verification_batches": run.get("verification_batches"),
+            "compiled_during_run": run.get("compiled_during_run")}
 
 
 def host_summary(runs: Sequence[dict | None]) -> dict | None:
@@ -390,7 +391,22 @@ def host_text(runs: Sequence[dict | None]) -> str:
     return (f"engine core {100 * summary['engine_core_busy']:.0f}% busy, "
             f"{summary['engine_core_us_per_token']:.1f} us/token; "
             f"front end {100 * summary['front_end_busy']:.0f}%{probe}"
-            + verification_text(runs))
+            + verification_text(runs) + compiled_text(runs))
+
+
+def compiled_text(runs: Sequence[dict | None]) -> str:
+    """The Triton kernels the runs compiled while timed (their names, each
+    once), where any did: such a run stalled for the compile.
+
+    Example::
+
+        >>> compiled_text([{"compiled_during_run": ["_rejection_kernel@ab12cd34"]},
+        ...                {"compiled_during_run": []}])
+        '; compiled in a timed run: _rejection_kernel'
+    """
+    names = sorted({variant.split("@")[0] for r in runs if r is not None
+                    for variant in r.get("compiled_during_run") or ()})
+    return f"; compiled in a timed run: {', '.join(names)}" if names else ""
 
 
 def verification_text(runs: Sequence[dict | None]) -> str:
