@@ -192,3 +192,43 @@ def test_wrapper_warms_up_after_vllms_dummy_sampler_run(monkeypatch):
 
 def test_warm_up_skips_a_runner_without_the_plugin_sampler():
     assert warm_up_sampling(SimpleNamespace(sampler=object())) == []
+
+
+def test_the_seam_compiles_every_variant_ahead_then_launches_them(compile_keys, monkeypatch):
+    """integration/seams/warmup.py: the launches run twice, first inside
+    compile_ahead (with the plugin's log lines held back), then for real;
+    one line says what compiling ahead did."""
+    import logging
+
+    from vllm_sampling_plugin.integration.seams import warmup as seam
+
+    plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    handler = Keep()
+    plugin_logger.addHandler(handler)
+    monkeypatch.setattr(plugin_logger, "level", logging.INFO)
+    ahead_keys = set()
+
+    def compile_ahead(launches):
+        assert plugin_logger.disabled
+        launches()
+        ahead_keys.update(compile_keys)
+        compile_keys.clear()
+        return len(ahead_keys)
+
+    monkeypatch.setattr(seam, "compile_ahead", compile_ahead)
+    try:
+        seam.warm_up(make_runner("probabilistic"))
+    finally:
+        plugin_logger.removeHandler(handler)
+    assert not plugin_logger.disabled
+    # The real launches compile what was compiled ahead, nothing else.
+    assert ahead_keys and compile_keys == ahead_keys
+    assert [line.split(":")[0] for line in lines] == ["vllm-sampling-plugin warm-up"] * 2
+    assert f"compiled {len(ahead_keys)} Triton kernel variants in parallel" in lines[0]
+    assert "compiled and ran gumbel" in lines[1]

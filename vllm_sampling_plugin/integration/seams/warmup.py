@@ -58,6 +58,8 @@ from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
 from vllm_sampling_plugin.integration.seams.found import Found
 from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.seams.shapes import AFTER_DUMMY_SAMPLER_RUN
+from vllm_sampling_plugin.ops.compile_ahead import compile_ahead
+from vllm_sampling_plugin.ops.compile_ahead import supported as compile_ahead_supported
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -140,35 +142,72 @@ def step_slot_dtypes() -> tuple[torch.dtype, ...]:
 
 
 def warm_up(runner: Any) -> None:
-    """Warm up the kernels of whichever plugin sampler the runner holds."""
+    """Warm up the kernels of whichever plugin sampler the runner holds:
+    their variants compiled ahead, in parallel (:func:`compile_in_parallel`),
+    then launched."""
     if isinstance(runner.sampler, PluginDrawMixin):
-        logits_dtypes = (torch.float32, runner.model_config.dtype)
-        max_rows = runner.max_num_reqs
-        # The plugin's verification (0.32/0.33): its kernels, and how many
-        # rows its matching has the Sampler draw (1 + K a request).
-        warm_up_verification = getattr(
-            getattr(runner, "rejection_sampler", None), "warm_up_verification", None
-        )
-        if warm_up_verification is not None:
-            max_rows = warm_up_verification(
-                runner.max_num_reqs,
-                runner.device,
-                logits_dtypes,
-                step_slot_dtypes(),
-                getattr(runner.speculator, "draft_logits", None),
-            )
-        warm_up_plugin_draw(
-            runner.sampler,
+        compile_in_parallel(lambda: warm_up_draw(runner))
+        warm_up_draw(runner)
+    else:
+        from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+
+        compile_in_parallel(lambda: warm_up_sampling(runner))
+        warm_up_sampling(runner)
+
+
+def warm_up_draw(runner: Any) -> None:
+    """The draw's warm-up, after the verifier's where the plugin verifies."""
+    logits_dtypes = (torch.float32, runner.model_config.dtype)
+    max_rows = runner.max_num_reqs
+    # The plugin's verification (0.32/0.33): its kernels, and how many
+    # rows its matching has the Sampler draw (1 + K a request).
+    warm_up_verification = getattr(
+        getattr(runner, "rejection_sampler", None), "warm_up_verification", None
+    )
+    if warm_up_verification is not None:
+        max_rows = warm_up_verification(
             runner.max_num_reqs,
             runner.device,
             logits_dtypes,
             step_slot_dtypes(),
-            max_rows,
+            getattr(runner.speculator, "draft_logits", None),
         )
-    else:
-        from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+    warm_up_plugin_draw(
+        runner.sampler,
+        runner.max_num_reqs,
+        runner.device,
+        logits_dtypes,
+        step_slot_dtypes(),
+        max_rows,
+    )
 
-        warm_up_sampling(runner)
+
+@torch.inference_mode()
+def compile_in_parallel(launches) -> int:
+    """Compile every kernel variant ``launches()`` launches, on every CPU at
+    once, without running them (ops/compile_ahead.py; its own log lines are
+    held back: the launches that follow say what they ran). One log line;
+    returns the number of variants."""
+    start = time.perf_counter()
+    previously_disabled = logger.disabled
+    logger.disabled = True
+    try:
+        compiled = compile_ahead(launches)
+    finally:
+        logger.disabled = previously_disabled
+    if compiled:
+        logger.info(
+            "vllm-sampling-plugin warm-up: compiled %d Triton kernel variants in parallel in "
+            "%.1f s; the launches below find them compiled.",
+            compiled,
+            time.perf_counter() - start,
+        )
+    elif not compile_ahead_supported():
+        logger.info(
+            "vllm-sampling-plugin warm-up: this Triton cannot compile ahead "
+            "(no triton.runtime._async_compile): the launches below compile one at a time."
+        )
+    return compiled
 
 
 @torch.inference_mode()
