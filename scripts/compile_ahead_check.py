@@ -8,7 +8,9 @@ at one batch size per launch plan up to ``--max-reqs`` requests, each on
 float32 and bfloat16 logits (what an engine with the plugin's verification
 warms up). Prints one JSON line per mode: seconds to compile (ahead) and to
 run the launches, the kernel variants in the cache after each phase, and
-whether the tokens equal those of the serial mode.
+whether the tokens equal those of the serial mode; exits 1 where nothing
+was compiled ahead, the launches after it compiled anything, or the tokens
+differ.
 
     python3 scripts/compile_ahead_check.py --out /tmp/compile-ahead.json
 """
@@ -135,6 +137,17 @@ def main() -> None:
     for result in results:
         print(json.dumps(result))
     Path(args.out).write_text(json.dumps(results, indent=1))
+    ahead = results[1]
+    failures = [
+        what for what, failed in (
+            ("nothing was compiled ahead (this Triton cannot)", not ahead["compiled_ahead"]),
+            ("the launches after compiling ahead compiled more variants",
+             ahead["variants_after_run"] != ahead["variants_after_ahead"]),
+            ("the tokens differ from the serial run's", not ahead["tokens_equal_serial"]),
+        ) if failed
+    ]
+    if failures:
+        sys.exit("compile_ahead_check: " + "; ".join(failures))
 
 
 if __name__ == "__main__":
