@@ -618,6 +618,42 @@ def test_packed_layout_matches_independent_reference(device):
         assert sampled[r, : num_sampled[r]].tolist() == want.tokens[0]
 
 
+def test_draft_and_target_logits_in_bfloat16_read_as_their_float32_values(device):
+    """The runner's raw logits and vLLM 0.33's draft-logits cache
+    (``draft_logits_spec``: the model's head dtype) are bfloat16 for a
+    bfloat16 model: the kernel reads them as the float32 numbers they hold,
+    so the tokens are exactly those of the same values in float32."""
+    num_reqs, num_spec, vocab = 16, 3, 40
+    generator = torch.Generator().manual_seed(31)
+    target = torch.randn(num_reqs, num_spec + 1, vocab, generator=generator).to(torch.bfloat16)
+    stored = (target[:, :num_spec].float()
+              + torch.randn(num_reqs, num_spec, vocab, generator=generator)).to(torch.bfloat16)
+    drafts = torch.multinomial(torch.softmax(stored.float(), -1).reshape(-1, vocab), 1,
+                               generator=generator).reshape(num_reqs, num_spec)
+    draft_column = torch.cat([torch.zeros(num_reqs, 1, dtype=torch.int64), drafts], 1)
+    case = dict(
+        draft_tokens=draft_column.reshape(-1).to(device),
+        cu_num_logits=torch.arange(0, num_reqs * (num_spec + 1) + 1, num_spec + 1,
+                                   dtype=torch.int32, device=device),
+        idx_mapping=torch.arange(num_reqs, dtype=torch.int32, device=device),
+        pos=torch.arange(num_reqs * (num_spec + 1), dtype=torch.int64, device=device) + 5,
+        temperature=torch.tensor([0.0, 0.7, 1.0, 1.5] * (num_reqs // 4), device=device),
+        seeds=torch.arange(70, 70 + num_reqs).to(device),
+        num_speculative_steps=num_spec,
+        apply_temperature=True,
+        scale_draft_logits=True,
+    )
+    in_bfloat16 = rejection_sample_packed(
+        target.reshape(-1, vocab).to(device), draft_logits=stored.to(device), **case)
+    in_float32 = rejection_sample_packed(
+        target.reshape(-1, vocab).float().to(device), draft_logits=stored.float().to(device),
+        **case)
+    assert _emitted(*in_bfloat16) == _emitted(*in_float32)
+    # Not vacuous: some drafts are accepted and some rejected.
+    lengths = {len(row) for row in _emitted(*in_float32)}
+    assert min(lengths) <= num_spec and max(lengths) == num_spec + 1, lengths
+
+
 def test_draft_logits_before_the_temperature_are_divided_by_it(device):
     """``scale_draft_logits``: vLLM 0.32/0.33's drafters cache their logits
     before the temperature. The kernel then verifies against softmax(d / T):
