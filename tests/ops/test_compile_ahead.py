@@ -56,3 +56,15 @@ def test_the_interpreter_compiles_nothing_so_nothing_is_launched(monkeypatch):
     called = []
     assert ahead.compile_ahead(lambda: called.append(1)) == 0
     assert called == []
+
+
+def test_inside_a_callers_asynchronous_mode_nothing_is_launched(monkeypatch):
+    if not ahead.supported():
+        pytest.skip("this Triton has no asynchronous compile mode")
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    called = []
+    with ThreadPoolExecutor(1) as executor, ahead.AsyncCompileMode(executor):
+        assert ahead.compile_ahead(lambda: called.append(1)) == 0
+    assert called == []

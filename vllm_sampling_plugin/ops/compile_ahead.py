@@ -10,9 +10,10 @@ thread pool (Triton's ``AsyncCompileMode`` with the launch turned into a
 when every compile has finished and sits in its kernel's in-memory cache.
 The warm-up's real launches that follow then find every variant compiled.
 
-Where the installed Triton lacks that mode (its module is private), or
-kernels run in Triton's interpreter, the call does nothing (``launches`` is
-not called) and the real launches compile as before.
+Where the installed Triton lacks that mode (its module is private), where
+kernels run in Triton's interpreter, or inside a caller's own asynchronous
+mode (it does not nest), the call does nothing (``launches`` is not called)
+and the real launches compile as before.
 
 On an H200 (16 CPUs, Triton 3.6) the 29 variants of an engine with the
 plugin's verification at k = 7 (vocabulary 128256, 256 sequences) took
@@ -35,9 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 import triton.runtime.jit as triton_jit
 
 try:
-    from triton.runtime._async_compile import AsyncCompileMode
+    from triton.runtime._async_compile import AsyncCompileMode, active_mode
 except ImportError:  # a Triton without asynchronous compiles
-    AsyncCompileMode = None
+    AsyncCompileMode = active_mode = None
 
 
 
@@ -82,7 +83,8 @@ def compile_ahead(launches: Callable[[], object], max_workers: int | None = None
     Triton's ``JITFunction.run`` is swapped for the duration of the call
     only, so the engine's own launches afterwards pay nothing for it.
     """
-    if _interpreted() or not supported():
+    if _interpreted() or not supported() or active_mode.get() is not None:
+        # (Triton's mode does not nest: inside a caller's, launch as usual.)
         return 0
     workers = max_workers or max(1, len(os.sched_getaffinity(0)))
     run = triton_jit.JITFunction.run
