@@ -15,6 +15,8 @@ from collections.abc import Callable, Hashable
 import torch
 
 from vllm_sampling_plugin.ops.gumbel.plan import plan_launch as gumbel_plan
+from vllm_sampling_plugin.ops.rejection.launcher import device_plan as rejection_plan
+from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
 from vllm_sampling_plugin.ops.topk_topp.plan import DEFAULT_TUNING as TOP_K_TOP_P_TUNING
 from vllm_sampling_plugin.ops.topk_topp.plan import launch_shape as top_k_top_p_shape
 from vllm_sampling_plugin.ops.topk_topp.plan import merges_in_chunk_kernel
@@ -39,6 +41,12 @@ def fused_top_k_top_p_variant(n: int, vocab_size: int) -> bool:
     decides whether rows merge in the chunk kernel or in a second one."""
     shape = top_k_top_p_shape(vocab_size, TOP_K_TOP_P_TUNING)
     return merges_in_chunk_kernel(n, shape, TOP_K_TOP_P_TUNING)
+
+
+def rejection_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):
+    """The rejection launcher's plan for ``n`` requests: block, chunks, warps
+    and launch style (the integration passes the default tuning)."""
+    return rejection_plan(n, vocab_size, REJECTION_TUNING[use_fp64], device)
 
 
 def representatives(max_num_reqs: int, variant: Callable[[int], Hashable]) -> list[int]:

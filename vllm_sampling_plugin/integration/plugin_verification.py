@@ -67,6 +67,7 @@ the runner holds upstream's object and nothing of the plugin runs.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from typing import Any
@@ -76,10 +77,9 @@ import torch
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as upstream
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.integration.compile_variants import representatives
+from vllm_sampling_plugin.integration.compile_variants import rejection_variant, representatives
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
-from vllm_sampling_plugin.ops.rejection.launcher import device_plan, rejection_sample_packed
-from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
+from vllm_sampling_plugin.ops.rejection.launcher import rejection_sample_packed
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -262,21 +262,17 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         vocab_size = states.vocab_size
         use_fp64 = self.sampler.use_fp64_gumbel
         sizes = representatives(
-            max_num_reqs,
-            lambda n: device_plan(n, vocab_size, REJECTION_TUNING[use_fp64], device),
+            max_num_reqs, lambda n: rejection_variant(n, vocab_size, use_fp64, device)
         )
         # One logit (the bonus position) per request: [: n + 1] are the
         # cu_num_logits of n requests.
         counts = torch.arange(max_num_reqs + 1, dtype=torch.int32, device=device)
         draft_tokens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         pos = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
-        variants = [
-            (dtype, filtered) for dtype in dict.fromkeys(logits_dtypes) for filtered in (False, True)
-        ]
-        for dtype, filtered in variants:
+        for dtype in dict.fromkeys(logits_dtypes):
             logits = torch.zeros(max_num_reqs, vocab_size, dtype=dtype, device=device)
-            filters = self.filters(filtered)
-            for slot_dtype in dict.fromkeys(slot_dtypes):
+            for filtered, slot_dtype in itertools.product((False, True), dict.fromkeys(slot_dtypes)):
+                filters = self.filters(filtered)
                 slots = counts[:max_num_reqs].to(slot_dtype)
                 for n in sizes:
                     rejection_sample_packed(

@@ -55,6 +55,7 @@ from vllm_sampling_plugin.integration.compile_variants import (
     fused_top_k_top_p_variant,
     gumbel_variant,
     integer_class,
+    rejection_variant,
     representatives,
 )
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
@@ -62,16 +63,8 @@ from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSa
 from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
 from vllm_sampling_plugin.ops.ngram.launcher import scan_shape
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
-from vllm_sampling_plugin.ops.rejection.launcher import device_plan
-from vllm_sampling_plugin.ops.rejection.plan import TUNING as REJECTION_TUNING
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
-
-
-def rejection_variant(n: int, vocab_size: int, use_fp64: bool, device: torch.device):
-    """The rejection launcher's plan for ``n`` requests: block, chunks, warps
-    and launch style (the integration passes the default tuning)."""
-    return device_plan(n, vocab_size, REJECTION_TUNING[use_fp64], device)
 
 
 def ngram_variant(n: int, history_len: int, device: torch.device) -> tuple[int, str]:

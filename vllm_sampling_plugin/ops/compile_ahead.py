@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,12 +42,9 @@ except ImportError:  # a Triton without asynchronous compiles
     AsyncCompileMode = active_mode = None
 
 
-
 def supported() -> bool:
     """Whether the installed Triton can compile ahead: it has the
     asynchronous mode, and its launches take ``warmup``."""
-    import inspect
-
     if AsyncCompileMode is None:
         return False
     return "warmup" in inspect.signature(triton_jit.JITFunction.run).parameters
@@ -71,7 +69,7 @@ def _compiling_only(run):
 def compile_ahead(launches: Callable[[], object], max_workers: int | None = None) -> int:
     """Compile every Triton kernel variant that ``launches()`` would launch,
     in parallel, without running any; returns how many distinct variants
-    were compiled (0 where the installed Triton cannot).
+    were compiled (0 where it does nothing: see the module doc).
 
     Args:
         launches: the launches to compile for. It is called once, on the
