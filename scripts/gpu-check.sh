@@ -5,7 +5,7 @@
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
 #        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | e2e-vs-stock | e2e-draft |
-#        line-check | spec-step-breakdown | compile-ahead
+#        line-check | spec-step-breakdown | compile-ahead | verification-dtype
 #        (upstream ... e2e-vs-stock: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
 #        between 0.21 and 0.31)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others;
@@ -135,6 +135,12 @@ for step in "$@"; do
       # compiled ahead in parallel (ops/compile_ahead.py), each in a fresh
       # interpreter and Triton cache; needs no vLLM. About 2 minutes.
       run "$step" python3 scripts/compile_ahead_check.py --out "$out/$step.json" ;;
+    verification-dtype)
+      # The plugin's verification op by logits dtype (float32, bfloat16),
+      # filtering and draft logits, at a draft engine's shapes (256 requests,
+      # k = 3 and 7, vocabulary 128256); needs no vLLM. About a minute.
+      run "$step-k3" python3 scripts/verification_dtype_check.py --k 3 --out "$out/$step-k3.json"
+      run "$step-k7" python3 scripts/verification_dtype_check.py --k 7 --out "$out/$step-k7.json" ;;
     spec-step-breakdown)
       # Where an adaptive engine's time goes against a baseline, per step, in
       # continuous batching (scripts/spec_step_breakdown.py): 1B copy
