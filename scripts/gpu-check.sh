@@ -136,11 +136,16 @@ for step in "$@"; do
       # interpreter and Triton cache; needs no vLLM. About 2 minutes.
       run "$step" python3 scripts/compile_ahead_check.py --out "$out/$step.json" ;;
     verification-dtype)
-      # The plugin's verification op by logits dtype (float32, bfloat16),
-      # filtering and draft logits, at a draft engine's shapes (256 requests,
-      # k = 3 and 7, vocabulary 128256); needs no vLLM. About a minute.
-      run "$step-k3" python3 scripts/verification_dtype_check.py --k 3 --out "$out/$step-k3.json"
-      run "$step-k7" python3 scripts/verification_dtype_check.py --k 7 --out "$out/$step-k7.json" ;;
+      # The plugin's verification op on float32 and on bfloat16 logits (what
+      # vLLM 0.33 hands it), with draft logits and with point drafts,
+      # unfiltered and top-k/top-p, at a draft engine's shapes (256 requests,
+      # k = 3 and 7, vocabulary 128256); needs no vLLM. A few minutes.
+      for dtype in float32 bfloat16; do
+        run "$step-$dtype" python3 -m vllm_sampling_plugin.cli bench rejection \
+          --columns plugin_fp32 plugin_fp32_point plugin_fp32_topk_topp --batch-sizes 256 \
+          --num-spec 3 7 --vocab-size 128256 --temperature 0.7 --logits-dtype "$dtype" \
+          --out "$out/$step-$dtype"
+      done ;;
     spec-step-breakdown)
       # Where an adaptive engine's time goes against a baseline, per step, in
       # continuous batching (scripts/spec_step_breakdown.py): 1B copy

@@ -36,7 +36,8 @@ def test_every_named_column_is_a_candidate(area):
     [
         (sampler.AREA, ["--tune", "--apply-temperature", "--tune-vocab-size", "1000"]),
         (topk_topp.AREA, ["--profile", "--top-k", "0", "--top-p", "0.95", "--logit-scale", "1"]),
-        (rejection.AREA, ["--tune", "--tune-rep-ms", "5", "--num-spec", "2", "--draft-noise", "1"]),
+        (rejection.AREA, ["--tune", "--tune-rep-ms", "5", "--num-spec", "2", "--draft-noise", "1",
+                          "--logits-dtype", "bfloat16"]),
         (ngram.AREA, ["--no-cpu", "--no-compile", "--requests", "4", "--lengths", "64"]),
     ],
     ids=lambda x: getattr(x, "name", ""),

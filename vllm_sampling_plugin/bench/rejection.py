@@ -3,7 +3,9 @@
     python3 -m vllm_sampling_plugin.bench.rejection --out bench-results/rejection
     python3 -m vllm_sampling_plugin.bench.rejection --tune --out bench-results/rejection-tune
 
-For B requests with K drafts each and V float32 logits, on the V2 runner's
+For B requests with K drafts each and V logits (float32, or bfloat16 with
+``--logits-dtype bfloat16``: the raw logits vLLM 0.33 hands the plugin's
+verification; the stock columns are 0.20's and take float32), on the V2 runner's
 packed layout (``B * (K + 1)`` target rows, Eagle-style ``[B, K, V]`` draft
 logits equal to the target logits plus ``--draft-noise`` Gaussian noise, drafts
 drawn from the draft distribution, temperature ``--temperature``), it times
@@ -72,8 +74,8 @@ class Case:
     """One benchmark point: the tensors vLLM 0.20's RejectionSampler holds."""
 
     num_spec: int
-    target_logits: torch.Tensor  # [B * (K + 1), V] fp32, processed
-    draft_logits: torch.Tensor  # [B, K, V] fp32
+    target_logits: torch.Tensor  # [B * (K + 1), V] --logits-dtype, processed
+    draft_logits: torch.Tensor  # [B, K, V] --logits-dtype
     draft_sampled: torch.Tensor  # [B * (K + 1)] int32: input_ids[logits_indices]
     cu_num_logits: torch.Tensor  # [B + 1] int32
     idx_mapping: torch.Tensor  # [B] int32
@@ -102,10 +104,11 @@ def make_case(num_reqs: int, num_spec: int, vocab_size: int, args) -> Case:
     draft_sampled[:, 1:] = drafts
     idx_mapping = torch.arange(num_reqs, dtype=torch.int32, device="cuda")
     start_pos = torch.randint(0, 1 << 14, (num_reqs, 1), generator=gen, device="cuda")
+    dtype = LOGITS_DTYPES[args.logits_dtype]
     return Case(
         num_spec=num_spec,
-        target_logits=target_logits,
-        draft_logits=draft_logits.contiguous(),
+        target_logits=target_logits.to(dtype),
+        draft_logits=draft_logits.to(dtype).contiguous(),
         draft_sampled=draft_sampled.view(-1),
         cu_num_logits=torch.arange(num_reqs + 1, dtype=torch.int32, device="cuda") * (num_spec + 1),
         idx_mapping=idx_mapping,
@@ -120,6 +123,9 @@ def make_case(num_reqs: int, num_spec: int, vocab_size: int, args) -> Case:
 
 
 FILTER_TOP_K, FILTER_TOP_P = 50, 0.9
+# float32 as the processed canvas of 0.20; bfloat16 as the raw logits vLLM
+# 0.33 hands the plugin's verification (and a draft model's cached logits).
+LOGITS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def plugin(
@@ -241,7 +247,7 @@ def measure_acceptance(case: Case, row: dict) -> None:
 
 def logits_bytes(case: Case) -> int:
     """The target and draft logits, read once."""
-    return (case.target_logits.numel() + case.draft_logits.numel()) * 4
+    return (case.target_logits.numel() + case.draft_logits.numel()) * case.target_logits.element_size()
 
 
 def tuning_grid(use_fp64: bool) -> list[RejectionTuning]:
@@ -307,6 +313,12 @@ def add_arguments(parser) -> None:
         default=0.5,
         help="draft logits = target logits + N(0, noise^2); sets the acceptance rate",
     )
+    parser.add_argument(
+        "--logits-dtype",
+        choices=list(LOGITS_DTYPES),
+        default="float32",
+        help="dtype of the target and draft logits",
+    )
     parser.add_argument("--tune-rep-ms", type=int, default=25, help="do_bench rep per setting")
 
 
@@ -345,6 +357,7 @@ AREA = Area(
         "temperature": args.temperature,
         "logit_scale": args.logit_scale,
         "draft_noise": args.draft_noise,
+        "logits_dtype": args.logits_dtype,
     },
     table_columns=(
         "plugin_fp32",
