@@ -233,6 +233,44 @@ def test_ngram_cells_run_identity_on_the_prompts_they_timed(tmp_path):
     assert cell["requests"] == 14 and cell["identity"]["identical"] == 3
 
 
+@pytest.mark.parametrize("mix", ["ngram", "topk_topp"])
+def test_a_speculation_cells_breakdown_and_profile_run_its_own_mix_on_its_prompts(
+        tmp_path, mix):
+    """With "ngram" in --breakdown-mixes and --profile-mixes, after a cell's
+    pairs each engine of the pair (not the twin) is timed per step and
+    profiled once, in the mix the cell measured ("ngram" is greedy), on the
+    prompts it timed."""
+    args = run.parse_args(["--pairs", "1", "--num-requests", "8", "--output-len", "32",
+                           "--max-num-seqs", "4", "--identity-requests", "2",
+                           "--spec-workloads", "accepting", "--spec-mixes", mix,
+                           "--breakdown-mixes", "ngram", "--profile-mixes", "ngram",
+                           "--breakdown-output-len", "16", "--control", "--control-alongside",
+                           "--gpu-memory-utilization", "0.3",
+                           "--out", str(tmp_path)])
+    calls, seen = [], []
+
+    def answer(engine, kwargs):
+        if "mix" in kwargs and kwargs.get("wave"):
+            return {"steps": 5, "device": [], "host": [],
+                    "step_gpu_ms": [1.0], "sampling_gpu_ms": [0.1], "host_ms": [0.5],
+                    "execute_host_ms": [0.2], "run": {"tok_s": 1.0}}
+        return {"tokens": [[7] * 32 for _ in kwargs["prompts"]]}
+
+    engines = {role: SpeculatingEngine(role, calls, 100.0, seen, answer)
+               for role in ("stock", "adaptive", "adaptive@control")}
+    bench = run.Run(args)
+    bench.ngram_cells("m", 1000, engines, "adaptive", "stock", 3, "adaptive@control")
+    timed = [(role, command, kw["mix"], kw["wave"], kw["prompts"]) for role, command, kw in seen
+             if command in ("breakdown", "profile")]
+    prompts = copying.workload_prompts("accepting", 8, 64, 1000, seed=4)[:4]
+    assert timed == [(role, command, mix, 4, prompts)
+                     for command in ("breakdown", "profile") for role in ("stock", "adaptive")]
+    assert [(b["mix"], b["role"]) for b in bench.results["breakdown"]] == [
+        (mix, "stock"), (mix, "adaptive")]
+    assert [(p["mix"], p["role"], p["steps"]) for p in bench.results["profiles"]] == [
+        (mix, "stock", 5), (mix, "adaptive", 5)]
+
+
 def test_a_seeded_difference_asks_both_engines_again_with_logprobs(tmp_path):
     """Seeded tokens that differ get a second seeded run of both engines
     with logprobs; the cell keeps what it says (and identical seeded tokens
@@ -304,7 +342,7 @@ def test_profiles_run_each_engine_per_mix_and_batch_size(tmp_path):
 
     engines = {"stock": Profiled("stock", calls, 0), "plugin": Profiled("plugin", calls, 0)}
     bench = run.Run(args)
-    bench.profiles("m", 1000, engines)
+    bench.profiles("m", 1000, engines, args.profile_mixes)
     assert calls == [("stock", "profile", 4, 4), ("plugin", "profile", 4, 4),
                      ("stock", "profile", 8, 8), ("plugin", "profile", 8, 8)]
     text = report.render_markdown(bench.results)
@@ -823,7 +861,7 @@ class RecordingRun(run.Run):
     def breakdowns(self, model, vocab, engines, mixes, waves=None, prompts=None):
         pass
 
-    def profiles(self, model, vocab, engines):
+    def profiles(self, model, vocab, engines, mixes, waves=None, prompts=None):
         pass
 
     def ngram_cells(self, model, vocab, engines, policy, baseline, k, twin=None):

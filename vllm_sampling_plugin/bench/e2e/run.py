@@ -104,11 +104,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-num-seqs", type=_int_list, default=[64, 256],
                         help="batch sizes (requests in flight), comma list; default 64,256")
     parser.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp", "ngram"],
-                        help="mixes to time inside the engine per step ('none': skip)")
+                        help="mixes to time inside the engine per step ('ngram': each speculation "
+                             "cell's pair in the cell's mix; 'none': skip)")
     parser.add_argument("--breakdown-output-len", type=int, default=64)
     parser.add_argument("--profile-mixes", type=_mix_list, default=[],
                         help="mixes to run once per engine and batch size under "
-                             "torch.profiler (top GPU kernels and host operators); default none")
+                             "torch.profiler (top GPU kernels and host operators; 'ngram': "
+                             "each speculation cell's pair in the cell's mix); default none")
     parser.add_argument("--control", action="store_true",
                         help="A/A run, so the cells show what the method resolves (ratios "
                              "near 1): in the sampling cells a second stock engine takes the "
@@ -475,16 +477,20 @@ class Run:
                     self.say(f"{model} {mix} B={wave} {role} per step: {summary}")
                 self.save()
 
-    def profiles(self, model: str, vocab: int, engines: dict[str, Engine]) -> None:
-        """One pass per engine, mix and batch size under torch.profiler."""
+    def profiles(self, model: str, vocab: int, engines: dict[str, Engine],
+                 mixes: list[str], waves: list[int] | None = None,
+                 prompts: list[list[int]] | None = None) -> None:
+        """One pass per engine, mix and batch size under torch.profiler (on
+        ``prompts``, by default random ones)."""
         a = self.args
-        for mix in a.profile_mixes:
-            for wave in a.max_num_seqs:
+        for mix in mixes:
+            for wave in waves or a.max_num_seqs:
                 if self.out_of_time(f"{model} {mix} B={wave} profile"):
                     return
-                prompts = workload.random_prompts(wave, a.prompt_len, vocab, seed=wave)
+                wave_prompts = (prompts or workload.random_prompts(
+                    wave, a.prompt_len, vocab, seed=wave))[:wave]
                 for role, engine in engines.items():
-                    result = engine.call("profile", mix=mix, prompts=prompts,
+                    result = engine.call("profile", mix=mix, prompts=wave_prompts,
                                          output_len=a.breakdown_output_len, wave=wave)
                     self.results["profiles"].append(
                         {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
@@ -591,9 +597,12 @@ class Run:
                     self.results["speculation"].append(cell)
                     self.save()
                     self.say_cell(model, name, wave, k, cell)
+                # "ngram" in --breakdown-mixes / --profile-mixes: each
+                # speculation cell's pair, in the cell's own sampling mix.
                 if "ngram" in a.breakdown_mixes:
-                    self.breakdowns(model, vocab, pair, ["ngram"], waves=[wave],
-                                    prompts=prompts)
+                    self.breakdowns(model, vocab, pair, [mix], waves=[wave], prompts=prompts)
+                if "ngram" in a.profile_mixes:
+                    self.profiles(model, vocab, pair, [mix], waves=[wave], prompts=prompts)
 
     def say_cell(self, model: str, name: str, wave: int, k: int, cell: dict) -> None:
         """One line per speculation cell: tok/s, pairs, drafts, identity."""
@@ -660,7 +669,8 @@ class Run:
                 self.plain_cells(name, vocab, engines, plain)
                 self.breakdowns(name, vocab, engines,
                                 [m for m in a.breakdown_mixes if m in plain])
-                self.profiles(name, vocab, engines)
+                self.profiles(name, vocab, engines,
+                              [m for m in a.profile_mixes if m in plain])
             if "ngram" in a.mixes and not self.out_of_time(f"{shape} ngram engines",
                                                             starts_engine=True):
                 while engines:
