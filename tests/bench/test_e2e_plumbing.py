@@ -260,11 +260,16 @@ def test_a_speculation_cells_breakdown_and_profile_run_its_own_mix_on_its_prompt
                for role in ("stock", "adaptive", "adaptive@control")}
     bench = run.Run(args)
     bench.ngram_cells("m", 1000, engines, "adaptive", "stock", 3, "adaptive@control")
-    timed = [(role, command, kw["mix"], kw["wave"], kw["prompts"]) for role, command, kw in seen
+    timed = [(role, command, kw["mix"], kw["wave"], kw["prompts"], kw["output_len"],
+              kw.get("continuous")) for role, command, kw in seen
              if command in ("breakdown", "profile")]
-    prompts = copying.workload_prompts("accepting", 8, 64, 1000, seed=4)[:4]
-    assert timed == [(role, command, mix, 4, prompts)
-                     for command in ("breakdown", "profile") for role in ("stock", "adaptive")]
+    prompts = copying.workload_prompts("accepting", 8, 64, 1000, seed=4)
+    # The breakdown: the cell's requests at full length in continuous
+    # batching, as timed; the profile: one short wave.
+    assert timed == [(role, "breakdown", mix, 4, prompts, 32, True)
+                     for role in ("stock", "adaptive")] + [
+                     (role, "profile", mix, 4, prompts[:4], 16, None)
+                     for role in ("stock", "adaptive")]
     assert [(b["mix"], b["role"]) for b in bench.results["breakdown"]] == [
         (mix, "stock"), (mix, "adaptive")]
     assert [(p["mix"], p["role"], p["steps"]) for p in bench.results["profiles"]] == [

@@ -470,9 +470,13 @@ class _EngineServer:
         return {"top2": rows}
 
     def breakdown(self, mix: str, prompts: list[list[int]], output_len: int,
-                  wave: int) -> dict:
-        """One instrumented pass: per-step GPU, sampling and host times."""
-        return hooks.summarize_timings(self.step_timings(mix, prompts, output_len, wave))
+                  wave: int, continuous: bool = False) -> dict:
+        """One instrumented pass: per-step GPU, sampling and host times, the
+        CUDA graph kinds the steps ran, the pass's tokens per second and its
+        spec-decode counters."""
+        timings = self.step_timings(mix, prompts, output_len, wave, continuous)
+        return {**hooks.summarize_timings(timings), "graph_modes": timings["graph_modes"],
+                "tok_s": timings["run"]["tok_s"], "spec": timings["spec"]}
 
     def step_timings(self, mix: str, prompts: list[list[int]], output_len: int, wave: int,
                      continuous: bool = False) -> dict:

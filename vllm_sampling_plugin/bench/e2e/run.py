@@ -105,7 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="batch sizes (requests in flight), comma list; default 64,256")
     parser.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp", "ngram"],
                         help="mixes to time inside the engine per step ('ngram': each speculation "
-                             "cell's pair in the cell's mix; 'none': skip)")
+                             "cell's pair in the cell's mix, on the cell's requests in "
+                             "continuous batching; 'none': skip)")
     parser.add_argument("--breakdown-output-len", type=int, default=64)
     parser.add_argument("--profile-mixes", type=_mix_list, default=[],
                         help="mixes to run once per engine and batch size under "
@@ -458,19 +459,26 @@ class Run:
 
     def breakdowns(self, model: str, vocab: int, engines: dict[str, Engine],
                    mixes: list[str], waves: list[int] | None = None,
-                   prompts: list[list[int]] | None = None) -> None:
+                   prompts: list[list[int]] | None = None, continuous: bool = False) -> None:
         """One instrumented wave per engine, mix and batch size (on ``prompts``,
-        by default random ones)."""
+        by default random ones), ``--breakdown-output-len`` tokens a request;
+        with ``continuous``, every one of ``prompts`` at ``--output-len``
+        tokens, ``wave`` of them in flight: the regime a speculation cell
+        times."""
         a = self.args
         for mix in mixes:
             for wave in waves or a.max_num_seqs:
                 if self.out_of_time(f"{model} {mix} B={wave} breakdown"):
                     return
-                wave_prompts = (prompts or workload.random_prompts(
-                    wave, a.prompt_len, vocab, seed=wave))[:wave]
+                wave_prompts = prompts or workload.random_prompts(
+                    wave, a.prompt_len, vocab, seed=wave)
+                if not continuous:
+                    wave_prompts = wave_prompts[:wave]
                 for role, engine in engines.items():
                     summary = engine.call("breakdown", mix=mix, prompts=wave_prompts,
-                                          output_len=a.breakdown_output_len, wave=wave)
+                                          output_len=a.output_len if continuous
+                                          else a.breakdown_output_len,
+                                          wave=wave, continuous=continuous)
                     self.results["breakdown"].append(
                         {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
                          **summary})
@@ -600,7 +608,8 @@ class Run:
                 # "ngram" in --breakdown-mixes / --profile-mixes: each
                 # speculation cell's pair, in the cell's own sampling mix.
                 if "ngram" in a.breakdown_mixes:
-                    self.breakdowns(model, vocab, pair, [mix], waves=[wave], prompts=prompts)
+                    self.breakdowns(model, vocab, pair, [mix], waves=[wave], prompts=prompts,
+                                    continuous=True)
                 if "ngram" in a.profile_mixes:
                     self.profiles(model, vocab, pair, [mix], waves=[wave], prompts=prompts)
 
