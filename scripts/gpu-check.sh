@@ -175,7 +175,10 @@ for step in "$@"; do
       # token cycles (vLLM 0.33's draft_model method; every draft accepted),
       # the plugin (its verification and draw) against stock vLLM with the
       # same draft model and k, 256 sequences, with the plugin's A/A twin
-      # alongside (1B cells move with start order). One mix per call:
+      # alongside (1B cells move with start order), and each engine of the
+      # pair broken down per step in the cell's regime (at 1B the per-step
+      # period resolves what whole runs, which follow the host, do not;
+      # docs/benchmarks.md, 2026-11-28 fifth run). One mix per call:
       # SPEC_MIXES=t1 (default), topk_topp, seeded_topp; about 7 minutes on
       # an H200 (two engines took 300 s, 2026-11-28): STEP_TIMEOUT=590. An 8B
       # target (two 8B engines start in 5-7 minutes) does not fit a call.
@@ -185,7 +188,7 @@ for step in "$@"; do
         --spec-verification plugin --no-spec-against-none --spec-against-stock \
         --ngram-k "${SPEC_K:-3}" --spec-workloads accepting --spec-mixes "${SPEC_MIXES:-t1}" \
         --max-num-seqs 256 --pairs 2 --num-requests 1024 --output-len 256 \
-        --identity-requests 32 --breakdown-mixes none --control --control-alongside \
+        --identity-requests 32 --breakdown-mixes ngram --control --control-alongside \
         --gpu-memory-utilization 0.28 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
         --out "$out/$step-${SPEC_MIXES:-t1}" ;;
     line-check)
