@@ -28,9 +28,11 @@ How, and why so:
   per role serves every batch size, which is what makes interleaving
   affordable (an engine starts in about a minute).
 - Throughput is measured with nothing installed in the engine. The step
-  breakdown is a separate, short instrumented pass (``hooks.py``: CUDA events
+  breakdown is a separate instrumented pass (``hooks.py``: CUDA events
   around the runner's sampler / rejection sampler and around each step, host
-  timers), installed alike in both engines through ``collective_rpc``.
+  timers), installed alike in both engines through ``collective_rpc``: one
+  short wave, or for a speculation cell its requests at full length in
+  continuous batching, the regime its pairs time.
 - N-gram speculation exists only with the plugin (0.20's V2 runner has no
   n-gram proposer), so that cell compares the plugin engine without and with
   speculation. A random model never continues by copying, so nothing would be

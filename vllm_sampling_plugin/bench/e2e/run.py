@@ -465,45 +465,45 @@ class Run:
         with ``continuous``, every one of ``prompts`` at ``--output-len``
         tokens, ``wave`` of them in flight: the regime a speculation cell
         times."""
+        self._instrumented_passes("breakdown", model, vocab, engines, mixes, waves, prompts,
+                                  continuous)
+
+    def profiles(self, model: str, vocab: int, engines: dict[str, Engine],
+                 mixes: list[str], waves: list[int] | None = None,
+                 prompts: list[list[int]] | None = None) -> None:
+        """One wave per engine, mix and batch size under torch.profiler (on
+        ``prompts``, by default random ones)."""
+        self._instrumented_passes("profile", model, vocab, engines, mixes, waves, prompts)
+
+    def _instrumented_passes(self, command: str, model: str, vocab: int,
+                             engines: dict[str, Engine], mixes: list[str],
+                             waves: list[int] | None, prompts: list[list[int]] | None,
+                             continuous: bool = False) -> None:
+        """``breakdowns`` and ``profiles``: the engine server's ``command``
+        per engine, mix and batch size, each result saved under the command's
+        key of the report and said in one line."""
         a = self.args
+        key = {"breakdown": "breakdown", "profile": "profiles"}[command]
         for mix in mixes:
             for wave in waves or a.max_num_seqs:
-                if self.out_of_time(f"{model} {mix} B={wave} breakdown"):
+                if self.out_of_time(f"{model} {mix} B={wave} {command}"):
                     return
                 wave_prompts = prompts or workload.random_prompts(
                     wave, a.prompt_len, vocab, seed=wave)
                 if not continuous:
                     wave_prompts = wave_prompts[:wave]
+                # Only a continuous pass says so: the engine's default is waves.
+                regime = ({"output_len": a.output_len, "continuous": True} if continuous
+                          else {"output_len": a.breakdown_output_len})
                 for role, engine in engines.items():
-                    summary = engine.call("breakdown", mix=mix, prompts=wave_prompts,
-                                          output_len=a.output_len if continuous
-                                          else a.breakdown_output_len,
-                                          wave=wave, continuous=continuous)
-                    self.results["breakdown"].append(
-                        {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
-                         **summary})
-                    self.say(f"{model} {mix} B={wave} {role} per step: {summary}")
-                self.save()
-
-    def profiles(self, model: str, vocab: int, engines: dict[str, Engine],
-                 mixes: list[str], waves: list[int] | None = None,
-                 prompts: list[list[int]] | None = None) -> None:
-        """One pass per engine, mix and batch size under torch.profiler (on
-        ``prompts``, by default random ones)."""
-        a = self.args
-        for mix in mixes:
-            for wave in waves or a.max_num_seqs:
-                if self.out_of_time(f"{model} {mix} B={wave} profile"):
-                    return
-                wave_prompts = (prompts or workload.random_prompts(
-                    wave, a.prompt_len, vocab, seed=wave))[:wave]
-                for role, engine in engines.items():
-                    result = engine.call("profile", mix=mix, prompts=wave_prompts,
-                                         output_len=a.breakdown_output_len, wave=wave)
-                    self.results["profiles"].append(
+                    result = engine.call(command, mix=mix, prompts=wave_prompts, wave=wave,
+                                         **regime)
+                    self.results[key].append(
                         {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
                          **result})
-                    self.say(f"{model} {mix} B={wave} {role} profiled over "
+                    self.say(f"{model} {mix} B={wave} {role} per step: {result}"
+                             if command == "breakdown" else
+                             f"{model} {mix} B={wave} {role} profiled over "
                              f"{result['steps']} steps")
                 self.save()
 
