@@ -55,6 +55,27 @@ def test_upstream_sampler_lines_keep_upstream_settings(line):
     assert owners["top-k/top-p, batches FlashInfer may take"] == "plugin"
 
 
+@pytest.mark.parametrize(
+    "line, owner, other_choice",
+    [(LINE_0_32, Owner.OPT_IN, "--plugin-verification plugin opts in"),
+     (LINE_0_33, Owner.PLUGIN, "--plugin-verification upstream opts out")],
+)
+def test_a_setting_part_is_owned_as_the_lines_default_says(line, owner, other_choice):
+    """The verify-step shape is the same on 0.32 and 0.33; who verifies an
+    engine's drafts when it names nothing is the line's default
+    (integration/defaults.py), and the table names the flag that flips it."""
+    owners = {part: o for part, o, _, _ in parts_rows(line_found(line), line)}
+    for part in ("speculative verification owner", "rejection sampling",
+                 "adaptive speculation policy"):
+        assert owners[part] == owner.value, (line, part)
+    row = next(r for r in compatibility_markdown().splitlines() if r.startswith(f"| {line}.x"))
+    assert f"verification ({other_choice})" in row
+    assert "speculation policy (--speculation-policy " in row
+    summary = parts_summary(line_found(line), line)
+    assert ("speculative verification owner" in summary.split("; upstream:")[0]) == (
+        owner is Owner.PLUGIN)
+
+
 def test_unmeasured_lines_say_so():
     rows = parts_rows(line_found("0.27"), "0.27")
     assert {ratio for _, _, _, ratio in rows} == {measurements.NOT_MEASURED}

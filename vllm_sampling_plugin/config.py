@@ -18,18 +18,20 @@ Two settings steer the plugin:
     verifies only what the proposer found, capped by the request's recent
     acceptance, so requests without a proposal run one token; ``fixed``
     verifies ``num_speculative_tokens`` for every request every step, as vLLM
-    does. The default is ``adaptive`` on vLLM 0.20, where an H100 run
-    measured it, and ``fixed`` on 0.32/0.33 until one does there
-    (integration/engine_args.py, ``default_speculation_policy``).
+    does. The default is ``adaptive`` on vLLM 0.20 and 0.33, where engine
+    runs measured it, and ``fixed`` on 0.32 until one does there
+    (integration/defaults.py).
 
 ``plugin_verification`` (``--plugin-verification`` / ``LLM(plugin_verification=...)``)
-    Who verifies speculative drafts on vLLM 0.32/0.33: ``upstream`` (the
-    default) keeps upstream's RejectionSampler; ``plugin`` lets the plugin's
-    fused rejection kernel verify the batches it carries exactly (the
+    Who verifies speculative drafts on vLLM 0.32/0.33: ``upstream`` keeps
+    upstream's RejectionSampler; ``plugin`` lets the plugin's fused
+    rejection kernel verify the batches it carries exactly (the
     ``standard`` method; temperature, min_p, top-k and top-p folded into the
     kernel, no ``[B * (k + 1), V]`` float32 canvas) and leaves every other
-    batch to upstream's code (integration/plugin_verification.py). Opt-in
-    until a GPU run measures it.
+    batch to upstream's code (integration/plugin_verification.py). The
+    default is ``plugin`` on 0.33, where an engine run measured it at least
+    at upstream's in every mix, and ``upstream`` on 0.32 until one does there
+    (integration/defaults.py).
 
 All are resolved once, in the front-end process, by the ``create_model_config``
 wrapper, and stored on the ``ModelConfig`` instance under the attribute names
@@ -81,8 +83,7 @@ VERIFICATION_HELP = (
     "'upstream' keeps vLLM's RejectionSampler; 'plugin' verifies the batches "
     "of the 'standard' method whose sampling parameters are only temperature, "
     "min_p, top-k and top-p with the plugin's fused rejection kernel (no "
-    "float32 [B*(k+1), V] canvas) and leaves every other batch to vLLM's. "
-    "Opt-in: not yet measured on a GPU."
+    "float32 [B*(k+1), V] canvas) and leaves every other batch to vLLM's."
 )
 
 

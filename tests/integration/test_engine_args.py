@@ -148,9 +148,18 @@ def test_malformed_flashinfer_env_fails_at_start_up(tiny_model, value):
     assert repr(value) in out
 
 
-def test_default_policy_is_adaptive_only_where_a_gpu_run_measured_it():
-    from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
+def test_defaults_are_the_plugins_only_where_an_engine_run_measured_them():
+    from vllm_sampling_plugin.integration.defaults import (
+        default_speculation_policy,
+        default_verification,
+        defaults,
+    )
 
     assert default_speculation_policy("0.20") == "adaptive"
     assert default_speculation_policy("0.32") == "fixed"
-    assert default_speculation_policy("0.33") == "fixed"
+    assert default_speculation_policy("0.33") == "adaptive"
+    assert default_verification("0.32") == "upstream"
+    assert default_verification("0.33") == "plugin"
+    # A line between (no verify-step seam) and one unknown keep upstream's.
+    assert defaults("0.26") == {"speculation_policy": "fixed", "plugin_verification": "upstream"}
+    assert defaults("0.34") == {"speculation_policy": "fixed", "plugin_verification": "upstream"}

@@ -117,8 +117,13 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         assert fields["use_fp64_gumbel"].default is False
         assert "speculation_policy" not in fields
         assert "plugin_verification" not in fields
-        assert arg_utils.EngineArgs(model="m").plugin_verification == "upstream"
-        assert ModelConfig.plugin_verification == "upstream"
+        # The plugin's verification is this line's default (an engine run
+        # measured it at least at upstream's in every mix), for engines and
+        # for other ModelConfigs; upstream's stays one keyword away.
+        assert arg_utils.EngineArgs(model="m").plugin_verification == "plugin"
+        assert ModelConfig.plugin_verification == "plugin"
+        assert arg_utils.EngineArgs(
+            model="m", plugin_verification="upstream").plugin_verification == "upstream"
         # The verify-step takeover (seams/rejection.py) subclasses upstream's
         # RejectionSampler and overrides only the verify step.
         from vllm_sampling_plugin.integration.plugin_verification import (
@@ -131,10 +136,10 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         assert overridden == ["_verify", "_verify_in_chunks"], overridden
         args = arg_utils.EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="adaptive")
         assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "adaptive")
-        # The policy is opt-in on this line until measured on a GPU: unnamed,
-        # it is upstream's fixed k, for engines and for other ModelConfigs.
-        assert arg_utils.EngineArgs(model="m").speculation_policy == "fixed"
-        assert ModelConfig.speculation_policy == "fixed"
+        # The adaptive policy is this line's default too (engine runs measured
+        # it), for engines and for other ModelConfigs.
+        assert arg_utils.EngineArgs(model="m").speculation_policy == "adaptive"
+        assert ModelConfig.speculation_policy == "adaptive"
         print("ok")
         """,
         prelude=CPU_DEVICE_SHIM,

@@ -25,7 +25,8 @@ filtered target of its position, whoever verifies (chi-square, fixed seeds).
 import pytest
 
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
-from tests.vllm_lines import needs_seam, needs_vllm_line
+from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
+from vllm_sampling_plugin.integration.defaults import default_verification
 from vllm_sampling_plugin.integration.seams import shapes
 
 pytestmark = needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
@@ -410,8 +411,11 @@ def test_first_emitted_token_follows_the_filtered_target_law(owner, seeded, fp64
 
 
 def test_setting_is_validated_and_reaches_the_model_config(tmp_path):
+    """Named, the setting is what the engine gets; unnamed, the line's default
+    (the plugin's on 0.33, upstream's on 0.32: integration/defaults.py)."""
+    default = default_verification(INSTALLED_LINE)
     out = run_python(
-        """
+        f"""
         from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
         from vllm.utils.argparse_utils import FlexibleArgumentParser
         try:
@@ -420,10 +424,12 @@ def test_setting_is_validated_and_reaches_the_model_config(tmp_path):
             assert "plugin_verification='yes'" in str(e), e
             print("rejected")
         parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())
-        args = parser.parse_args(["--model", "m", "--plugin-verification", "plugin"])
-        assert AsyncEngineArgs.from_cli_args(args).plugin_verification == "plugin"
+        for owner in ("plugin", "upstream"):
+            args = parser.parse_args(["--model", "m", "--plugin-verification", owner])
+            assert AsyncEngineArgs.from_cli_args(args).plugin_verification == owner
         args = parser.parse_args(["--model", "m"])
-        assert AsyncEngineArgs.from_cli_args(args).plugin_verification == "upstream"
+        assert AsyncEngineArgs.from_cli_args(args).plugin_verification == {default!r}
+        assert EngineArgs(model="m").plugin_verification == {default!r}
         try:
             parser.parse_args(["--model", "m", "--plugin-verification", "both"])
         except SystemExit:

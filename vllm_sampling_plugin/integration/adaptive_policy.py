@@ -12,7 +12,7 @@ shapes of the speculator seam (seams/speculator.py).
   and, where its attention replays any batch, full graphs for decode steps
   of mixed draft lengths (decode_graphs.py);
 * ``ModelConfig``'s class default of ``speculation_policy`` is the line's
-  (engine_args.default_speculation_policy).
+  (defaults.default_speculation_policy).
 
 Each part acts only where ``is_adaptive`` holds for the engine's config.
 """
@@ -30,7 +30,7 @@ def patch_adaptive_policy() -> None:
 
     from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration import decode_graphs
-    from vllm_sampling_plugin.integration.engine_args import default_speculation_policy
+    from vllm_sampling_plugin.integration.defaults import default_speculation_policy
     from vllm_sampling_plugin.integration.proposal_report import (
         following_the_plan,
         reporting_proposals,

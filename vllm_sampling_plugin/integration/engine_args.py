@@ -35,11 +35,7 @@ import dataclasses
 import functools
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.integration.version import (
-    LINE_0_20,
-    installed_vllm_version,
-    release_line,
-)
+from vllm_sampling_plugin.integration.defaults import defaults as line_defaults
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 FP64_FLAG = "--use-fp64-gumbel"
@@ -56,24 +52,6 @@ def plugin_keywords(
     return tuple(name for name in wanted if name not in fields)
 
 
-# Lines where an H100 run measured the adaptive speculation policy, which is
-# their default (docs/benchmarks.md); elsewhere the default is upstream's
-# fixed k until a GPU run shows the policy never loses to it there
-# (--speculation-policy adaptive opts in). Over upstream's proposer on 0.33
-# (H100) it pays at 8B (0.990x / 0.999x of no speculation on non-repeating
-# text, 0.999x of fixed k on accepting text, 1.113x on half-repeating text),
-# but on a 1B engine its accepting cells against fixed k (0.936x, 0.831x,
-# runs of 0.8 s) are not resolved from a loss.
-ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20,)
-
-
-def default_speculation_policy(line: str | None = None) -> str:
-    """The ``speculation_policy`` of an engine that names none, on ``line``
-    (default: the installed vLLM's)."""
-    line = release_line(installed_vllm_version()) if line is None else line
-    return cfg.ADAPTIVE if line in ADAPTIVE_BY_DEFAULT_LINES else cfg.FIXED
-
-
 def patch_engine_args(
     engine_args_cls: type,
     async_engine_args_cls: type,
@@ -85,27 +63,26 @@ def patch_engine_args(
     keywords = tuple(k for k in plugin_keywords(engine_args_cls, wanted) if k not in taught)
     if not keywords:
         return
-    default_policy = default_speculation_policy()
+    # The installed line's defaults (integration/defaults.py).
+    defaults = line_defaults()
     if cfg.FP64_ATTR in keywords:
         engine_args_cls.use_fp64_gumbel = False
-    if cfg.SPECULATION_POLICY_ATTR in keywords:
-        engine_args_cls.speculation_policy = default_policy
-    if cfg.VERIFICATION_ATTR in keywords:
-        engine_args_cls.plugin_verification = cfg.UPSTREAM
+    for attr, value in defaults.items():
+        if attr in keywords:
+            setattr(engine_args_cls, attr, value)
     for cls in (engine_args_cls, async_engine_args_cls):
-        cls.__init__ = _accepting_plugin_keywords(
-            cls.__dict__["__init__"], keywords, default_policy)
+        cls.__init__ = _accepting_plugin_keywords(cls.__dict__["__init__"], keywords, defaults)
     engine_args_cls.add_cli_args = staticmethod(_adding_plugin_flags(
-        engine_args_cls.__dict__["add_cli_args"].__func__, keywords, default_policy))
+        engine_args_cls.__dict__["add_cli_args"].__func__, keywords, defaults))
     engine_args_cls.from_cli_args = classmethod(_carrying_plugin_flags(
-        engine_args_cls.__dict__["from_cli_args"].__func__, keywords, default_policy))
+        engine_args_cls.__dict__["from_cli_args"].__func__, keywords, defaults))
     engine_args_cls.create_model_config = _storing_settings(
         engine_args_cls.__dict__["create_model_config"], keywords
     )
     setattr(engine_args_cls, _PATCHED, taught + keywords)
 
 
-def _accepting_plugin_keywords(init, keywords: tuple[str, ...], default_policy: str):
+def _accepting_plugin_keywords(init, keywords: tuple[str, ...], defaults: dict[str, str]):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         # Set before the original __init__, whose __post_init__ may look at them.
@@ -118,18 +95,18 @@ def _accepting_plugin_keywords(init, keywords: tuple[str, ...], default_policy: 
             self.use_fp64_gumbel = use_fp64_gumbel
         if cfg.SPECULATION_POLICY_ATTR in keywords:
             self.speculation_policy = cfg.check_speculation_policy(
-                kwargs.pop(cfg.SPECULATION_POLICY_ATTR, default_policy)
+                kwargs.pop(cfg.SPECULATION_POLICY_ATTR, defaults[cfg.SPECULATION_POLICY_ATTR])
             )
         if cfg.VERIFICATION_ATTR in keywords:
             self.plugin_verification = cfg.check_verification(
-                kwargs.pop(cfg.VERIFICATION_ATTR, cfg.UPSTREAM)
+                kwargs.pop(cfg.VERIFICATION_ATTR, defaults[cfg.VERIFICATION_ATTR])
             )
         init(self, *args, **kwargs)
 
     return __init__
 
 
-def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], default_policy: str):
+def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], defaults: dict[str, str]):
     @functools.wraps(add_cli_args)
     def wrapper(parser):
         parser = add_cli_args(parser)
@@ -154,23 +131,24 @@ def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], default_policy
                 POLICY_FLAG,
                 dest="speculation_policy",
                 choices=cfg.SPECULATION_POLICIES,
-                default=default_policy,
-                help=f"{cfg.SPECULATION_POLICY_HELP} Default here: {default_policy!r}.",
+                default=defaults[cfg.SPECULATION_POLICY_ATTR],
+                help=f"{cfg.SPECULATION_POLICY_HELP} Default here: "
+                f"{defaults[cfg.SPECULATION_POLICY_ATTR]!r}.",
             )
         if cfg.VERIFICATION_ATTR in keywords and VERIFICATION_FLAG not in flags:
             spec_group.add_argument(
                 VERIFICATION_FLAG,
                 dest="plugin_verification",
                 choices=cfg.VERIFICATIONS,
-                default=cfg.UPSTREAM,
-                help=f"{cfg.VERIFICATION_HELP} Default: {cfg.UPSTREAM!r}.",
+                default=defaults[cfg.VERIFICATION_ATTR],
+                help=f"{cfg.VERIFICATION_HELP} Default here: {defaults[cfg.VERIFICATION_ATTR]!r}.",
             )
         return parser
 
     return wrapper
 
 
-def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...], default_policy: str):
+def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...], defaults: dict[str, str]):
     @functools.wraps(from_cli_args)
     def wrapper(cls, args: argparse.Namespace):
         engine_args = from_cli_args(cls, args)
@@ -178,11 +156,11 @@ def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...], default_pol
             engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", False))
         if cfg.SPECULATION_POLICY_ATTR in keywords:
             engine_args.speculation_policy = cfg.check_speculation_policy(
-                getattr(args, "speculation_policy", default_policy)
+                getattr(args, "speculation_policy", defaults[cfg.SPECULATION_POLICY_ATTR])
             )
         if cfg.VERIFICATION_ATTR in keywords:
             engine_args.plugin_verification = cfg.check_verification(
-                getattr(args, "plugin_verification", cfg.UPSTREAM)
+                getattr(args, "plugin_verification", defaults[cfg.VERIFICATION_ATTR])
             )
         return engine_args
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import enum
 
+from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin import measurements
+from vllm_sampling_plugin.integration.defaults import defaults
 from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.seams.found import Found
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
@@ -21,7 +23,8 @@ from vllm_sampling_plugin.integration.version import LINE_SEAMS
 class Owner(enum.Enum):
     PLUGIN = "plugin"
     UPSTREAM = "upstream"
-    # Upstream's unless the engine opts in (OPT_IN names the setting).
+    # Upstream's unless the engine opts in (a setting of SETTING_PARTS whose
+    # default on the line is upstream's).
     OPT_IN = "upstream by default, plugin opt-in"
 
 
@@ -74,11 +77,18 @@ PART_SHAPES = {
     VERIFICATION: (shapes.STRICT_PROBABILISTIC_SYNTHETIC,),
 }
 
-# Parts a seam's shape offers to an engine that opts in, with the setting:
-# upstream's by default (integration/plugin_verification.py).
-OPT_IN = {
-    VERIFICATION: ((shapes.VERIFY_STEP_OVER_UPSTREAM,), "--plugin-verification plugin"),
-    REJECTION: ((shapes.VERIFY_STEP_OVER_UPSTREAM,), "--plugin-verification plugin"),
+# Parts that a setting gives to the plugin or leaves upstream's, per engine,
+# in the seam shapes that offer them: (shapes, ModelConfig attribute, flag,
+# the plugin's value, upstream's value). Which value an engine that names
+# none gets is the line's (integration/defaults.py).
+SETTING_PARTS = {
+    VERIFICATION: ((shapes.VERIFY_STEP_OVER_UPSTREAM,), cfg.VERIFICATION_ATTR,
+                   "--plugin-verification", cfg.PLUGIN, cfg.UPSTREAM),
+    REJECTION: ((shapes.VERIFY_STEP_OVER_UPSTREAM,), cfg.VERIFICATION_ATTR,
+                "--plugin-verification", cfg.PLUGIN, cfg.UPSTREAM),
+    SPECULATION_POLICY: ((shapes.NGRAM_BEFORE_REQUEST_STATE, shapes.POLICY_OVER_UPSTREAM_NGRAM),
+                         cfg.SPECULATION_POLICY_ATTR, "--speculation-policy", cfg.ADAPTIVE,
+                         cfg.FIXED),
 }
 
 # Why the plugin takes a part where its seam has a known shape.
@@ -105,11 +115,11 @@ WHY_PLUGIN = {
     NGRAM: "upstream's V2 runner has no n-gram speculator; the plugin's GPU proposer",
     SPECULATION_POLICY: "the scheduler verifies only the drafts the n-gram proposer "
     "found (counts sent back with each output, no sync; full decode graphs for "
-    "one-token steps); the default on 0.20, where an H100 run measured it, opt-in "
-    "elsewhere (--speculation-policy adaptive; over upstream's proposer it pays at 8B "
-    "on 0.33, 1.11x of fixed k on half-repeating text; at 1B on accepting text it ran "
-    "0.74-0.88x of fixed k in four calls and 1.23x in a fifth, same steps and drafts, "
-    "docs/benchmarks.md)",
+    "one-token steps); the default on 0.20 and 0.33, where engine runs measured it "
+    "(0.33, 8B: 0.99x / 1.00x of no speculation on non-repeating text, 1.11x of fixed "
+    "k on half-repeating text, 1.00x on accepting text; 1B accepting text 0.95x of "
+    "fixed k inside its A/A twin's 0.93x; docs/benchmarks.md); --speculation-policy "
+    "fixed keeps upstream's fixed k",
     FP64_SETTING: "upstream has no such setting; the plugin adds --use-fp64-gumbel",
     FLASHINFER_SETTING: "read once in the front-end, tri-state (1 forces, 0 off, unset "
     "where supported), carried to workers on ModelConfig",
@@ -127,19 +137,33 @@ WHY_UPSTREAM = {
     "the plugin's would need the plugin's rejection sampler (0.20's methods)",
 }
 
+# What the plugin does with a part that a setting gives it (SETTING_PARTS),
+# in the shapes where its seam keeps upstream's classes around it.
+WHY_PLUGIN_BY_SETTING = {
+    VERIFICATION: "the plugin's fused kernel verifies the standard method's batches "
+    "whose requests use only temperature, min_p, top-k and top-p (no float32 "
+    "[B*(k+1), V] canvas; 3.3-4.9x upstream's verification op; 8B engine 0.995-1.056x "
+    "of upstream's verification in every mix on 0.33); other methods, adaptive "
+    "verification, watermarks, sampling masks, logits processors, thinking budgets, "
+    "processed logprobs and draft vocabularies narrower than the target's stay "
+    "upstream's; --plugin-verification upstream keeps upstream's RejectionSampler",
+    REJECTION: "the plugin's fused rejection kernel (filters folded in) on the batches "
+    "the verification owner row names; upstream's kernels on the rest",
+}
+
 # Why a part stays upstream's in a shape of its seam that the plugin takes.
 WHY_UPSTREAM_IN_SHAPE = {
-    VERIFICATION: "upstream's RejectionSampler by default; --plugin-verification plugin "
-    "(opt-in until its seeded and 0.32 engine cells are measured; 3.3-4.9x "
-    "upstream's verification op, 1.005-1.048x end to end at 8B) verifies the standard "
+    VERIFICATION: "upstream's RejectionSampler by default on this line (until an engine "
+    "run here; on 0.33 the plugin's verification is the default, measured 0.995-1.056x "
+    "of upstream's at 8B); --plugin-verification plugin verifies the standard "
     "method's batches whose requests use only temperature, min_p, top-k and top-p "
-    "with the plugin's fused "
-    "kernel (no float32 [B*(k+1), V] canvas); other methods, adaptive verification, "
-    "watermarks, sampling masks, logits processors, thinking budgets, processed "
-    "logprobs and draft vocabularies narrower than the target's stay upstream's",
-    REJECTION: "upstream's kernels by default; with --plugin-verification plugin the "
-    "plugin's fused rejection kernel (filters folded in) on the batches the "
+    "with the plugin's fused kernel (no float32 [B*(k+1), V] canvas)",
+    REJECTION: "upstream's kernels by default on this line; with --plugin-verification "
+    "plugin the plugin's fused rejection kernel (filters folded in) on the batches the "
     "verification owner row names",
+    SPECULATION_POLICY: "upstream's fixed k by default on this line (until an engine run "
+    "here; the adaptive policy is the default on 0.20 and 0.33); --speculation-policy "
+    "adaptive verifies only the drafts the n-gram proposer found",
     NGRAM: "upstream's own GPU n-gram proposer (spec_decode/ngram/); the plugin "
     "binds a subclass that also counts the drafts it found, for the speculation policy",
 }
@@ -158,17 +182,37 @@ WHY_UPSTREAM_PART = {
 }
 
 
-def plugin_takes(part: str, found: dict[str, Found]) -> bool:
-    """Whether the plugin owns ``part``, given what the seams found."""
+def _shape_takes(part: str, found: dict[str, Found]) -> bool:
+    """Whether ``part``'s seam was found in a shape that takes it."""
     shape = found[SEAM_OF_PART[part]].shape
     return shape is not None and shape in PART_SHAPES.get(part, (shape,))
 
 
-def opt_in(part: str, found: dict[str, Found]) -> str | None:
-    """The setting that gives ``part`` to the plugin on an engine, where
-    its seam's shape offers it; None elsewhere."""
-    shapes_offering, setting = OPT_IN.get(part, ((), ""))
-    return setting if found[SEAM_OF_PART[part]].shape in shapes_offering else None
+def _setting(part: str, found: dict[str, Found]) -> tuple | None:
+    """``part``'s SETTING_PARTS entry where its seam's shape offers it."""
+    entry = SETTING_PARTS.get(part)
+    return entry if entry and found[SEAM_OF_PART[part]].shape in entry[0] else None
+
+
+def plugin_takes(part: str, found: dict[str, Found], line: str | None) -> bool:
+    """Whether the plugin owns ``part`` on an engine that names none of the
+    plugin's settings, given what the seams found on ``line``."""
+    setting = _setting(part, found)
+    if setting is not None:
+        _, attr, _, plugin_value, _ = setting
+        return defaults(line)[attr] == plugin_value
+    return _shape_takes(part, found)
+
+
+def other_choice(part: str, found: dict[str, Found], line: str | None) -> str | None:
+    """The flag that gives ``part`` to the other owner on an engine (where
+    its seam's shape lets a setting decide); None elsewhere."""
+    setting = _setting(part, found)
+    if setting is None:
+        return None
+    _, attr, flag, plugin_value, upstream_value = setting
+    default = defaults(line)[attr]
+    return f"{flag} {upstream_value if default == plugin_value else plugin_value}"
 
 
 def line_found(line: str) -> dict[str, Found]:
@@ -185,12 +229,13 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
     rows = []
     for part in PARTS:
         seam = found[SEAM_OF_PART[part]]
-        taken = plugin_takes(part, found)
+        taken = plugin_takes(part, found, line)
         owner = Owner.PLUGIN if taken else Owner.UPSTREAM
-        if not taken and opt_in(part, found) is not None:
+        if not taken and other_choice(part, found, line) is not None:
             owner = Owner.OPT_IN
         if taken:
-            why = WHY_PLUGIN[part]
+            by_setting = _setting(part, found) is not None and not _shape_takes(part, found)
+            why = WHY_PLUGIN_BY_SETTING[part] if by_setting else WHY_PLUGIN[part]
         elif seam.is_taken and part in WHY_UPSTREAM_IN_SHAPE:
             why = WHY_UPSTREAM_IN_SHAPE[part]
         else:
@@ -199,9 +244,10 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
     return rows
 
 
-def parts_summary(found: dict[str, Found]) -> str:
-    """One line for the log: which parts are the plugin's."""
-    mine = [part for part in PARTS if plugin_takes(part, found)]
+def parts_summary(found: dict[str, Found], line: str | None = None) -> str:
+    """One line for the log: which parts are the plugin's on an engine that
+    names none of its settings (``line``: the installed vLLM's by default)."""
+    mine = [part for part in PARTS if plugin_takes(part, found, line)]
     theirs = [part for part in PARTS if part not in mine]
     return f"plugin: {', '.join(mine) or 'nothing'}; upstream: {', '.join(theirs) or 'nothing'}"
 
@@ -221,6 +267,11 @@ SHORT_NAMES = {
 }
 
 
+def _with_choice(part: str, found: dict[str, Found], line: str, verb: str) -> str:
+    choice = other_choice(part, found, line)
+    return SHORT_NAMES[part] + (f" ({choice} {verb})" if choice else "")
+
+
 def compatibility_markdown() -> str:
     """docs/compatibility.md's table: one row per release line, what the
     plugin owns there (with the draw's shape) and the measured ratios."""
@@ -231,12 +282,10 @@ def compatibility_markdown() -> str:
     measured = measurements.load()
     for line in LINE_SEAMS:
         found = line_found(line)
-        mine = [SHORT_NAMES[p] for p in PARTS if plugin_takes(p, found)]
-        theirs = [
-            SHORT_NAMES[p] + (f" ({opt_in(p, found)} opts in)" if opt_in(p, found) else "")
-            for p in PARTS
-            if SHORT_NAMES[p] not in mine
-        ]
+        mine = [_with_choice(p, found, line, "opts out") for p in PARTS
+                if plugin_takes(p, found, line)]
+        theirs = [_with_choice(p, found, line, "opts in") for p in PARTS
+                  if not plugin_takes(p, found, line)]
         ratios = "; ".join(
             f"{SHORT_NAMES[part]}: {measurements.ratio_text(line, part, measured)}"
             for part in PARTS

@@ -147,8 +147,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "0.32/0.33, plugin_verification=...): 'plugin', 'upstream', or "
                              "'both' (each policy with plugin verification against no "
                              "speculation, then against the same policy with upstream's "
-                             "verification); 'default' passes nothing. Needs --spec-engines "
-                             "plugin")
+                             "verification); 'default' passes nothing (the line's default, "
+                             "integration/defaults.py: the plugin's on 0.33). Needs "
+                             "--spec-engines plugin")
     parser.add_argument("--spec-mixes", type=_choice_list("mixes", workload.MIXES),
                         default=["ngram"],
                         help="sampling mixes of the ngram cells, comma list: 'ngram' is "

@@ -78,7 +78,8 @@ def upstream_verifies_drafts(vllm_config: Any = None) -> bool:
     """Whether upstream's noise draws the steps with drafts of the engine with
     ``vllm_config``: the runner's RejectionSampler is upstream's (the rejection
     seam left it), or it is the plugin's verify-step takeover (0.32, 0.33)
-    and the engine did not opt in (``--plugin-verification plugin``, which
+    on an engine whose drafts it leaves upstream's (``plugin_verification``
+    ``upstream``, or an engine-level fallback; the plugin's verification
     draws from the plugin's Philox streams)."""
     import vllm.v1.worker.gpu.model_runner as model_runner
 

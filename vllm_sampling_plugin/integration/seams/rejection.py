@@ -18,9 +18,9 @@ verification and watermark keys the plugin's kernel does not handle.
   builds the float32 canvas (``Sampler.apply_sampling_params``) and runs the
   method's kernels. The seam binds integration/plugin_verification.py's
   subclass, which overrides only those two methods, and only on engines
-  that opt in (``--plugin-verification plugin``): on the others its
-  constructor returns upstream's own RejectionSampler. It also teaches
-  EngineArgs the setting.
+  whose ``plugin_verification`` is ``plugin`` (the default on 0.33, opt-in
+  on 0.32: integration/defaults.py): on the others its constructor returns
+  upstream's own RejectionSampler. It also teaches EngineArgs the setting.
 * 0.21-0.31: rejection stays upstream's (other methods or signatures).
 """
 
@@ -143,14 +143,15 @@ def _apply_verify_step(model_runner) -> None:
     from vllm.config import ModelConfig
 
     from vllm_sampling_plugin import config as cfg
+    from vllm_sampling_plugin.integration.defaults import default_verification
     from vllm_sampling_plugin.integration.engine_args import patch_engine_args
     from vllm_sampling_plugin.integration.plugin_verification import (
         PluginVerifyingRejectionSampler,
     )
 
     patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.VERIFICATION_ATTR,))
-    # ModelConfigs built without the front-end wrapper answer the default.
-    setattr(ModelConfig, cfg.VERIFICATION_ATTR, cfg.UPSTREAM)
+    # ModelConfigs built without the front-end wrapper answer the line's default.
+    setattr(ModelConfig, cfg.VERIFICATION_ATTR, default_verification())
     # The runner binds the name at import; its constructor hands back
-    # upstream's RejectionSampler unless the engine opted in.
+    # upstream's RejectionSampler where the setting is upstream's.
     model_runner.RejectionSampler = PluginVerifyingRejectionSampler

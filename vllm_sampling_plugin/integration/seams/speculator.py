@@ -22,8 +22,8 @@ In both, the adaptive policy: ``--speculation-policy`` (engine_args.py,
 the keyword alone where upstream has ``use_fp64_gumbel``), proposal counts
 reported back with each output, the scheduler verifying only what was
 proposed, full decode graphs for one-token batches. It is the default
-where a GPU run measured it (engine_args.default_speculation_policy: 0.20)
-and opt-in elsewhere.
+where a GPU run measured it (defaults.default_speculation_policy: 0.20,
+0.33) and opt-in elsewhere.
 """
 
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""What an engine that names none of the plugin's speculation settings gets,
+per release line, and the GPU runs behind each default.
+
+A setting's default is the plugin's choice only on a line where an engine
+run measured that choice at least at upstream's (docs/benchmarks.md); on
+every other line it is upstream's behaviour, and the flag opts in. One
+table per setting; a line joins a table with the run that justifies it.
+Imports nothing from vLLM, so ``info`` and the front end read the same
+answer.
+"""
+
+from __future__ import annotations
+
+from vllm_sampling_plugin import config as cfg
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_20,
+    LINE_0_33,
+    installed_vllm_version,
+    release_line,
+)
+
+# ``speculation_policy``: adaptive where it never lost to fixed k.
+# 0.20 (H100, issue 24): the plugin's proposer; non-repeating text 0.99-1.07x
+# of no speculation against fixed k's 0.36-0.80x.
+# 0.33 (upstream's proposer): at 8B (H100) 0.990x / 0.999x of no speculation
+# on non-repeating text (fixed k 0.42-0.84x), 0.999x of fixed k on accepting
+# text, 1.113x on half-repeating text; at 1B accepting text (H200,
+# 2026-11-29) 0.953x of fixed k, inside the 0.934x of its own A/A twin.
+# 0.32 keeps fixed k until an engine run there.
+ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_33)
+
+# ``plugin_verification``: the plugin's fused verification where it was at
+# least upstream's in every mix. 0.33 (H200, 2026-11-29, 8B, k = 3, both
+# engines fixed k): 1.012x / 1.056x top-k/top-p, 0.995x / 1.015x greedy,
+# 1.038x / 1.037x seeded top-p of upstream's verification (64 / 256
+# sequences); the op 3.3-4.9x upstream's (H100). 0.32 keeps upstream's until
+# an engine run there. 0.20 has no such setting (the plugin's
+# RejectionSampler verifies every draft).
+PLUGIN_VERIFICATION_BY_DEFAULT_LINES = (LINE_0_33,)
+
+
+def _line(line: str | None) -> str | None:
+    return release_line(installed_vllm_version()) if line is None else line
+
+
+def default_speculation_policy(line: str | None = None) -> str:
+    """The ``speculation_policy`` of an engine that names none, on ``line``
+    (default: the installed vLLM's)."""
+    return cfg.ADAPTIVE if _line(line) in ADAPTIVE_BY_DEFAULT_LINES else cfg.FIXED
+
+
+def default_verification(line: str | None = None) -> str:
+    """The ``plugin_verification`` of an engine that names none, on ``line``
+    (default: the installed vLLM's)."""
+    return cfg.PLUGIN if _line(line) in PLUGIN_VERIFICATION_BY_DEFAULT_LINES else cfg.UPSTREAM
+
+
+def defaults(line: str | None = None) -> dict[str, str]:
+    """Both speculation settings' defaults on ``line``, by ModelConfig attribute."""
+    return {
+        cfg.SPECULATION_POLICY_ATTR: default_speculation_policy(line),
+        cfg.VERIFICATION_ATTR: default_verification(line),
+    }
