@@ -11,6 +11,7 @@ docs/compatibility.md); the ratios come from data/measurements.json
 from __future__ import annotations
 
 import enum
+import typing
 
 from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin import measurements
@@ -77,18 +78,26 @@ PART_SHAPES = {
     VERIFICATION: (shapes.STRICT_PROBABILISTIC_SYNTHETIC,),
 }
 
-# Parts that a setting gives to the plugin or leaves upstream's, per engine,
-# in the seam shapes that offer them: (shapes, ModelConfig attribute, flag,
-# the plugin's value, upstream's value). Which value an engine that names
-# none gets is the line's (integration/defaults.py).
+class Setting(typing.NamedTuple):
+    """A setting that gives a part to the plugin or leaves it upstream's, per
+    engine, in the seam shapes that offer the choice."""
+
+    shapes: tuple[str, ...]
+    attr: str  # on ModelConfig, and the key of integration/defaults.py's answer
+    flag: str
+    plugin_value: str
+    upstream_value: str
+
+
+_VERIFICATION_SETTING = Setting((shapes.VERIFY_STEP_OVER_UPSTREAM,), cfg.VERIFICATION_ATTR,
+                                "--plugin-verification", cfg.PLUGIN, cfg.UPSTREAM)
+# Which value an engine that names none gets is the line's (integration/defaults.py).
 SETTING_PARTS = {
-    VERIFICATION: ((shapes.VERIFY_STEP_OVER_UPSTREAM,), cfg.VERIFICATION_ATTR,
-                   "--plugin-verification", cfg.PLUGIN, cfg.UPSTREAM),
-    REJECTION: ((shapes.VERIFY_STEP_OVER_UPSTREAM,), cfg.VERIFICATION_ATTR,
-                "--plugin-verification", cfg.PLUGIN, cfg.UPSTREAM),
-    SPECULATION_POLICY: ((shapes.NGRAM_BEFORE_REQUEST_STATE, shapes.POLICY_OVER_UPSTREAM_NGRAM),
-                         cfg.SPECULATION_POLICY_ATTR, "--speculation-policy", cfg.ADAPTIVE,
-                         cfg.FIXED),
+    VERIFICATION: _VERIFICATION_SETTING,
+    REJECTION: _VERIFICATION_SETTING,
+    SPECULATION_POLICY: Setting(
+        (shapes.NGRAM_BEFORE_REQUEST_STATE, shapes.POLICY_OVER_UPSTREAM_NGRAM),
+        cfg.SPECULATION_POLICY_ATTR, "--speculation-policy", cfg.ADAPTIVE, cfg.FIXED),
 }
 
 # Why the plugin takes a part where its seam has a known shape.
@@ -119,7 +128,7 @@ WHY_PLUGIN = {
     "(0.33, 8B: 0.99x / 1.00x of no speculation on non-repeating text, 1.11x of fixed "
     "k on half-repeating text, 1.00x on accepting text; 1B accepting text 0.95x of "
     "fixed k inside its A/A twin's 0.93x; docs/benchmarks.md); --speculation-policy "
-    "fixed keeps upstream's fixed k",
+    "fixed verifies k drafts for every request every step, as vLLM does",
     FP64_SETTING: "upstream has no such setting; the plugin adds --use-fp64-gumbel",
     FLASHINFER_SETTING: "read once in the front-end, tri-state (1 forces, 0 off, unset "
     "where supported), carried to workers on ModelConfig",
@@ -188,10 +197,10 @@ def _shape_takes(part: str, found: dict[str, Found]) -> bool:
     return shape is not None and shape in PART_SHAPES.get(part, (shape,))
 
 
-def _setting(part: str, found: dict[str, Found]) -> tuple | None:
+def _setting(part: str, found: dict[str, Found]) -> Setting | None:
     """``part``'s SETTING_PARTS entry where its seam's shape offers it."""
-    entry = SETTING_PARTS.get(part)
-    return entry if entry and found[SEAM_OF_PART[part]].shape in entry[0] else None
+    setting = SETTING_PARTS.get(part)
+    return setting if setting and found[SEAM_OF_PART[part]].shape in setting.shapes else None
 
 
 def plugin_takes(part: str, found: dict[str, Found], line: str | None) -> bool:
@@ -199,8 +208,7 @@ def plugin_takes(part: str, found: dict[str, Found], line: str | None) -> bool:
     plugin's settings, given what the seams found on ``line``."""
     setting = _setting(part, found)
     if setting is not None:
-        _, attr, _, plugin_value, _ = setting
-        return defaults(line)[attr] == plugin_value
+        return defaults(line)[setting.attr] == setting.plugin_value
     return _shape_takes(part, found)
 
 
@@ -210,9 +218,8 @@ def other_choice(part: str, found: dict[str, Found], line: str | None) -> str | 
     setting = _setting(part, found)
     if setting is None:
         return None
-    _, attr, flag, plugin_value, upstream_value = setting
-    default = defaults(line)[attr]
-    return f"{flag} {upstream_value if default == plugin_value else plugin_value}"
+    plugin_default = defaults(line)[setting.attr] == setting.plugin_value
+    return f"{setting.flag} {setting.upstream_value if plugin_default else setting.plugin_value}"
 
 
 def line_found(line: str) -> dict[str, Found]:
