@@ -46,6 +46,7 @@ from tests.e2e.structured_checks import assert_structured_outputs
 from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
+from vllm_sampling_plugin.integration.defaults import default_verification
 from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
@@ -78,6 +79,14 @@ PLUGIN_SAMPLER = (
 )
 UPSTREAM_SAMPLER = "vllm.v1.worker.gpu.sample.sampler.Sampler"
 UPSTREAM_REJECTION_SAMPLER = "vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler"
+# What the runner holds for a standard-method engine that names no
+# plugin_verification: the plugin's verify-step takeover where that is the
+# line's default (0.33, integration/defaults.py), upstream's object elsewhere.
+DEFAULT_REJECTION_SAMPLER = (
+    "vllm_sampling_plugin.integration.plugin_verification.PluginVerifyingRejectionSampler"
+    if default_verification(INSTALLED_LINE) == "plugin"
+    else UPSTREAM_REJECTION_SAMPLER
+)
 # Upstream's GPU n-gram proposer, subclassed by the plugin to report how many
 # drafts it found (integration/upstream_ngram.py) for the adaptive policy.
 REPORTING_NGRAM = "vllm_sampling_plugin.integration.upstream_ngram.ReportingNgramGPUSpeculator"
@@ -502,10 +511,11 @@ if llm.llm_engine.vllm_config.speculative_config is not None:
 @pytest.mark.parametrize("policy", ["fixed", "adaptive"])
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["async_off", "async_on"])
 def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling, policy):
-    """Upstream's GPU n-gram proposer and rejection sampler (which verifies
-    through the plugin's sampler's processing), CUDA graphs on, under each
-    speculation policy: ``fixed`` (these lines' default: k drafts verified
-    every step) and ``adaptive`` (a request verifies only the drafts the
+    """Upstream's GPU n-gram proposer and the line's default verification
+    (the plugin's on 0.33, upstream's rejection sampler through the plugin's
+    sampler's processing on 0.32), CUDA graphs on, under each speculation
+    policy: ``fixed`` (0.32's default: k drafts verified every step) and
+    ``adaptive`` (0.33's default: a request verifies only the drafts the
     proposer found; under async scheduling steps without drafts either side
     run with the speculator out of sight, integration/proposal_report.py):
     greedy outputs match the engine without speculation for at least 90% of
@@ -519,7 +529,7 @@ def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling, pol
     )
     assert spec["sampler"] == PLUGIN_SAMPLER
     assert spec["speculator"] == REPORTING_NGRAM
-    assert spec["rejection_sampler"] == UPSTREAM_REJECTION_SAMPLER
+    assert spec["rejection_sampler"] == DEFAULT_REJECTION_SAMPLER
     assert spec["rejection_sampler_wraps_sampler"]
     assert spec["async"] is async_scheduling and reference["async"] is async_scheduling
     same = [a == b for a, b in zip(reference["tokens"], spec["tokens"], strict=True)]
@@ -553,7 +563,10 @@ def test_rejection_method_accepts_ngram_drafts(tiny_model, method):
     the drafts are drawn from) makes the target distribution put about 1/3 to
     1/6 on each draft, so the probabilistic methods accept some; synthetic's
     rates for a mean acceptance length of 2.5 are [1, 0.5, 0]: every
-    verification step accepts its first draft and never its third."""
+    verification step accepts its first draft and never its third. The runner
+    holds the plugin's takeover for ``standard`` where that is the default
+    (its batches with allowed ids still go to upstream's code, per batch) and
+    upstream's own object for the other methods."""
     config = {**NGRAM_GPU, "rejection_sample_method": method}
     config.update(REJECTION_METHODS[INSTALLED_LINE][method])
     result = run_engine(
@@ -562,7 +575,8 @@ def test_rejection_method_accepts_ngram_drafts(tiny_model, method):
         REJECTION,
     )
     assert result["sampler"] == PLUGIN_SAMPLER
-    assert result["rejection_sampler"] == UPSTREAM_REJECTION_SAMPLER
+    assert result["rejection_sampler"] == (
+        DEFAULT_REJECTION_SAMPLER if method == "standard" else UPSTREAM_REJECTION_SAMPLER)
     for tokens, allowed in zip(result["tokens"], result["allowed"], strict=True):
         assert len(tokens) == 96 and set(tokens) <= set(allowed)
     mean_length = 1 + result["accepted"] / max(result["steps"], 1)
