@@ -1,5 +1,5 @@
 """The plugin's verification of speculative drafts on vLLM 0.32/0.33
-(``--plugin-verification plugin``; the rejection seam binds it).
+(``plugin_verification="plugin"``, 0.33's default; the rejection seam binds it).
 
 Upstream's ``RejectionSampler._verify`` (0.33 ``spec_decode/rejection_sampler.py``
 and, the same in 0.32 but for the ``fly`` arguments, there too) builds the
@@ -60,9 +60,10 @@ logits with its temperature and min_p passes (where a request samples with
 any of temperature, min_p, top-k, top-p) and the plugin's draw, instead of
 the fused kernel.
 
-Where the setting is ``upstream`` (the default), or an engine-level reason
-applies, the constructor hands back upstream's own ``RejectionSampler``:
-the runner holds upstream's object and nothing of the plugin runs.
+Where the setting is ``upstream`` (named, or 0.32's default:
+integration/defaults.py), or an engine-level reason applies, the constructor
+hands back upstream's own ``RejectionSampler``: the runner holds upstream's
+object and nothing of the plugin runs.
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             "are verified by matching the Sampler's own draws (seeded tokens as "
             "without speculation); batches with a logits processor or thinking "
             "budget, processed logprobs, or a draft vocabulary narrower than the "
-            "target's stay upstream's.",
+            "target's stay upstream's; --plugin-verification upstream keeps "
+            "upstream's RejectionSampler for every batch.",
             "FP64" if sampler.use_fp64_gumbel else "FP32",
         )
 

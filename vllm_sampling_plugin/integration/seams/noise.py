@@ -143,7 +143,7 @@ def fp32_noise(vllm_config: Any) -> tuple[str, str]:
         rejection_sampler = _runner_rejection_sampler()
         if getattr(rejection_sampler, "plugin_verifies", None) is not None:
             return PLUGIN_FP32_STREAM, (
-                "FP32, the plugin's Philox stream (--plugin-verification plugin: "
+                "FP32, the plugin's Philox stream (the plugin's verification: "
                 "a seeded request's drafts are verified by matching these draws)"
             )
         return PLUGIN_FP32_STREAM, (
