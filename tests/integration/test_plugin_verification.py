@@ -137,7 +137,8 @@ def test_default_and_engine_fallbacks_build_upstreams_rejection_sampler():
         sampler = build_sampler(8, 32, k)
         records.clear()  # the draw's own start-up line
         assert mr.RejectionSampler is pv.PluginVerifyingRejectionSampler
-        # The default: upstream's own object, nothing of the plugin.
+        # plugin_verification="upstream" (0.32's default): upstream's own
+        # object, nothing of the plugin.
         rs = mr.RejectionSampler(sampler, spec_config("upstream", k), CPU)
         assert type(rs) is rejection.RejectionSampler
         assert sampler.add_request.__qualname__ == "Sampler.add_request"
