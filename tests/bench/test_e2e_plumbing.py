@@ -378,6 +378,33 @@ def test_time_budget_skips_cells_but_keeps_the_finished_ones(tmp_path):
     assert len(bench.results["cells"]) == 1
 
 
+def test_a_cell_keeps_its_pairs_when_the_budget_leaves_less_than_a_rotation(
+        tmp_path, monkeypatch, capsys):
+    """Each timed run takes 10 s of a 45 s budget (warm-ups 1 s): after two
+    rotations of 20 s, 3 s are left, so the third is not started and the
+    cell is saved with the two pairs it has instead of being cut off."""
+    clock = [0.0]
+    monkeypatch.setattr(run, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+    class Timed(FakeEngine):
+        def call(self, command, **kwargs):
+            clock[0] += 1.0 if kwargs["output_len"] == run.WARMUP_TOKENS else 10.0
+            return super().call(command, **kwargs)
+
+    calls = []
+    engines = {"stock": Timed("stock", calls, 100.0), "plugin": Timed("plugin", calls, 110.0)}
+    bench = run.Run(run.parse_args(["--pairs", "3", "--num-requests", "8", "--output-len", "32",
+                                    "--max-num-seqs", "4", "--time-budget", "45",
+                                    "--out", str(tmp_path)]))
+    bench.plain_cells("m", 1000, engines, ["topk_topp"])
+    cell = json.loads((tmp_path / "e2e.json").read_text())["cells"][0]
+    assert cell["orders"] == [["stock", "plugin"], ["plugin", "stock"]]
+    assert len(cell["pair_ratios"]) == 2
+    assert [c[0] for c in calls if c[3] == 32] == ["stock", "plugin", "plugin", "stock"]
+    assert "time budget: 3 s left, less than a rotation (20 s): 2 of 3 pairs" in (
+        capsys.readouterr().out)
+
+
 def test_an_engine_that_would_start_after_the_time_budget_is_not_started(tmp_path, capsys):
     """A cell that starts an engine needs the last engine's start-up time
     left in the budget; a cell of engines already up needs only time left."""

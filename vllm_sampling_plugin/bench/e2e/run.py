@@ -353,6 +353,12 @@ class Run:
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
 
+    def budget_left(self) -> float:
+        """Seconds of ``--time-budget`` left (infinite without one)."""
+        if self.args.time_budget is None:
+            return math.inf
+        return self.args.time_budget - (time.perf_counter() - self.start)
+
     def out_of_time(self, cell: str, starts_engine: bool = False) -> bool:
         """True (and says so) when ``--time-budget`` leaves no time for
         ``cell``. A cell that ``starts_engine`` also needs as long as the last
@@ -403,7 +409,9 @@ class Run:
         or more where ``--min-run-s`` asks runs to last longer than that many
         would at the fastest engine's throughput. Returns the orders, each
         role's tok/s, the prompts it ran and each role's host use per run
-        (:func:`report.host_use`)."""
+        (:func:`report.host_use`). A rotation that ``--time-budget`` no longer
+        has the last rotation's time for is not started: the cell keeps the
+        pairs it has."""
         a = self.args
         prompts = prompts_for(a.num_requests)
         for engine in engines.values():
@@ -427,13 +435,24 @@ class Run:
         orders = workload.pair_orders(a.pairs, roles)
         tok_s: dict[str, list[float]] = {role: [] for role in roles}
         host: dict[str, list[dict]] = {role: [] for role in roles}
-        for order in orders:
+        rotation_s = 0.0
+        for done, order in enumerate(orders):
+            if done and self.budget_left() < rotation_s:
+                # The cell keeps the pairs it has rather than lose them all to
+                # the call's hard limit (three 1B engines on 0.33 left one call
+                # 41 s for its first cell, 2026-11-29).
+                self.say(f"time budget: {self.budget_left():.0f} s left, less than a "
+                         f"rotation ({rotation_s:.0f} s): {done} of {len(orders)} pairs")
+                orders = orders[:done]
+                break
+            started = time.perf_counter()
             for role in order:
                 result = engines[role].call("throughput", mix=mix, prompts=prompts,
                                             output_len=a.output_len, wave=wave,
                                             continuous=continuous)
                 tok_s[role].append(result["tok_s"])
                 host[role].append(report.host_use(result))
+            rotation_s = time.perf_counter() - started
         return orders, tok_s, prompts, host
 
     def plain_cells(self, model: str, vocab: int, engines: dict[str, Engine],
