@@ -45,7 +45,7 @@ import pytest
 from tests.e2e.structured_checks import assert_structured_outputs
 from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
-from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
+from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
 from vllm_sampling_plugin.integration.defaults import default_verification
 from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
@@ -778,3 +778,124 @@ def test_watermarked_engine_keeps_upstreams_watermark_sampler(tiny_model):
     assert all(p < 1e-6 for p in result["marked_p"])
     # Unmarked text is flagged at p <= 0.01 by chance about once in 100.
     assert sum(p <= 0.01 for p in result["plain_p"]) <= 1
+
+
+# ---------------------------------------------------------------------------
+# The plugin's verification (0.33's default, integration/defaults.py) keeps
+# what speculation offers upstream: every request kind verifies, the batches
+# the fused kernel does not carry go to upstream's code, and seeded requests
+# give the tokens they give without speculation.
+
+SPEC_FEATURES_KWARGS = (
+    "enforce_eager=True, disable_log_stats=False, "
+    "logits_processors=['tests.e2e.forcing_logits_processor:ForceToken'], "
+    "structured_outputs_config={'backend': 'xgrammar', 'disable_any_whitespace': True}"
+)
+
+SPEC_FEATURES = SPEC_METRICS + NGRAM_PROMPTS + """
+from vllm.sampling_params import StructuredOutputsParams
+def verification_batches(worker):
+    # The plugin's verifier counts the batches it and upstream's code took.
+    rejection = getattr(worker.model_runner, "rejection_sampler", None)
+    return dict(getattr(rejection, "batches", None) or {})
+def params(**fields):
+    return SamplingParams(max_tokens=48, ignore_eos=True, **fields)
+
+# Batches the fused kernel verifies (greedy rows by argmax, seeded ones by
+# matching the Sampler's draws).
+kinds = {
+    "greedy": params(temperature=0.0),
+    "seeded_t1": params(temperature=1.0, seed=100),
+    "seeded_top_k_top_p": params(temperature=0.8, top_k=20, top_p=0.9, seed=101),
+    "unseeded_top_k_top_p": params(temperature=0.8, top_k=20, top_p=0.9),
+}
+for name, p in kinds.items():
+    info[name] = ids(llm.generate(prompts, p))
+for name in ("seeded_t1", "seeded_top_k_top_p"):
+    info[name + "_again"] = ids(llm.generate(prompts, kinds[name]))
+info["batches_fused"] = llm.collective_rpc(verification_batches)[0]
+
+# Batches that stay upstream's: logits processors (penalties, allowed ids,
+# a custom one).
+def processed():
+    info["penalties"] = ids(llm.generate(prompts, params(
+        temperature=0.9, seed=7, presence_penalty=0.5, frequency_penalty=0.5,
+        repetition_penalty=1.3)))
+    info["allowed"] = ids(llm.generate(prompts, params(
+        temperature=1.0, seed=8, allowed_token_ids=list(range(3, 200)))))
+    info["forced"] = ids(llm.generate(prompts[:4], params(
+        temperature=1.0, seed=9, extra_args={"force_token_id": 77})))
+phase("processed", processed)
+info["batches_all"] = llm.collective_rpc(verification_batches)[0]
+
+def raw_logprobs():
+    outs = llm.generate(prompts[:4], params(temperature=1.0, top_k=20, seed=10, logprobs=5))
+    info["logprobs_rows"] = [
+        [len(o.outputs[0].token_ids), len(o.outputs[0].logprobs),
+         all(t in pos for t, pos in zip(o.outputs[0].token_ids, o.outputs[0].logprobs))]
+        for o in outs]
+phase("raw_logprobs", raw_logprobs)
+
+def structured_outputs():
+    schema = {"type": "object",
+              "properties": {"a": {"type": "boolean"}, "b": {"enum": ["x", "yy", "zzz"]}},
+              "required": ["a", "b"], "additionalProperties": False}
+    kinds = {"greedy": dict(temperature=0.0),
+             "seeded_top_k_top_p": dict(temperature=1.0, top_k=3, top_p=0.8, seed=1),
+             "unseeded": dict(temperature=1.3)}
+    texts = {}
+    for kind, so in {"json": StructuredOutputsParams(json=schema),
+                     "regex": StructuredOutputsParams(regex=r"[0-9]{3}-[a-z]{2}")}.items():
+        for name, fields in kinds.items():
+            outs = llm.generate([{"prompt_token_ids": [5, 6, 7, 8, 5, 6, 7, 8]}] * 4,
+                                SamplingParams(max_tokens=200, structured_outputs=so, **fields))
+            texts[kind + "/" + name] = [(c.text, c.finish_reason) for o in outs for c in o.outputs]
+    info["structured"] = texts
+phase("structured_outputs", structured_outputs)
+if llm.llm_engine.vllm_config.speculative_config is not None:
+    info["drafts"], info["accepted"], info["steps"] = acceptance()
+"""
+
+PLUGIN_VERIFYING_REJECTION_SAMPLER = (
+    "vllm_sampling_plugin.integration.plugin_verification.PluginVerifyingRejectionSampler"
+)
+
+
+@needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
+def test_the_plugins_verification_keeps_what_speculation_offers(tiny_model):
+    """An engine speculating with upstream's n-gram proposer under the
+    plugin's verification (0.33's default; asked for on 0.32) beside one
+    without speculation: greedy and seeded requests give the tokens they give
+    without speculation (at least 90% of prompts: the tiny model's
+    near-uniform logits can flip under a verification step's other shapes)
+    and seeded ones repeat exactly; penalties, allowed ids and a custom
+    logits processor go to upstream's verification and hold; raw logprobs
+    cover every token; structured outputs parse; drafts are accepted."""
+    asked = "" if default_verification(INSTALLED_LINE) == "plugin" else (
+        ", plugin_verification='plugin'")
+    reference, spec = run_engines(
+        (tiny_model, SPEC_FEATURES_KWARGS, SPEC_FEATURES),
+        (tiny_model, f"{SPEC_FEATURES_KWARGS}, speculative_config={NGRAM_GPU!r}{asked}",
+         SPEC_FEATURES),
+    )
+    assert spec["rejection_sampler"] == PLUGIN_VERIFYING_REJECTION_SAMPLER
+    for phase_name in ("processed", "raw_logprobs", "structured_outputs"):
+        for result in (reference, spec):
+            assert result[phase_name + "_error"] is None, result[phase_name + "_error"]
+    assert spec["drafts"] > 0 and spec["accepted"] > 0
+    for name in ("greedy", "seeded_t1"):
+        same = [a == b for a, b in zip(reference[name], spec[name], strict=True)]
+        assert sum(same) >= 0.9 * len(same), (name, sum(same), len(same))
+    for name in ("seeded_t1", "seeded_top_k_top_p"):
+        assert spec[name + "_again"] == spec[name], name
+    vocab = spec["vocab"]
+    for name in ("unseeded_top_k_top_p", "penalties"):
+        _assert_valid(spec[name], vocab, 48)
+    assert all(3 <= t < 200 for row in spec["allowed"] for t in row)
+    assert spec["forced"] == [[77] * 48] * 4
+    fused, every = spec["batches_fused"], spec["batches_all"]
+    assert fused["plugin"] > 0 and fused["upstream"] == 0, fused
+    assert every["upstream"] > 0, every
+    assert all(tokens == logprobs and covered
+               for tokens, logprobs, covered in spec["logprobs_rows"]), spec["logprobs_rows"]
+    assert_structured_outputs(spec["structured"])
