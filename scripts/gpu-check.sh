@@ -5,8 +5,8 @@
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
 #        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | e2e-vs-stock | e2e-draft |
-#        line-check | spec-step-breakdown | compile-ahead | verification-dtype
-#        (upstream ... e2e-vs-stock: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
+#        line-check | spec-step-breakdown | compile-ahead | verification-dtype | spec-features
+#        (upstream ... e2e-vs-stock, spec-features: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
 #        between 0.21 and 0.31)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others;
 # the script exits 1 after the last step if any failed or timed out, naming them.
@@ -69,6 +69,14 @@ for step in "$@"; do
       VLLM_USE_V2_MODEL_RUNNER=1 run allowed-tokens-e2e python3 -m pytest -q -s -p no:cacheprovider \
         tests/e2e/test_allowed_tokens.py ;;
     cold-start) run cold-start python3 -m pytest -q -s -p no:cacheprovider tests/e2e/test_cold_start.py ;;
+    spec-features)
+      # Speculation with the line's default verification and policy (0.33: the
+      # plugin's) keeps what upstream's offers: greedy and seeded tokens, the
+      # batches that stay upstream's, logprobs, structured outputs, every
+      # rejection method. A few minutes (tiny engines, two at a time).
+      run spec-features python3 -m pytest -q -s -p no:cacheprovider \
+        tests/e2e/test_engine_upstream_sampler_lines.py \
+        -k "plugins_verification_keeps or ngram_speculation or rejection_method" ;;
     tokens-before-after)
       PYTHONPATH="$BEFORE:${PYTHONPATH:-}" run tokens-before python3 scripts/dump_op_tokens.py "$out/tokens-before.pt"
       run tokens-after python3 scripts/dump_op_tokens.py "$out/tokens-after.pt"
