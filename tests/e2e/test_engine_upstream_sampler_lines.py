@@ -598,6 +598,31 @@ from vllm.config.reasoning import ReasoningConfig
 from vllm.sampling_params import StructuredOutputsParams
 """
 
+
+def structured_outputs_phase(kinds: str) -> str:
+    """An engine snippet's phase asking for structured_checks.py's JSON schema
+    and regex under each of ``kinds`` (the source of a dict: name -> sampling
+    fields), four requests each; their (text, finish reason) go to
+    ``info["structured"]``."""
+    return """
+def structured_outputs():
+    # A finite language, so that even a greedy walk ends within max_tokens.
+    schema = {"type": "object",
+              "properties": {"a": {"type": "boolean"}, "b": {"enum": ["x", "yy", "zzz"]}},
+              "required": ["a", "b"], "additionalProperties": False}
+    kinds = """ + kinds + """
+    texts = {}
+    for kind, so in {"json": StructuredOutputsParams(json=schema),
+                     "regex": StructuredOutputsParams(regex=r"[0-9]{3}-[a-z]{2}")}.items():
+        for name, fields in kinds.items():
+            outs = llm.generate([{"prompt_token_ids": [5, 6, 7, 8, 5, 6, 7, 8]}] * 4,
+                                SamplingParams(max_tokens=200, structured_outputs=so, **fields))
+            texts[kind + "/" + name] = [(c.text, c.finish_reason) for o in outs for c in o.outputs]
+    info["structured"] = texts
+phase("structured_outputs", structured_outputs)
+"""
+
+
 FEATURES_KWARGS = (
     "enforce_eager=True, logprobs_mode='processed_logprobs', "
     "logits_processors=['tests.e2e.forcing_logits_processor:ForceToken'], "
@@ -649,26 +674,11 @@ def thinking_budget():
     info["thinking"] = {name: [budget, tokens]
                         for (name, (budget, _)), tokens in zip(cases.items(), ids(outs))}
 phase("thinking_budget", thinking_budget)
-
-def structured_outputs():
-    # A finite language, so that even a greedy walk ends within max_tokens.
-    schema = {"type": "object",
-              "properties": {"a": {"type": "boolean"}, "b": {"enum": ["x", "yy", "zzz"]}},
-              "required": ["a", "b"], "additionalProperties": False}
-    kinds = {"greedy": dict(temperature=0.0),
-             "seeded_top_k_top_p_min_p": dict(temperature=1.0, top_k=3, top_p=0.8,
-                                              min_p=0.1, seed=1),
-             "unseeded": dict(temperature=1.3)}
-    texts = {}
-    for kind, so in {"json": StructuredOutputsParams(json=schema),
-                     "regex": StructuredOutputsParams(regex=r"[0-9]{3}-[a-z]{2}")}.items():
-        for name, fields in kinds.items():
-            outs = llm.generate([{"prompt_token_ids": [5, 6, 7, 8, 5, 6, 7, 8]}] * 4,
-                                SamplingParams(max_tokens=200, structured_outputs=so, **fields))
-            texts[kind + "/" + name] = [(c.text, c.finish_reason) for o in outs for c in o.outputs]
-    info["structured"] = texts
-phase("structured_outputs", structured_outputs)
-"""
+""" + structured_outputs_phase(
+    '{"greedy": dict(temperature=0.0), '
+    '"seeded_top_k_top_p_min_p": dict(temperature=1.0, top_k=3, top_p=0.8, min_p=0.1, seed=1), '
+    '"unseeded": dict(temperature=1.3)}'
+)
 
 
 @pytest.fixture(scope="module")
@@ -835,24 +845,12 @@ def raw_logprobs():
          all(t in pos for t, pos in zip(o.outputs[0].token_ids, o.outputs[0].logprobs))]
         for o in outs]
 phase("raw_logprobs", raw_logprobs)
-
-def structured_outputs():
-    schema = {"type": "object",
-              "properties": {"a": {"type": "boolean"}, "b": {"enum": ["x", "yy", "zzz"]}},
-              "required": ["a", "b"], "additionalProperties": False}
-    kinds = {"greedy": dict(temperature=0.0),
-             "seeded_top_k_top_p": dict(temperature=1.0, top_k=3, top_p=0.8, seed=1),
-             "unseeded": dict(temperature=1.3)}
-    texts = {}
-    for kind, so in {"json": StructuredOutputsParams(json=schema),
-                     "regex": StructuredOutputsParams(regex=r"[0-9]{3}-[a-z]{2}")}.items():
-        for name, fields in kinds.items():
-            outs = llm.generate([{"prompt_token_ids": [5, 6, 7, 8, 5, 6, 7, 8]}] * 4,
-                                SamplingParams(max_tokens=200, structured_outputs=so, **fields))
-            texts[kind + "/" + name] = [(c.text, c.finish_reason) for o in outs for c in o.outputs]
-    info["structured"] = texts
-phase("structured_outputs", structured_outputs)
-if llm.llm_engine.vllm_config.speculative_config is not None:
+""" + structured_outputs_phase(
+    # No min_p: upstream refuses it with speculative decoding.
+    '{"greedy": dict(temperature=0.0), '
+    '"seeded_top_k_top_p": dict(temperature=1.0, top_k=3, top_p=0.8, seed=1), '
+    '"unseeded": dict(temperature=1.3)}'
+) + """if llm.llm_engine.vllm_config.speculative_config is not None:
     info["drafts"], info["accepted"], info["steps"] = acceptance()
 """
 
