@@ -90,7 +90,7 @@ def test_newer_line_ratios_name_their_measurement(line):
 
 
 def test_summary_names_the_owners():
-    summary = parts_summary(line_found(LINE_0_32))
+    summary = parts_summary(line_found(LINE_0_32), LINE_0_32)
     assert summary.startswith("plugin: Gumbel-max")
     assert "upstream: " in summary and "rejection sampling" in summary
 

@@ -79,11 +79,14 @@ PLUGIN_SAMPLER = (
 )
 UPSTREAM_SAMPLER = "vllm.v1.worker.gpu.sample.sampler.Sampler"
 UPSTREAM_REJECTION_SAMPLER = "vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler"
+PLUGIN_VERIFYING_REJECTION_SAMPLER = (
+    "vllm_sampling_plugin.integration.plugin_verification.PluginVerifyingRejectionSampler"
+)
 # What the runner holds for a standard-method engine that names no
 # plugin_verification: the plugin's verify-step takeover where that is the
 # line's default (0.33, integration/defaults.py), upstream's object elsewhere.
 DEFAULT_REJECTION_SAMPLER = (
-    "vllm_sampling_plugin.integration.plugin_verification.PluginVerifyingRejectionSampler"
+    PLUGIN_VERIFYING_REJECTION_SAMPLER
     if default_verification(INSTALLED_LINE) == "plugin"
     else UPSTREAM_REJECTION_SAMPLER
 )
@@ -853,11 +856,6 @@ phase("raw_logprobs", raw_logprobs)
 ) + """if llm.llm_engine.vllm_config.speculative_config is not None:
     info["drafts"], info["accepted"], info["steps"] = acceptance()
 """
-
-PLUGIN_VERIFYING_REJECTION_SAMPLER = (
-    "vllm_sampling_plugin.integration.plugin_verification.PluginVerifyingRejectionSampler"
-)
-
 
 @needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
 def test_the_plugins_verification_keeps_what_speculation_offers(tiny_model):

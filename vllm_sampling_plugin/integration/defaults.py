@@ -57,6 +57,7 @@ def default_verification(line: str | None = None) -> str:
 
 def defaults(line: str | None = None) -> dict[str, str]:
     """Both speculation settings' defaults on ``line``, by ModelConfig attribute."""
+    line = _line(line)  # the installed vLLM's read once, not once per setting
     return {
         cfg.SPECULATION_POLICY_ATTR: default_speculation_policy(line),
         cfg.VERIFICATION_ATTR: default_verification(line),

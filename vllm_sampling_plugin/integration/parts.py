@@ -203,7 +203,7 @@ def _setting(part: str, found: dict[str, Found]) -> Setting | None:
     return setting if setting and found[SEAM_OF_PART[part]].shape in setting.shapes else None
 
 
-def plugin_takes(part: str, found: dict[str, Found], line: str | None) -> bool:
+def plugin_takes(part: str, found: dict[str, Found], line: str) -> bool:
     """Whether the plugin owns ``part`` on an engine that names none of the
     plugin's settings, given what the seams found on ``line``."""
     setting = _setting(part, found)
@@ -212,7 +212,7 @@ def plugin_takes(part: str, found: dict[str, Found], line: str | None) -> bool:
     return _shape_takes(part, found)
 
 
-def other_choice(part: str, found: dict[str, Found], line: str | None) -> str | None:
+def other_choice(part: str, found: dict[str, Found], line: str) -> str | None:
     """The flag that gives ``part`` to the other owner on an engine (where
     its seam's shape lets a setting decide); None elsewhere."""
     setting = _setting(part, found)
@@ -251,9 +251,9 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
     return rows
 
 
-def parts_summary(found: dict[str, Found], line: str | None = None) -> str:
-    """One line for the log: which parts are the plugin's on an engine that
-    names none of its settings (``line``: the installed vLLM's by default)."""
+def parts_summary(found: dict[str, Found], line: str) -> str:
+    """One line for the log: which parts are the plugin's on an engine of
+    ``line`` that names none of its settings."""
     mine = [part for part in PARTS if plugin_takes(part, found, line)]
     theirs = [part for part in PARTS if part not in mine]
     return f"plugin: {', '.join(mine) or 'nothing'}; upstream: {', '.join(theirs) or 'nothing'}"

@@ -50,7 +50,7 @@ def register() -> None:
         return
     _state = "active"
     logger.info(
-        "vllm-sampling-plugin active for vLLM %s: %s.", found, parts_summary(seams)
+        "vllm-sampling-plugin active for vLLM %s: %s.", found, parts_summary(seams, line)
     )
 
 
