@@ -29,6 +29,14 @@ the README's functional-API example does) runs in a plain new process,
 unless all it does is set ``"1"`` where the environment already has it.
 ``PLUGIN_TESTS_NEW_PROCESSES=1`` runs every snippet in a plain new process
 instead.
+
+Two more cases run in a plain new process. A zygote whose preloading started
+CUDA (some library on a GPU machine asks for the device's properties when
+imported) cannot fork children that use it: torch refuses with "Cannot
+re-initialize CUDA in forked subprocess", in the child and in the engine
+processes vLLM forks from it. And a zygote forks one child at a time, so a
+snippet asked for while its zygote is busy (tests that start two engines at
+once, from two threads) does not wait for it.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -137,7 +146,10 @@ def child(request):
     os._exit(status)
 
 
-print("ready", flush=True)
+# A child forked after CUDA started cannot use it (the module doc).
+torch = sys.modules.get("torch")
+cuda_started = torch is not None and torch.cuda.is_initialized()
+print(f"ready {int(cuda_started)}", flush=True)
 for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
@@ -219,7 +231,9 @@ class _Zygote:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, env=env, cwd=cwd,
         )
-        self._expect("ready", timeout=600)
+        self.cuda_started = bool(self._expect("ready", timeout=600))
+        # Held while a child runs: the zygote answers one request at a time.
+        self.busy = threading.Lock()
 
     def _expect(self, word: str, timeout: float) -> int:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -228,7 +242,7 @@ class _Zygote:
         line = self.proc.stdout.readline()
         if not line.startswith(word):
             raise RuntimeError(f"zygote said {line!r}, expected {word!r}")
-        return int(line.split()[1]) if word != "ready" else 0
+        return int(line.split()[1])
 
     def run(self, argv: list[str], env: dict[str, str], cwd: Path,
             timeout: float) -> subprocess.CompletedProcess:
@@ -261,6 +275,8 @@ class _Zygote:
 
 _zygotes: dict[tuple, _Zygote] = {}
 _MAX_ZYGOTES = 4
+# Threads asking for a zygote at once start one.
+_zygotes_lock = threading.Lock()
 
 
 def _close_all() -> None:
@@ -274,14 +290,15 @@ atexit.register(_close_all)
 
 def _zygote_for(env: dict[str, str], cwd: Path) -> _Zygote:
     key = _zygote_key(env)
-    zygote = _zygotes.get(key)
-    if zygote is not None and zygote.proc.poll() is None:
+    with _zygotes_lock:
+        zygote = _zygotes.get(key)
+        if zygote is not None and zygote.proc.poll() is None:
+            return zygote
+        if len(_zygotes) >= _MAX_ZYGOTES:
+            oldest = next(iter(_zygotes))
+            _zygotes.pop(oldest).close()
+        zygote = _zygotes[key] = _Zygote(env, cwd, _preload_list(env, cwd))
         return zygote
-    if len(_zygotes) >= _MAX_ZYGOTES:
-        oldest = next(iter(_zygotes))
-        _zygotes.pop(oldest).close()
-    zygote = _zygotes[key] = _Zygote(env, cwd, _preload_list(env, cwd))
-    return zygote
 
 
 def run(argv: list[str], env: dict[str, str], cwd: Path,
@@ -292,6 +309,17 @@ def run(argv: list[str], env: dict[str, str], cwd: Path,
     if argv[0] not in ("-c", "-m") or env.get(NEW_PROCESSES_ENV) == "1" \
             or os.environ.get(NEW_PROCESSES_ENV) == "1" \
             or (argv[0] == "-c" and _code_changes_triton_mode(argv[1], env)):
-        return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
-                              env=env, cwd=cwd, timeout=timeout)
-    return _zygote_for(env, cwd).run(argv, env, cwd, timeout)
+        return _new_process(argv, env, cwd, timeout)
+    zygote = _zygote_for(env, cwd)
+    if zygote.cuda_started or not zygote.busy.acquire(blocking=False):
+        return _new_process(argv, env, cwd, timeout)
+    try:
+        return zygote.run(argv, env, cwd, timeout)
+    finally:
+        zygote.busy.release()
+
+
+def _new_process(argv: list[str], env: dict[str, str], cwd: Path,
+                 timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=timeout)

@@ -2,6 +2,8 @@
 
 import os
 import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -87,3 +89,31 @@ def test_a_snippet_that_sets_the_interpreter_already_on_is_forked():
     code = "import os, sys\nos.environ['TRITON_INTERPRET'] = '1'\nprint('torch' in sys.modules)"
     assert run(["-c", code], TRITON_INTERPRET="1").stdout == "True\n"
     assert run(["-c", code], TRITON_INTERPRET=None).stdout == "False\n"
+
+
+# A forked child has torch loaded from its start; a plain new process has not.
+FORKED = "import sys\nprint('torch' in sys.modules)"
+
+
+def test_snippets_asked_for_at_once_each_get_their_own_answer():
+    # Two engines started side by side ask from two threads: the first is
+    # forked, the one asked for while the zygote is busy gets a new process.
+    slow = "import sys, time\nstarted = 'torch' in sys.modules\ntime.sleep(3)\nprint('slow', started)"
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(run, ["-c", slow])
+        time.sleep(1)
+        second = pool.submit(run, ["-c", FORKED.replace("print(", "print('quick', ")])
+        results = [first.result(), second.result()]
+    assert [(proc.returncode, proc.stdout) for proc in results] == [
+        (0, "slow True\n"), (0, "quick False\n")]
+    assert run(["-c", FORKED]).stdout == "True\n"
+
+
+def test_a_zygote_whose_preloading_started_cuda_forks_nothing(tmp_path, monkeypatch):
+    # Where a preloaded library starts CUDA (a GPU machine), a forked child
+    # and the engine processes it forks could not use the GPU.
+    (tmp_path / "starts_cuda.py").write_text("import torch\ntorch.cuda.is_initialized = lambda: True\n")
+    monkeypatch.setattr(fresh_interpreter, "_preload_list", lambda env, cwd: ["torch", "starts_cuda"])
+    assert run(["-c", FORKED], PYTHONPATH=str(tmp_path)).stdout == "False\n"
+    assert fresh_interpreter._zygote_for(
+        {**os.environ, "PYTHONPATH": str(tmp_path)}, REPO_ROOT).cuda_started
