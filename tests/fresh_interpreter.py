@@ -30,13 +30,14 @@ unless all it does is set ``"1"`` where the environment already has it.
 ``PLUGIN_TESTS_NEW_PROCESSES=1`` runs every snippet in a plain new process
 instead.
 
-Two more cases run in a plain new process. A zygote whose preloading started
-CUDA (some library on a GPU machine asks for the device's properties when
-imported) cannot fork children that use it: torch refuses with "Cannot
-re-initialize CUDA in forked subprocess", in the child and in the engine
-processes vLLM forks from it. And a zygote forks one child at a time, so a
-snippet asked for while its zygote is busy (tests that start two engines at
-once, from two threads) does not wait for it.
+Two more cases run in a plain new process. A zygote whose preloading touched
+CUDA (on a GPU machine, a library that calls ``torch.cuda.is_available()``
+when imported is enough) cannot fork children that use it: torch refuses
+with "Cannot re-initialize CUDA in forked subprocess", in the child and in
+the engine processes vLLM forks from it (vLLM sees CUDA not initialised and
+forks). And a zygote forks one child at a time, so a snippet asked for while
+its zygote is busy (tests that start two engines at once, from two threads)
+does not wait for it.
 """
 
 from __future__ import annotations
@@ -146,10 +147,22 @@ def child(request):
     os._exit(status)
 
 
-# A child forked after CUDA started cannot use it (the module doc).
-torch = sys.modules.get("torch")
-cuda_started = torch is not None and torch.cuda.is_initialized()
-print(f"ready {int(cuda_started)}", flush=True)
+# Whether a forked child could start CUDA: torch marks a child "in bad fork"
+# once its parent has touched CUDA, which torch.cuda.is_available() already
+# does (it asks the driver for the device count), and refuses to start CUDA
+# there; only a child can tell. A machine without a GPU has none to refuse.
+def forks_keep_cuda():
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return True
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, wait_status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(wait_status) == 0 or torch.cuda.device_count() == 0
+
+
+print(f"ready {int(not forks_keep_cuda())}", flush=True)
 for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
@@ -231,7 +244,7 @@ class _Zygote:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, env=env, cwd=cwd,
         )
-        self.cuda_started = bool(self._expect("ready", timeout=600))
+        self.cuda_touched = bool(self._expect("ready", timeout=600))
         # Held while a child runs: the zygote answers one request at a time.
         self.busy = threading.Lock()
 
@@ -311,7 +324,7 @@ def run(argv: list[str], env: dict[str, str], cwd: Path,
             or (argv[0] == "-c" and _code_changes_triton_mode(argv[1], env)):
         return _new_process(argv, env, cwd, timeout)
     zygote = _zygote_for(env, cwd)
-    if zygote.cuda_started or not zygote.busy.acquire(blocking=False):
+    if zygote.cuda_touched or not zygote.busy.acquire(blocking=False):
         return _new_process(argv, env, cwd, timeout)
     try:
         return zygote.run(argv, env, cwd, timeout)

@@ -99,6 +99,7 @@ def test_snippets_asked_for_at_once_each_get_their_own_answer():
     # Two engines started side by side ask from two threads: the first is
     # forked, the one asked for while the zygote is busy gets a new process.
     slow = "import sys, time\nstarted = 'torch' in sys.modules\ntime.sleep(3)\nprint('slow', started)"
+    assert run(["-c", FORKED]).stdout == "True\n"  # the zygote is up and idle
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(run, ["-c", slow])
         time.sleep(1)
@@ -106,14 +107,17 @@ def test_snippets_asked_for_at_once_each_get_their_own_answer():
         results = [first.result(), second.result()]
     assert [(proc.returncode, proc.stdout) for proc in results] == [
         (0, "slow True\n"), (0, "quick False\n")]
-    assert run(["-c", FORKED]).stdout == "True\n"
 
 
-def test_a_zygote_whose_preloading_started_cuda_forks_nothing(tmp_path, monkeypatch):
-    # Where a preloaded library starts CUDA (a GPU machine), a forked child
-    # and the engine processes it forks could not use the GPU.
-    (tmp_path / "starts_cuda.py").write_text("import torch\ntorch.cuda.is_initialized = lambda: True\n")
+def test_a_zygote_whose_preloading_touched_cuda_forks_nothing(tmp_path, monkeypatch):
+    # Where a preloaded library touches CUDA (a GPU machine), torch puts a
+    # forked child "in bad fork": it and the engine processes it forks could
+    # not use the GPU (H200, vLLM 0.33, 2026-11-29).
+    (tmp_path / "starts_cuda.py").write_text(
+        "import torch\n"
+        "torch.cuda.device_count = lambda: 1\n"
+        "torch.cuda._is_in_bad_fork = lambda: True\n")
     monkeypatch.setattr(fresh_interpreter, "_preload_list", lambda env, cwd: ["torch", "starts_cuda"])
     assert run(["-c", FORKED], PYTHONPATH=str(tmp_path)).stdout == "False\n"
     assert fresh_interpreter._zygote_for(
-        {**os.environ, "PYTHONPATH": str(tmp_path)}, REPO_ROOT).cuda_started
+        {**os.environ, "PYTHONPATH": str(tmp_path)}, REPO_ROOT).cuda_touched
