@@ -194,7 +194,10 @@ def run_engine(
     }
     out = run_python(code, env=env, timeout=600)
     result = json.loads(out.strip().splitlines()[-1])
-    print(json.dumps(result, indent=1)[:20000])
+    # What is not a token list first: a long result is cut in the log.
+    summary = {key: value for key, value in result.items() if not isinstance(value, list)}
+    print(json.dumps(summary, indent=1))
+    print(json.dumps(result)[:20000])
     return result
 
 
