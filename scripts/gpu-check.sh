@@ -19,6 +19,13 @@ set -uo pipefail
 out=${OUT:-gpu-results}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+# The test steps start each engine snippet in a plain new process, not forked
+# from the tests' zygote (tests/fresh_interpreter.py): its 17 s of imports are
+# small beside an engine's start, and a fork is one more thing between a test
+# and the GPU (on the H200 with vLLM 0.33, 2026-11-29, every forked engine
+# died with "Cannot re-initialize CUDA in forked subprocess"; the zygote now
+# detects that case itself, which runs without this line do rely on).
+export PLUGIN_TESTS_NEW_PROCESSES=1
 limit=${STEP_TIMEOUT:-420}
 # Steps that failed, one line each; a file, since some steps run in parallel subshells.
 failed="$out/failed-steps"
