@@ -23,8 +23,8 @@ export PYTHONUNBUFFERED=1
 # from the tests' zygote (tests/fresh_interpreter.py): its 17 s of imports are
 # small beside an engine's start, and a fork is one more thing between a test
 # and the GPU (on the H200 with vLLM 0.33, 2026-11-29, every forked engine
-# died with "Cannot re-initialize CUDA in forked subprocess"; the zygote now
-# detects that case itself, which runs without this line do rely on).
+# died with "Cannot re-initialize CUDA in forked subprocess"; test runs
+# outside this script rely on the zygote detecting that case itself).
 export PLUGIN_TESTS_NEW_PROCESSES=1
 limit=${STEP_TIMEOUT:-420}
 # Steps that failed, one line each; a file, since some steps run in parallel subshells.
