@@ -82,9 +82,9 @@ for step in "$@"; do
       # tokens, the batches that stay upstream's, logprobs, structured
       # outputs; the default n-gram engine (async scheduling, the line's
       # policy) keeps greedy tokens; the standard method verifies with allowed
-      # ids. Three rounds of tiny engines, about 130 s each on an H200 with
-      # vLLM 0.33 (2026-11-29): STEP_TIMEOUT=480. The other policies and
-      # methods are in the e2e step.
+      # ids. Three rounds of tiny engines: 208 s on an H200 with vLLM 0.33
+      # (2026-11-29, all three passed); STEP_TIMEOUT=480 leaves room for a
+      # slower start. The other policies and methods are in the e2e step.
       policy=$(python3 -c 'from vllm_sampling_plugin.integration import defaults
 print(defaults.default_speculation_policy())')
       run spec-features python3 -m pytest -q -s -p no:cacheprovider \

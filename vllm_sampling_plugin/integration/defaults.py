@@ -26,7 +26,8 @@ from vllm_sampling_plugin.integration.version import (
 # on non-repeating text (fixed k 0.42-0.84x), 0.999x of fixed k on accepting
 # text, 1.113x on half-repeating text; at 1B accepting text (H200,
 # 2026-11-29) 0.953x of fixed k, inside the 0.934x of its own A/A twin, and
-# on non-repeating text every pair >= 0.981x of no speculation.
+# on non-repeating text every pair >= 0.981x of no speculation at 256
+# sequences, the median 1.017x at 64.
 # 0.32 keeps fixed k until an engine run there.
 ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_33)
 
@@ -36,8 +37,9 @@ ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_33)
 # 1.038x / 1.037x seeded top-p of upstream's verification (64 / 256
 # sequences); the op 3.3-4.9x upstream's (H100). As the default, against
 # stock vLLM speculating with the same k = 3 (8B, H200, 2026-11-29):
-# 1.036x / 1.046x top-k/top-p, 1.002x / 0.992x greedy. 0.32 keeps upstream's until
-# an engine run there. 0.20 has no such setting (the plugin's
+# 1.036x / 1.046x top-k/top-p, 1.002x / 0.992x greedy; k = 7: 1.025x / 1.055x
+# top-k/top-p, 1.033x / 1.012x seeded top-p, 1.010x / 0.999x greedy. 0.32
+# keeps upstream's until an engine run there. 0.20 has no such setting (the plugin's
 # RejectionSampler verifies every draft).
 PLUGIN_VERIFICATION_BY_DEFAULT_LINES = (LINE_0_33,)
 
