@@ -837,18 +837,32 @@ for name in ("seeded_t1", "seeded_top_k_top_p"):
     info[name + "_again"] = ids(llm.generate(prompts, kinds[name]))
 info["batches_fused"] = batches_since(before_requests)
 
-# Batches that stay upstream's: logits processors (penalties, allowed ids,
-# a custom one).
+# Batches with logits processors (penalties, allowed ids, a custom one):
+# seeded ones are verified by matching the Sampler's draws, which apply the
+# processors; unseeded ones with top-k/top-p on upstream's canvas with the
+# filters in the plugin's kernel; unseeded ones without top-k/top-p stay
+# upstream's.
+penalties = dict(presence_penalty=0.5, frequency_penalty=0.5, repetition_penalty=1.3)
 def processed():
-    info["penalties"] = ids(llm.generate(prompts, params(
-        temperature=0.9, seed=7, presence_penalty=0.5, frequency_penalty=0.5,
-        repetition_penalty=1.3)))
+    before = llm.collective_rpc(verification_batches)[0]
+    info["penalties"] = ids(llm.generate(prompts, params(temperature=0.9, seed=7, **penalties)))
     info["allowed"] = ids(llm.generate(prompts, params(
         temperature=1.0, seed=8, allowed_token_ids=list(range(3, 200)))))
     info["forced"] = ids(llm.generate(prompts[:4], params(
         temperature=1.0, seed=9, extra_args={"force_token_id": 77})))
+    info["batches_processed_seeded"] = batches_since(before)
+    before = llm.collective_rpc(verification_batches)[0]
+    info["penalties_top_k"] = ids(llm.generate(prompts, params(
+        temperature=0.9, top_k=20, top_p=0.9, **penalties)))
+    info["allowed_top_p"] = ids(llm.generate(prompts, params(
+        temperature=1.0, top_p=0.9, allowed_token_ids=list(range(3, 200)))))
+    info["forced_top_k"] = ids(llm.generate(prompts[:4], params(
+        temperature=1.0, top_k=20, extra_args={"force_token_id": 77})))
+    info["batches_processed_top_k"] = batches_since(before)
+    before = llm.collective_rpc(verification_batches)[0]
+    info["penalties_unseeded"] = ids(llm.generate(prompts, params(temperature=0.9, **penalties)))
+    info["batches_processed_plain"] = batches_since(before)
 phase("processed", processed)
-info["batches_all"] = batches_since(before_requests)
 
 def raw_logprobs():
     outs = llm.generate(prompts[:4], params(temperature=1.0, top_k=20, seed=10, logprobs=5))
@@ -874,8 +888,10 @@ def test_the_plugins_verification_keeps_what_speculation_offers(tiny_model):
     without speculation (at least 90% of prompts: the tiny model's
     near-uniform logits can flip under a verification step's other shapes)
     and seeded ones repeat exactly; penalties, allowed ids and a custom
-    logits processor go to upstream's verification and hold; raw logprobs
-    cover every token; structured outputs parse; drafts are accepted."""
+    logits processor hold, verified by matching where seeded, on upstream's
+    canvas by the plugin's kernel where the batch uses top-k/top-p, by
+    upstream's code otherwise; raw logprobs cover every token; structured
+    outputs parse; drafts are accepted."""
     asked = "" if default_verification(INSTALLED_LINE) == "plugin" else (
         ", plugin_verification='plugin'")
     reference, spec = run_engines(
@@ -894,13 +910,18 @@ def test_the_plugins_verification_keeps_what_speculation_offers(tiny_model):
     for name in ("seeded_t1", "seeded_top_k_top_p"):
         assert spec[name + "_again"] == spec[name], name
     vocab = spec["vocab"]
-    for name in ("unseeded_top_k_top_p", "penalties"):
+    for name in ("unseeded_top_k_top_p", "penalties", "penalties_top_k", "penalties_unseeded"):
         _assert_valid(spec[name], vocab, 48)
-    assert all(3 <= t < 200 for row in spec["allowed"] for t in row)
-    assert spec["forced"] == [[77] * 48] * 4
-    fused, every = spec["batches_fused"], spec["batches_all"]
+    for name in ("allowed", "allowed_top_p"):
+        assert all(3 <= t < 200 for row in spec[name] for t in row), name
+    for name in ("forced", "forced_top_k"):
+        assert spec[name] == [[77] * 48] * 4, name
+    fused = spec["batches_fused"]
     assert fused["plugin"] > 0 and fused["upstream"] == 0, fused
-    assert every["upstream"] > 0, every
+    for name in ("batches_processed_seeded", "batches_processed_top_k"):
+        assert spec[name]["plugin"] > 0 and spec[name]["upstream"] == 0, (name, spec[name])
+    plain = spec["batches_processed_plain"]
+    assert plain["upstream"] > 0 and plain["plugin"] == 0, plain
     assert all(tokens == logprobs and covered
                for tokens, logprobs, covered in spec["logprobs_rows"]), spec["logprobs_rows"]
     assert_structured_outputs(spec["structured"])

@@ -111,6 +111,25 @@ def verify(rs, b, draft_logits=None, max_num_logprobs=-1):
     )
     return sampled, num_sampled
 
+from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsProcessor
+
+# A custom logits processor that runs on the CPU (upstream's own processors
+# stage their state on a GPU): adds `amount` to the logit of `token` in every
+# row of the requests whose extra_args say "raise".
+class RaiseToken(LogitsProcessor):
+    def __init__(self, max_reqs, token, amount):
+        self.token, self.amount = token, amount
+        self.on = torch.zeros(max_reqs, dtype=torch.bool)
+
+    def add_request(self, req_idx, sampling_params):
+        self.on[req_idx] = bool((sampling_params.extra_args or {}).get("raise"))
+        return bool(self.on[req_idx])
+
+    def apply(self, logits, ctx):
+        rows = self.on[ctx.expanded_idx_mapping.long()]
+        logits[rows, self.token] += self.amount
+        return logits
+
 def add(sampler, n, seeded=True, **params):
     # Unseeded requests draw their seeds from NumPy's global generator.
     np.random.seed(0)
@@ -188,21 +207,31 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
     out = run_python(
         """
         calls = []
+        # What upstream's apply_sampling_params(..., skip_top_k_top_p=True)
+        # hands the plugin on a batch with logits processors.
+        canvas = torch.empty(0)
+        def fake_output(num_reqs):
+            return (torch.zeros(num_reqs, 3, dtype=torch.int64),
+                    torch.ones(num_reqs, dtype=torch.int32))
         def fake_upstream(*args, **kwargs):
             calls.append("upstream")
-            n = args[3].shape[0] - 1
-            return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
+            return fake_output(args[3].shape[0] - 1)
         def fake_plugin(*args, **kwargs):
             # The drafters cache their logits before the temperature.
             assert kwargs["scale_draft_logits"] is True
-            calls.append(("plugin", tuple(kwargs.get(name) is not None
-                                          for name in ("top_k", "top_p", "min_p"))))
-            n = args[2].shape[0] - 1
-            return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
+            filters = tuple(kwargs.get(name) is not None for name in ("top_k", "top_p", "min_p"))
+            if kwargs["apply_temperature"]:
+                assert args[0] is not canvas
+                calls.append(("plugin", filters))
+            else:
+                # The canvas has temperature and min_p applied: the
+                # kernel's min_p is off.
+                assert args[0] is canvas and not kwargs["min_p"].any()
+                calls.append(("plugin-canvas", filters))
+            return fake_output(args[2].shape[0] - 1)
         def fake_matching(target_tokens, drafts, cu, k):
             calls.append(("matching", target_tokens.shape[0]))
-            n = cu.shape[0] - 1
-            return torch.zeros(n, 3, dtype=torch.int64), torch.ones(n, dtype=torch.int32)
+            return fake_output(cu.shape[0] - 1)
         rejection.rejection_sample = fake_upstream
         pv.rejection_sample_packed = fake_plugin
         pv.accept_matching_drafts = fake_matching
@@ -212,7 +241,9 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         def route(params, draft_logits=None, max_num_logprobs=-1, logprobs_mode="raw_logprobs",
                   seed=None):
             sampler = build_sampler(n, vocab, k, logprobs_mode=logprobs_mode)
-            sampler.apply_sampling_params = lambda logits, *a, **kw: logits
+            def apply_sampling_params(logits, *args, skip_top_k_top_p=False):
+                return canvas if skip_top_k_top_p else logits
+            sampler.apply_sampling_params = apply_sampling_params
             # The Sampler's draw of every logit (the matching route).
             sampler.sample = lambda logits, *a: (logits.argmax(-1), logits)
             rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
@@ -232,10 +263,15 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         assert route(dict(temperature=0.7, top_k=5, top_p=0.9, min_p=0.1)) == (
             "plugin", (True, True, True))
         assert route(dict(temperature=0.0)) == plugin
-        # Logits processors: upstream's path.
+        # Logits processors without top-k/top-p: upstream's path (its canvas
+        # is all its work before its kernel).
         assert route(dict(temperature=1.0, logit_bias={3: 5.0})) == "upstream"
         assert route(dict(temperature=1.0, presence_penalty=0.5)) == "upstream"
-        assert route(dict(temperature=1.0, repetition_penalty=1.2)) == "upstream"
+        assert route(dict(temperature=0.7, min_p=0.1, repetition_penalty=1.2)) == "upstream"
+        # With top-k or top-p: upstream's canvas, the filters in the kernel.
+        canvas_route = ("plugin-canvas", (True, True, True))
+        assert route(dict(temperature=1.0, top_p=0.9, logit_bias={3: 5.0})) == canvas_route
+        assert route(dict(temperature=0.7, top_k=5, presence_penalty=0.5)) == canvas_route
         # A later request in the same slot without them is the plugin's again.
         assert route(dict(temperature=1.0)) == plugin
         # Logprobs: raw ones are computed from the raw logits (the plugin's);
@@ -258,7 +294,17 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         assert route(dict(temperature=1.0), seed=7) == ("matching", n * (k + 1))
         assert route(dict(temperature=0.7, top_p=0.9), seed=7) == ("matching", n * (k + 1))
         assert route(dict(temperature=0.0), draft_logits, seed=7) == plugin
-        assert route(dict(temperature=1.0, logit_bias={3: 5.0}), seed=7) == "upstream"
+        # With logits processors: seeded n-gram drafts are matched (the
+        # Sampler applies the processors), draft logits take the canvas
+        # where the batch truncates; processed logprobs and a narrower draft
+        # vocabulary stay upstream's.
+        assert route(dict(temperature=1.0, logit_bias={3: 5.0}), seed=7) == ("matching", n * (k + 1))
+        assert route(dict(temperature=0.5, top_k=5, logit_bias={3: 5.0}), draft_logits) == canvas_route
+        assert route(dict(temperature=1.0, logit_bias={3: 5.0}), draft_logits) == "upstream"
+        assert route(dict(temperature=1.0, top_p=0.9, logit_bias={3: 5.0}, logprobs=2),
+                     max_num_logprobs=2, logprobs_mode="processed_logprobs") == "upstream"
+        assert route(dict(temperature=1.0, top_p=0.9, logit_bias={3: 5.0}),
+                     torch.randn(n, k, vocab - 4)) == "upstream"
         print("ok")
         """,
         prelude=PRELUDE,
@@ -297,15 +343,22 @@ def test_drafters_cache_their_logits_before_the_temperature():
     assert out.strip().splitlines()[-1] == "ok"
 
 
-def test_greedy_rows_get_upstreams_tokens_exactly():
+@pytest.mark.parametrize("processor", [False, True], ids=["plain", "logits-processor"])
+def test_greedy_rows_get_upstreams_tokens_exactly(processor):
+    """Greedy rows, and, with a custom logits processor, greedy rows of a
+    batch whose last request samples with top-k (the plugin's canvas route)."""
     out = run_python(
-        """
+        f"""
         real_triton_for_upstreams_rejection_kernels()
         k, n, vocab = 3, 24, 48
         b = batch(n, k, vocab, seed=3)
+        raise_token, amount = 7, 6.0
+        target = b.logits.clone()
+        if {processor}:
+            target[:, raise_token] += amount
         # Drafts equal to the target argmax for a random prefix, then wrong,
         # and an invalid (-1) draft in some rows, as a grammar marks them.
-        argmax = b.logits.argmax(-1).to(torch.int32)
+        argmax = target.argmax(-1).to(torch.int32)
         g = torch.Generator().manual_seed(5)
         for r in range(n):
             keep = int(torch.randint(0, k + 1, (1,), generator=g))
@@ -313,16 +366,29 @@ def test_greedy_rows_get_upstreams_tokens_exactly():
                 b.drafts[r * (k + 1) + j + 1] = argmax[r * (k + 1) + j]
             if r % 5 == 0:
                 b.drafts[r * (k + 1) + 1 + min(keep, k - 1)] = -1
-        results = {}
+        results = {{}}
         for owner in ("upstream", "plugin"):
-            sampler = build_sampler(n, vocab, k)
+            processors = (RaiseToken(n, raise_token, amount),) if {processor} else ()
+            sampler = build_sampler(n, vocab, k, custom_logits_processors=processors)
             rs = mr.RejectionSampler(sampler, spec_config(owner, k), CPU)
-            add(sampler, n, temperature=0.0, top_k=5, min_p=0.2)
+            add(sampler, n, temperature=0.0, top_k=5, min_p=0.2, extra_args={{"raise": True}})
+            if {processor}:
+                # One sampled request with top-k puts the batch on the canvas route.
+                sampler.add_request(n - 1, SamplingParams(temperature=1.0, top_k=5,
+                                                          extra_args={{"raise": True}}))
+                sampler.sampling_states.apply_staged_writes()
             sampled, num = verify(rs, b)
-            results[owner] = [sampled[r, : num[r]].tolist() for r in range(n)]
+            greedy = n - 1 if {processor} else n
+            results[owner] = [sampled[r, : num[r]].tolist() for r in range(greedy)]
+            if owner == "plugin":
+                assert rs.batches == {{"plugin": 1, "upstream": 0}}, rs.batches
         assert results["plugin"] == results["upstream"], results
-        lengths = sorted({len(t) for t in results["plugin"]})
+        lengths = sorted({{len(t) for t in results["plugin"]}})
         assert len(lengths) > 2, lengths  # accepted prefixes of several lengths
+        if {processor}:
+            # The processor decides most greedy tokens: it was applied.
+            emitted = [token for row in results["plugin"] for token in row]
+            assert emitted.count(raise_token) > len(emitted) // 2, emitted
         print("ok")
         """,
         prelude=PRELUDE,
@@ -339,7 +405,13 @@ b = batch(n, k, vocab, seed=11)
 # Every row has the same target logits and draft; seeds differ per row.
 b.logits[0::2] = b.logits[0]
 b.logits[1::2] = b.logits[1]
-z = b.logits[0] / {temperature}
+# With a logits processor: the ninth most likely token raised into the top
+# few, so that a verifier that skipped the processor draws another law.
+raised = int(b.logits[0].argsort(descending=True)[8])
+bias = torch.zeros(vocab)
+if {processor}:
+    bias[raised] = 3.0
+z = (b.logits[0] + bias) / {temperature}
 keep = torch.ones(vocab, dtype=torch.bool)
 if {min_p} > 0:
     keep &= z >= z.max() + np.log({min_p})
@@ -355,13 +427,18 @@ if {top_p} < 1:
     probs /= probs.sum()
 # A likely draft, so that both acceptance and rejection happen.
 b.drafts[1::2] = int(probs.argsort(descending=True)[1])
+if {processor}:
+    assert probs[raised] > 0.05, probs[raised]
 if {real_upstream}:
     real_triton_for_upstreams_rejection_kernels()
-sampler = build_sampler(n, vocab, k, use_fp64_gumbel={fp64})
+processors = (RaiseToken(n, raised, 3.0),) if {processor} else ()
+sampler = build_sampler(n, vocab, k, use_fp64_gumbel={fp64}, custom_logits_processors=processors)
 rs = mr.RejectionSampler(sampler, spec_config("{owner}", k), CPU)
 add(sampler, n, seeded={seeded}, temperature={temperature}, top_k={top_k}, top_p={top_p},
-    min_p={min_p})
+    min_p={min_p}, extra_args={{"raise": {processor}}})
 sampled, num = verify(rs, b)
+if "{owner}" == "plugin":
+    assert rs.batches == {{"plugin": 1, "upstream": 0}}, rs.batches
 first = sampled[:, 0]
 support = probs > 0
 assert bool(support[first].all()), "a filtered-out token was emitted"
@@ -384,25 +461,34 @@ NEWEST_LINE_ONLY = needs_vllm_line("0.33", why="the same kernel as plugin-fp32 o
 
 
 @pytest.mark.parametrize(
-    "owner, seeded, fp64, temperature, top_k, top_p, min_p",
+    "owner, seeded, fp64, temperature, top_k, top_p, min_p, processor",
     [
         # Upstream itself against the law (its temperature/min-p kernels
         # need a GPU: temperature 1, top-k/top-p only).
-        pytest.param("upstream", True, False, 1.0, 6, 0.9, 0.0, id="upstream"),
+        pytest.param("upstream", True, False, 1.0, 6, 0.9, 0.0, False, id="upstream"),
+        pytest.param("upstream", False, False, 1.0, 6, 0.9, 0.0, True, id="upstream-logits-processor",
+                     marks=NEWEST_LINE_ONLY),
         # Unseeded requests: the fused kernel; seeded ones: matching the
         # Sampler's draws (whose temperature/min-p passes are upstream's).
-        pytest.param("plugin", False, False, 1.0, 6, 0.9, 0.0, id="plugin-fp32"),
-        pytest.param("plugin", True, False, 1.0, 6, 0.9, 0.0, id="plugin-matching"),
-        pytest.param("plugin", False, True, 1.0, 6, 0.9, 0.0, id="plugin-fp64", marks=NEWEST_LINE_ONLY),
-        pytest.param("plugin", False, False, 0.7, 8, 1.0, 0.05, id="plugin-temperature-min-p", marks=NEWEST_LINE_ONLY),
+        pytest.param("plugin", False, False, 1.0, 6, 0.9, 0.0, False, id="plugin-fp32"),
+        pytest.param("plugin", True, False, 1.0, 6, 0.9, 0.0, False, id="plugin-matching"),
+        # A custom logits processor: upstream's canvas, top-k/top-p in the
+        # kernel (temperature 1: upstream's temperature kernel needs a GPU).
+        pytest.param("plugin", False, False, 1.0, 6, 0.9, 0.0, True, id="plugin-logits-processor"),
+        pytest.param("plugin", True, False, 1.0, 6, 0.9, 0.0, True,
+                     id="plugin-matching-logits-processor", marks=NEWEST_LINE_ONLY),
+        pytest.param("plugin", False, True, 1.0, 6, 0.9, 0.0, False, id="plugin-fp64",
+                     marks=NEWEST_LINE_ONLY),
+        pytest.param("plugin", False, False, 0.7, 8, 1.0, 0.05, False, id="plugin-temperature-min-p",
+                     marks=NEWEST_LINE_ONLY),
     ],
 )
 def test_first_emitted_token_follows_the_filtered_target_law(owner, seeded, fp64, temperature, top_k,
-                                                             top_p, min_p):
+                                                             top_p, min_p, processor):
     out = run_python(
         LAW_CODE.format(
             n=400, owner=owner, seeded=seeded, fp64=fp64, temperature=temperature, top_k=top_k,
-            top_p=top_p, min_p=min_p, real_upstream=owner == "upstream",
+            top_p=top_p, min_p=min_p, processor=processor, real_upstream=owner == "upstream",
         ),
         prelude=PRELUDE,
         env=INTERPRET,
@@ -503,7 +589,8 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
     logits (the model's dtype whatever the batch samples with: the plugin
     skips upstream's float32 copy; float32 where a model emits it), greedy,
     sampled, each filter alone and all together, with n-gram drafts and
-    with draft logits. (On a GPU, vLLM 0.33's JIT monitor logged the filtered
+    with draft logits, and on the float32 canvas of a batch with logits
+    processors. (On a GPU, vLLM 0.33's JIT monitor logged the filtered
     kernels compiling mid-run when the warm-up filtered float32 only.)"""
     out = run_python(
         """
@@ -525,10 +612,20 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
                 dict(temperature=0.7, top_p=0.9),
                 dict(temperature=0.7, min_p=0.05),
                 dict(temperature=0.7, top_k=20, top_p=0.9, min_p=0.05),
+                # A logits processor: upstream's float32 canvas, top-k/top-p
+                # in the kernel.
+                dict(temperature=0.7, top_k=20, extra_args={"raise": True}),
+                dict(temperature=0.7, top_p=0.9, min_p=0.05, extra_args={"raise": True}),
             )
         ]
         for draft_logits in (None, torch.zeros(max_reqs, k, vocab)):
-            sampler = build_sampler(max_reqs, vocab, k)
+            sampler = build_sampler(max_reqs, vocab, k,
+                                    custom_logits_processors=(RaiseToken(max_reqs, 0, 1.0),))
+            # Upstream's canvas: a float32 copy of the logits with the
+            # processors, temperature and min_p applied (those kernels of
+            # upstream's need a GPU; the compile keys only its dtype).
+            sampler.apply_sampling_params = (
+                lambda logits, *args, skip_top_k_top_p: logits.float())
             rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
             keys.clear()
             rs.warm_up_verification(max_reqs, CPU, (torch.float32, torch.bfloat16), (torch.int64,),
@@ -554,6 +651,7 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
                     keys.clear()
                     verify(rs, b, draft_logits)
                     assert rs.plugin_batch, (params, n)
+                    assert rs.processed(b.idx_np) == ("extra_args" in params), params
                     missing = keys - warmed
                     assert not missing, (params, n, draft_logits is None, min(missing))
         print("ok")

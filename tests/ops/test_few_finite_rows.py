@@ -24,7 +24,7 @@ from scipy import stats
 from tests.ops.covering import pairwise_cover
 from tests.ops.interpreter_warnings import IGNORE_MASKED_ARITHMETIC
 from tests.ops.topk_topp_reference import kept_set
-from vllm_sampling_plugin.ops import rejection_sample, sample
+from vllm_sampling_plugin.ops import rejection_sample, rejection_sample_packed, sample
 
 pytestmark = IGNORE_MASKED_ARITHMETIC
 
@@ -192,6 +192,25 @@ def test_one_finite_token_is_always_drawn(device, temperature, use_fp64):
     accepted, num_accepted = rejection_sample(
         target, matching_draft, None, temperatures, seeds, positions, use_fp64=use_fp64
     )
+    # The canvas of a batch with logits processors on vLLM 0.32/0.33 (a
+    # forcing processor, allowed ids): temperature applied before the
+    # kernel, top-k/top-p filtered in it. One logit per request, a masked draft.
+    slots = torch.arange(num_rows, dtype=torch.int64, device=device)
+    canvas_tokens, canvas_num = rejection_sample_packed(
+        logits,
+        masked_draft[:, 0],
+        torch.arange(num_rows + 1, dtype=torch.int32, device=device),
+        slots,
+        positions,
+        temperatures,
+        seeds,
+        1,
+        use_fp64=use_fp64,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=torch.zeros(num_rows, device=device),
+    )
     assert (plain == only).all() and (fused == only).all()
     assert (num_rejected == 1).all() and (rejected[:, 0] == only).all()
     assert (num_accepted == 3).all() and (accepted == only).all()
+    assert (canvas_num == 1).all() and (canvas_tokens[:, 0] == only).all()

@@ -152,10 +152,12 @@ WHY_PLUGIN_BY_SETTING = {
     VERIFICATION: "the plugin's fused kernel verifies the standard method's batches "
     "whose requests use only temperature, min_p, top-k and top-p (no float32 "
     "[B*(k+1), V] canvas; 3.3-4.9x upstream's verification op; 8B engine 0.995-1.056x "
-    "of upstream's verification in every mix on 0.33); other methods, adaptive "
-    "verification, watermarks, sampling masks, logits processors, thinking budgets, "
-    "processed logprobs and draft vocabularies narrower than the target's stay "
-    "upstream's; --plugin-verification upstream keeps upstream's RejectionSampler",
+    "of upstream's verification in every mix on 0.33), and, on upstream's canvas "
+    "for the logits processors and thinking budget, the batches with them that use "
+    "top-k/top-p; other methods, adaptive verification, watermarks, sampling masks, "
+    "processor batches without top-k/top-p, processed logprobs and draft vocabularies "
+    "narrower than the target's stay upstream's; --plugin-verification upstream keeps "
+    "upstream's RejectionSampler",
     REJECTION: "the plugin's fused rejection kernel (filters folded in) on the batches "
     "the verification owner row names; upstream's kernels on the rest",
 }

@@ -19,19 +19,33 @@ target law of every logits row in two steps:
 
 :class:`PluginVerifyingRejectionSampler` subclasses upstream's class and
 overrides only that step for the batches whose law the plugin's
-``rejection_sample_packed`` carries exactly: the ``standard`` method, every
-request's processing being temperature, min_p, top-k and top-p (folded into
-the kernel: no float32 canvas), n-gram drafts or draft logits (which the
-drafters cache before the temperature: the kernel divides them by it, as
-upstream's does). Everything else is upstream's own code path:
+``rejection_sample_packed`` carries exactly: the ``standard`` method, n-gram
+drafts or draft logits (which the drafters cache before the temperature: the
+kernel divides them by it, as upstream's does), and either
+
+* requests whose processing is temperature, min_p, top-k and top-p only:
+  all four are folded into the kernel, which reads the runner's raw logits
+  (no float32 canvas); or
+* some request with a logits processor (logit bias, penalties, bad words,
+  allowed ids, a custom one) or a thinking budget, in a batch where some
+  request truncates by top-k or top-p: upstream's
+  ``apply_sampling_params(..., skip_top_k_top_p=True)`` builds its float32
+  canvas with the processors, the budget, temperature and min_p, in
+  upstream's order, and top-k/top-p fold into the kernel, which saves
+  upstream's top-k/top-p pass over ``B * (k + 1)`` rows. Without top-k/top-p
+  that canvas is all of upstream's work before its kernel, so such a batch
+  stays upstream's: taking it over would save nothing.
+
+Everything else is upstream's own code path:
 
 * per engine (decided in the constructor, one log line): the ``synthetic``,
   ``block`` and ``fly`` methods, adaptive verification, a watermark key, a
   sampling mask returned (``return_sampling_mask``);
 * per batch (host-side numpy reads only, the first occurrence of each reason
-  logged once): a request with a logits processor or thinking budget
-  (``Sampler.add_request`` is watched per request), processed logprobs
-  requested, a draft vocabulary narrower than the target's.
+  logged once): a logits processor or thinking budget (``Sampler.add_request``
+  is watched per request) in a batch without top-k/top-p whose drafts are not
+  matched (below), processed logprobs requested, a draft vocabulary narrower
+  than the target's.
 
 A grammar bitmask is applied to the logits by the runner before
 verification and its invalid drafts arrive as ``-1``, which the plugin's
@@ -56,9 +70,10 @@ is the one it gets without speculation, whatever its batch-mates' drafts.
 The Sampler therefore draws from the streams it draws from without
 speculation (seams/noise.py). Such a batch pays what a step without drafts
 pays per row, over ``B * (k + 1)`` rows: upstream's float32 copy of the
-logits with its temperature and min_p passes (where a request samples with
-any of temperature, min_p, top-k, top-p) and the plugin's draw, instead of
-the fused kernel.
+logits with its processors, temperature and min_p passes (where a request
+needs any) and the plugin's draw, instead of the fused kernel; the Sampler
+applies the logits processors with the drafts as the rows' input ids, as
+upstream's verification does.
 
 Where the setting is ``upstream`` (named, or 0.32's default:
 integration/defaults.py), or an engine-level reason applies, the constructor
@@ -163,21 +178,27 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
     def __init__(self, sampler, spec_config, device, *args, **kwargs):
         super().__init__(sampler, spec_config, device, *args, **kwargs)
         # Per request slot: processing beyond temperature/min_p/top-k/top-p.
-        self.needs_upstream = np.zeros(len(sampler.needs_logits_processing), dtype=bool)
+        self.needs_processors = np.zeros(len(sampler.needs_logits_processing), dtype=bool)
+        # The canvas has min_p applied already: the kernel's min_p is off
+        # (a tensor, not None, so that it launches the filtered variant).
+        self.min_p_off = torch.zeros_like(sampler.sampling_states.min_p.gpu)
         self.plugin_batch = False
         self.batches = {"plugin": 0, "upstream": 0}
         self._logged: set[str] = set()
         self._watch_requests(sampler)
         logger.info(
             "vllm-sampling-plugin verification: the plugin's rejection kernel "
-            "verifies batches of the standard method whose requests use only "
-            "temperature, min_p, top-k and top-p (no float32 [B*(k+1), V] canvas), "
-            "noise in %s Philox; n-gram drafts of a batch with a seeded request "
-            "are verified by matching the Sampler's own draws (seeded tokens as "
-            "without speculation); batches with a logits processor or thinking "
-            "budget, processed logprobs, or a draft vocabulary narrower than the "
-            "target's stay upstream's; --plugin-verification upstream keeps "
-            "upstream's RejectionSampler for every batch.",
+            "verifies batches of the standard method with temperature, min_p, "
+            "top-k and top-p folded in (no float32 [B*(k+1), V] canvas), and "
+            "batches with a logits processor or thinking budget where a request "
+            "uses top-k/top-p (upstream's canvas for the processors, top-k/top-p "
+            "folded), noise in %s Philox; n-gram drafts of a batch with a seeded "
+            "request are verified by matching the Sampler's own draws (seeded "
+            "tokens as without speculation); batches with a logits processor or "
+            "thinking budget and no top-k/top-p, processed logprobs, or a draft "
+            "vocabulary narrower than the target's stay upstream's; "
+            "--plugin-verification upstream keeps upstream's RejectionSampler "
+            "for every batch.",
             "FP64" if sampler.use_fp64_gumbel else "FP32",
         )
 
@@ -185,14 +206,14 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         """Record, per request slot, whether any logits processor or the
         thinking budget said it needs processing (wrapping the instances'
         ``add_request``, which upstream's ``Sampler.add_request`` calls)."""
-        needs_upstream = self.needs_upstream
+        needs_processors = self.needs_processors
 
         def watching(state):
             original = state.add_request
 
             def add_request(req_idx, sampling_params):
                 needs = original(req_idx, sampling_params)
-                needs_upstream[req_idx] |= bool(needs)
+                needs_processors[req_idx] |= bool(needs)
                 return needs
 
             state.add_request = add_request
@@ -203,7 +224,7 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         sampler_add_request = sampler.add_request
 
         def add_request(req_idx, sampling_params):
-            needs_upstream[req_idx] = False
+            needs_processors[req_idx] = False
             return sampler_add_request(req_idx, sampling_params)
 
         sampler.add_request = add_request
@@ -216,13 +237,30 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         max_num_logprobs: int,
     ) -> str | None:
         """Why this batch is upstream's, or None; host-side reads only."""
-        if np.any(self.needs_upstream[idx_mapping_np]):
-            return "a request with a logits processor or thinking budget"
         if max_num_logprobs != _NO_LOGPROBS and self.sampler.logprobs_mode in _PROCESSED_MODES:
             return "processed logprobs requested"
         if draft_logits is not None and draft_logits.shape[-1] != vocab_size:
             return "a draft vocabulary narrower than the target's"
+        if (
+            self.processed(idx_mapping_np)
+            and not self.truncates(idx_mapping_np)
+            and not self.matches_drafts(draft_logits, idx_mapping_np)
+        ):
+            # Upstream's canvas is all its work before its kernel here.
+            return "a logits processor or thinking budget and no top-k/top-p"
         return None
+
+    def processed(self, idx_mapping_np: np.ndarray) -> bool:
+        """Whether a request of the batch has a logits processor or thinking budget."""
+        return bool(np.any(self.needs_processors[idx_mapping_np]))
+
+    def truncates(self, idx_mapping_np: np.ndarray) -> bool:
+        """Whether a request of the batch samples with top-k or top-p."""
+        states = self.sampler.sampling_states
+        return bool(
+            np.any(states.top_k.np[idx_mapping_np] < states.vocab_size)
+            or np.any(states.top_p.np[idx_mapping_np] < 1.0)
+        )
 
     def matches_drafts(self, draft_logits: torch.Tensor | None, idx_mapping_np: np.ndarray) -> bool:
         """Whether a batch the plugin verifies is verified by matching the
@@ -253,11 +291,12 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         model's dtype whatever the batch samples with, since the plugin skips
         upstream's float32 copy; ``logits_dtypes`` names float32 too, for
         models that emit it), whether the batch filters (one variant for
-        every filter combination: ``_verify`` passes all three), and, fixed
-        per engine,
-        the drafts' logits (``draft_logits``: the speculator's buffer, None
-        for n-gram drafts) and the noise's precision. Greedy zero rows: the
-        outputs are thrown away.
+        every filter combination: ``_verify`` passes all three), whether the
+        kernel applies the temperature (not on the float32 canvas of a batch
+        with logits processors, which is always filtered), and, fixed per
+        engine, the drafts' logits (``draft_logits``: the speculator's
+        buffer, None for n-gram drafts) and the noise's precision. Greedy
+        zero rows: the outputs are thrown away.
         """
         start = time.perf_counter()
         states = self.sampler.sampling_states
@@ -271,28 +310,36 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         counts = torch.arange(max_num_reqs + 1, dtype=torch.int32, device=device)
         draft_tokens = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
         pos = torch.zeros(max_num_reqs, dtype=torch.int64, device=device)
-        for dtype in dict.fromkeys(logits_dtypes):
+        # (logits dtype, filtered, the kernel applies the temperature): the
+        # raw logits in each dtype, and the processors' float32 canvas.
+        variants = [
+            (dtype, filtered, True)
+            for dtype in dict.fromkeys(logits_dtypes)
+            for filtered in (False, True)
+        ] + [(torch.float32, True, False)]
+        for (dtype, filtered, apply_temperature), slot_dtype in itertools.product(
+            variants, dict.fromkeys(slot_dtypes)
+        ):
             logits = torch.zeros(max_num_reqs, vocab_size, dtype=dtype, device=device)
-            for filtered, slot_dtype in itertools.product((False, True), dict.fromkeys(slot_dtypes)):
-                filters = self.filters(filtered)
-                slots = counts[:max_num_reqs].to(slot_dtype)
-                for n in sizes:
-                    rejection_sample_packed(
-                        logits[:n],
-                        draft_tokens[:n],
-                        counts[: n + 1],
-                        slots[:n],
-                        pos[:n],
-                        states.temperature.gpu,
-                        states.seeds.gpu,
-                        self.num_speculative_steps,
-                        draft_logits,
-                        None,
-                        use_fp64=use_fp64,
-                        apply_temperature=True,
-                        scale_draft_logits=True,
-                        **filters,
-                    )
+            filters = self.filters(filtered)
+            slots = counts[:max_num_reqs].to(slot_dtype)
+            for n in sizes:
+                rejection_sample_packed(
+                    logits[:n],
+                    draft_tokens[:n],
+                    counts[: n + 1],
+                    slots[:n],
+                    pos[:n],
+                    states.temperature.gpu,
+                    states.seeds.gpu,
+                    self.num_speculative_steps,
+                    draft_logits,
+                    None,
+                    use_fp64=use_fp64,
+                    apply_temperature=apply_temperature,
+                    scale_draft_logits=True,
+                    **filters,
+                )
         warmed = [f"rejection ({'draft logits' if draft_logits is not None else 'n-gram drafts'})"]
         max_rows = max_num_reqs
         if draft_logits is None:
@@ -304,8 +351,8 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             torch.cuda.synchronize(device)
         logger.info(
             "vllm-sampling-plugin verification warm-up: compiled and ran %s on logits in "
-            "%s, unfiltered and filtered, batch sizes %s, covering every batch size 1..%d, "
-            "in %.1f s.",
+            "%s, unfiltered and filtered, and on the float32 canvas of batches with logits "
+            "processors, batch sizes %s, covering every batch size 1..%d, in %.1f s.",
             " and ".join(warmed),
             " and ".join(str(dtype).removeprefix("torch.") for dtype in dict.fromkeys(logits_dtypes)),
             sizes,
@@ -339,9 +386,14 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         )
         self.plugin_batch = reason is None
         self.batches["plugin" if reason is None else "upstream"] += 1
-        if reason is None and not self.matches_drafts(draft_logits, input_batch.idx_mapping_np):
+        idx_mapping_np = input_batch.idx_mapping_np
+        if (
+            reason is None
+            and not self.matches_drafts(draft_logits, idx_mapping_np)
+            and not self.processed(idx_mapping_np)
+        ):
             # No canvas: one launch covers the batch. (Matching's Sampler
-            # builds upstream's, so it keeps upstream's chunks.)
+            # and the processors build upstream's, so they keep its chunks.)
             max_chunk_logits = max(max_chunk_logits, logits.shape[0])
         elif reason not in self._logged:
             self._logged.add(reason)
@@ -406,13 +458,31 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             )
             return logits, sampled, num_sampled
         states = self.sampler.sampling_states
-        filtered = (
-            np.any(states.top_k.np[idx_mapping_np] < states.vocab_size)
-            or np.any(states.top_p.np[idx_mapping_np] < 1.0)
-            or np.any(states.min_p.np[idx_mapping_np] > 0.0)
-        )
+        if self.processed(idx_mapping_np):
+            # Upstream's float32 canvas: the processors, the thinking budget,
+            # temperature and min_p, in its order; top-k/top-p (some request
+            # uses them: batch_fallback) fold into the kernel.
+            target = self.sampler.apply_sampling_params(
+                logits,
+                expanded_idx_mapping,
+                idx_mapping,
+                idx_mapping_np,
+                pos,
+                draft_sampled,
+                expanded_local_pos,
+                seq_lens_upper_bound_np,
+                skip_top_k_top_p=True,
+            )
+            apply_temperature = False
+            filters = {**self.filters(True), "min_p": self.min_p_off}
+        else:
+            target = logits
+            apply_temperature = True
+            filters = self.filters(
+                self.truncates(idx_mapping_np) or np.any(states.min_p.np[idx_mapping_np] > 0.0)
+            )
         sampled, num_sampled = rejection_sample_packed(
-            logits,
+            target,
             verify_draft_sampled,
             cu_num_logits,
             idx_mapping,
@@ -423,12 +493,13 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             draft_logits,
             None,
             use_fp64=self.sampler.use_fp64_gumbel,
-            apply_temperature=True,
+            apply_temperature=apply_temperature,
             # The drafters cache their logits before the temperature.
             scale_draft_logits=True,
-            **self.filters(filtered),
+            **filters,
         )
         # int64 [num_reqs, k + 1] and int32 [num_reqs], as upstream's kernel
-        # returns them. The raw logits stand for the processed ones: nothing reads them on
-        # a plugin batch (processed logprobs and sampling masks are upstream's).
-        return logits, sampled, num_sampled
+        # returns them. The logits returned stand for the processed ones:
+        # nothing reads them on a plugin batch (processed logprobs and
+        # sampling masks are upstream's).
+        return target, sampled, num_sampled
