@@ -182,6 +182,9 @@ print(defaults.default_speculation_policy())')
       # (about 8-9 minutes on an H100: STEP_TIMEOUT=575). A 1B engine runs
       # these 256 requests in under a second, which the host's noise
       # swamps: add --models 1b:128256 --min-run-s 8 through E2E_ARGS.
+      # Batches with logits processors (the plugin's verification on
+      # upstream's canvas where they use top-k/top-p): E2E_ARGS="--spec-mixes
+      # penalties_topk,topk_topp".
       build_flashinfer_sampling_in_background
       run "$step-k${SPEC_K:-3}" python3 -m vllm_sampling_plugin.cli bench e2e \
         --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \

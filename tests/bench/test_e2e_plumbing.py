@@ -68,6 +68,21 @@ def test_seeded_identity_draws_at_temperature_one_without_top_p():
     assert workload.IDENTITY_SEEDED_MIX not in workload.MIXES
 
 
+def test_the_penalties_mix_is_named_not_defaulted():
+    """``penalties_topk`` (logits processors on top of top-k/top-p) runs where
+    a run names it, for plain and speculative cells, and in no default."""
+    kwargs = workload.sampling_kwargs("penalties_topk", 3, 8)
+    assert kwargs == {**workload.sampling_kwargs("topk_topp", 3, 8),
+                      "presence_penalty": 0.2, "frequency_penalty": 0.2}
+    args = run.parse_args([])
+    assert "penalties_topk" not in args.mixes and "penalties_topk" not in workload.MIXES
+    args = run.parse_args(["--mixes", "penalties_topk", "--spec-mixes", "topk_topp,penalties_topk"])
+    assert args.mixes == ["penalties_topk"]
+    assert args.spec_mixes == ["topk_topp", "penalties_topk"]
+    mixed = {workload.sampling_kwargs("mixed", i, 8).get("presence_penalty") for i in range(8)}
+    assert mixed == {None}
+
+
 def test_prompts_are_words_of_the_vocabulary():
     prompts = workload.random_prompts(4, 64, 1000, seed=1)
     assert [len(p) for p in prompts] == [64] * 4

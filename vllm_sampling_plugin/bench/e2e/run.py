@@ -67,7 +67,7 @@ def _choice_list(kind: str, known: tuple[str, ...]):
 
 def _mix_list(text: str) -> list[str]:
     """Mixes, or none at all with ``none``."""
-    return [] if text == "none" else _choice_list("mixes", workload.MIXES)(text)
+    return [] if text == "none" else _choice_list("mixes", workload.NAMED_MIXES)(text)
 
 
 def _int_list(text: str) -> list[int]:
@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="SHAPE:VOCAB list, SHAPE in 1b, 8b (tiny for smoke tests); "
                              "default 1b:128256")
     parser.add_argument("--mixes", type=_mix_list, default=list(workload.MIXES),
-                        help=f"comma list of {','.join(workload.MIXES)} (default all)")
+                        help=f"comma list of {','.join(workload.NAMED_MIXES)} (default "
+                             f"{','.join(workload.MIXES)})")
     parser.add_argument("--pairs", type=int, default=3,
                         help="stock/plugin pairs per cell (default 3)")
     parser.add_argument("--num-requests", type=int, default=1024)
@@ -150,12 +151,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "verification); 'default' passes nothing (the line's default, "
                              "integration/defaults.py: the plugin's on 0.33). Needs "
                              "--spec-engines plugin")
-    parser.add_argument("--spec-mixes", type=_choice_list("mixes", workload.MIXES),
+    parser.add_argument("--spec-mixes", type=_choice_list("mixes", workload.NAMED_MIXES),
                         default=["ngram"],
                         help="sampling mixes of the ngram cells, comma list: 'ngram' is "
                              "greedy (the default); topk_topp, seeded_topp, t1 or mixed make "
-                             "verification sample (each a cell of its own, named "
-                             "WORKLOAD/MIX)")
+                             "verification sample, penalties_topk with logits processors "
+                             "(each a cell of its own, named WORKLOAD/MIX)")
     parser.add_argument("--spec-workloads", type=_choice_list("workloads", copying.SPEC_WORKLOADS),
                         default=list(copying.SPEC_WORKLOADS),
                         help="workloads of the ngram cells, comma list of "

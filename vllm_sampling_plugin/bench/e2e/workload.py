@@ -18,6 +18,19 @@ SINGLE_MIXES: dict[str, dict] = {
 # ``mixed`` cycles through the single mixes request by request; ``ngram`` is
 # greedy on copying prompts with and without n-gram speculation.
 MIXES = (*SINGLE_MIXES, "mixed", "ngram")
+# Mixes a run names (``--mixes``, ``--spec-mixes``), in no default and not in
+# ``mixed``. ``penalties_topk`` is ``topk_topp`` with presence and frequency
+# penalties: logits processors, so on vLLM 0.32/0.33 upstream's float32
+# canvas carries them, and under the plugin's verification the batch's
+# top-k/top-p fold into the plugin's kernel on that canvas
+# (integration/plugin_verification.py). The penalties are too small to move
+# the copy checkpoint's 0.97 top-1 probability: drafts are accepted as in
+# ``topk_topp``, and the cell measures what verifying costs.
+OPT_IN_MIXES: dict[str, dict] = {
+    "penalties_topk": {**SINGLE_MIXES["topk_topp"], "presence_penalty": 0.2,
+                       "frequency_penalty": 0.2},
+}
+NAMED_MIXES = (*MIXES, *OPT_IN_MIXES)
 # The seeded requests whose tokens the n-gram cells compare with and without
 # speculation. The copy checkpoint's top-1 probability is 0.97-0.98, where
 # top-p 0.95 keeps one token and any verification repeats the argmax; at
@@ -47,7 +60,7 @@ def sampling_kwargs(mix: str, request_index: int, output_len: int) -> dict:
         mix = names[request_index % len(names)]
     if mix == "ngram":
         mix = "greedy"
-    settings = SINGLE_MIXES[mix] if mix in SINGLE_MIXES else _IDENTITY_MIXES[mix]
+    settings = {**SINGLE_MIXES, **OPT_IN_MIXES, **_IDENTITY_MIXES}[mix]
     kwargs = {**settings, "max_tokens": output_len, "ignore_eos": True}
     if mix in SEEDED_MIXES:
         kwargs["seed"] = SEED_BASE + request_index
