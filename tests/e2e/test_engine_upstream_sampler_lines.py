@@ -843,25 +843,21 @@ info["batches_fused"] = batches_since(before_requests)
 # filters in the plugin's kernel; unseeded ones without top-k/top-p stay
 # upstream's.
 penalties = dict(presence_penalty=0.5, frequency_penalty=0.5, repetition_penalty=1.3)
+def with_processors(suffix, **sampling):
+    # Penalties, allowed ids and the forcing processor, each with `sampling`;
+    # the batches each route verified.
+    before = llm.collective_rpc(verification_batches)[0]
+    info["penalties" + suffix] = ids(llm.generate(prompts, params(
+        temperature=0.9, **penalties, **sampling)))
+    info["allowed" + suffix] = ids(llm.generate(prompts, params(
+        temperature=1.0, allowed_token_ids=list(range(3, 200)), **sampling)))
+    info["forced" + suffix] = ids(llm.generate(prompts[:4], params(
+        temperature=1.0, extra_args={"force_token_id": 77}, **sampling)))
+    info["batches_processed" + suffix] = batches_since(before)
 def processed():
-    before = llm.collective_rpc(verification_batches)[0]
-    info["penalties"] = ids(llm.generate(prompts, params(temperature=0.9, seed=7, **penalties)))
-    info["allowed"] = ids(llm.generate(prompts, params(
-        temperature=1.0, seed=8, allowed_token_ids=list(range(3, 200)))))
-    info["forced"] = ids(llm.generate(prompts[:4], params(
-        temperature=1.0, seed=9, extra_args={"force_token_id": 77})))
-    info["batches_processed_seeded"] = batches_since(before)
-    before = llm.collective_rpc(verification_batches)[0]
-    info["penalties_top_k"] = ids(llm.generate(prompts, params(
-        temperature=0.9, top_k=20, top_p=0.9, **penalties)))
-    info["allowed_top_p"] = ids(llm.generate(prompts, params(
-        temperature=1.0, top_p=0.9, allowed_token_ids=list(range(3, 200)))))
-    info["forced_top_k"] = ids(llm.generate(prompts[:4], params(
-        temperature=1.0, top_k=20, extra_args={"force_token_id": 77})))
-    info["batches_processed_top_k"] = batches_since(before)
-    before = llm.collective_rpc(verification_batches)[0]
-    info["penalties_unseeded"] = ids(llm.generate(prompts, params(temperature=0.9, **penalties)))
-    info["batches_processed_plain"] = batches_since(before)
+    with_processors("_seeded", seed=7)
+    with_processors("_top_k", top_k=20, top_p=0.9)
+    with_processors("_plain")
 phase("processed", processed)
 
 def raw_logprobs():
@@ -910,16 +906,16 @@ def test_the_plugins_verification_keeps_what_speculation_offers(tiny_model):
     for name in ("seeded_t1", "seeded_top_k_top_p"):
         assert spec[name + "_again"] == spec[name], name
     vocab = spec["vocab"]
-    for name in ("unseeded_top_k_top_p", "penalties", "penalties_top_k", "penalties_unseeded"):
-        _assert_valid(spec[name], vocab, 48)
-    for name in ("allowed", "allowed_top_p"):
-        assert all(3 <= t < 200 for row in spec[name] for t in row), name
-    for name in ("forced", "forced_top_k"):
-        assert spec[name] == [[77] * 48] * 4, name
+    _assert_valid(spec["unseeded_top_k_top_p"], vocab, 48)
+    for suffix in ("_seeded", "_top_k", "_plain"):
+        _assert_valid(spec["penalties" + suffix], vocab, 48)
+        assert all(3 <= t < 200 for row in spec["allowed" + suffix] for t in row), suffix
+        assert spec["forced" + suffix] == [[77] * 48] * 4, suffix
     fused = spec["batches_fused"]
     assert fused["plugin"] > 0 and fused["upstream"] == 0, fused
-    for name in ("batches_processed_seeded", "batches_processed_top_k"):
-        assert spec[name]["plugin"] > 0 and spec[name]["upstream"] == 0, (name, spec[name])
+    for suffix in ("_seeded", "_top_k"):
+        routed = spec["batches_processed" + suffix]
+        assert routed["plugin"] > 0 and routed["upstream"] == 0, (suffix, routed)
     plain = spec["batches_processed_plain"]
     assert plain["upstream"] > 0 and plain["plugin"] == 0, plain
     assert all(tokens == logprobs and covered

@@ -441,18 +441,21 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
                 seq_lens_upper_bound_np,
                 verify_draft_sampled,
             )
+        # The Sampler's arguments for these rows, the drafts as their input
+        # ids (what the logits processors read), as upstream's _verify passes them.
+        sampler_args = (
+            logits,
+            expanded_idx_mapping,
+            idx_mapping,
+            idx_mapping_np,
+            pos,
+            draft_sampled,
+            expanded_local_pos,
+            seq_lens_upper_bound_np,
+        )
         if self.matches_drafts(draft_logits, idx_mapping_np):
             # A seeded request's tokens are the ones it draws without speculation.
-            target_tokens, _ = self.sampler.sample(
-                logits,
-                expanded_idx_mapping,
-                idx_mapping,
-                idx_mapping_np,
-                pos,
-                draft_sampled,
-                expanded_local_pos,
-                seq_lens_upper_bound_np,
-            )
+            target_tokens, _ = self.sampler.sample(*sampler_args)
             sampled, num_sampled = accept_matching_drafts(
                 target_tokens, verify_draft_sampled, cu_num_logits, self.num_speculative_steps
             )
@@ -462,17 +465,7 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             # Upstream's float32 canvas: the processors, the thinking budget,
             # temperature and min_p, in its order; top-k/top-p (some request
             # uses them: batch_fallback) fold into the kernel.
-            target = self.sampler.apply_sampling_params(
-                logits,
-                expanded_idx_mapping,
-                idx_mapping,
-                idx_mapping_np,
-                pos,
-                draft_sampled,
-                expanded_local_pos,
-                seq_lens_upper_bound_np,
-                skip_top_k_top_p=True,
-            )
+            target = self.sampler.apply_sampling_params(*sampler_args, skip_top_k_top_p=True)
             apply_temperature = False
             filters = {**self.filters(True), "min_p": self.min_p_off}
         else:
