@@ -5,8 +5,9 @@
 #        tokens-before-after | ops-before-after | before-after-AREA | e2e-smoke | e2e-1b | e2e-ngram | e2e-8b |
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
 #        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | e2e-vs-stock | e2e-draft |
-#        line-check | spec-step-breakdown | compile-ahead | verification-dtype | spec-features
-#        (upstream ... e2e-vs-stock, spec-features: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
+#        line-check | spec-step-breakdown | compile-ahead | verification-dtype | spec-features |
+#        verify-ops
+#        (upstream ... e2e-vs-stock, spec-features, verify-ops: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
 #        between 0.21 and 0.31)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others;
 # the script exits 1 after the last step if any failed or timed out, naming them.
@@ -279,6 +280,14 @@ print(defaults.default_speculation_policy())')
     upstream)
       # The plugin's ops against the installed 0.32 line's own code, one process.
       run upstream python3 -m vllm_sampling_plugin.bench.upstream --out "$out/upstream" ;;
+    verify-ops)
+      # The verification op at 1024-4096 rows, V = 151936 (0.32/0.33): the
+      # plugin's folded verification, and its canvas route for batches with
+      # logits processors, each against upstream's whole verification path
+      # (opt-in parts of bench upstream; 18 cases, up to 2.5 GB of logits each).
+      run verify-ops python3 -m vllm_sampling_plugin.bench.upstream \
+        --parts verify_filtered verify_processed --budget-s $((limit - 60)) \
+        --out "$out/verify-ops" ;;
     ops-upstream)
       # The GPU op tests, among them FP64 murmur3 noise against the installed
       # line's own gumbel_sample and the fused top-k/top-p kernel in every noise.

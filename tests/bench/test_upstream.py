@@ -194,6 +194,18 @@ def test_verify_filtered_full_cases_are_the_issues_shapes():
     ]
 
 
+def test_verify_processed_cases_are_the_ngram_half_of_verify_filtered():
+    """The canvas route of batches with logits processors: n-gram drafts at
+    verify_filtered's shapes, opt-in."""
+    cases = upstream.verify_processed_cases(upstream.FULL)
+    filtered = upstream.verify_filtered_cases(upstream.FULL)
+    assert [shape for _, shape in cases] == [
+        shape for variant, shape in filtered if variant == "ngram+topk_topp"
+    ]
+    assert {variant for variant, _ in cases} == {upstream.PROCESSED_VARIANT}
+    assert "verify_processed" not in upstream.parser().parse_args([]).parts
+
+
 def test_allocation_counter_tells_a_canvas_from_scratch(device):
     """The probe that fills ``<side>_alloc_scales_with_v``: a call that builds
     a [rows, V] float32 canvas scales with V, one that allocates per row does
@@ -250,6 +262,27 @@ def test_verify_filtered_plugin_side_runs_on_cpu_without_upstream(device):
     )
     assert not fields["plugin_alloc_scales_with_v"]
     assert fields["plugin_alloc_bytes"] < rows * 512
+
+
+@needs_vllm_line("0.32", "0.33")
+def test_cpu_run_of_verify_processed_against_the_installed_line(tmp_path):
+    """The canvas route on tiny shapes: both sides build upstream's tempered
+    FP32 canvas (so both allocations grow with V), the plugin's side
+    allocates no more than upstream's, and its tokens are inside the top-k
+    set, as upstream's."""
+    proc = run_module(
+        "--device", "cpu", "--small", "--parts", "verify_processed", "--out", str(tmp_path),
+        env={"TRITON_INTERPRET": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-6000:]
+    rows = json.loads((tmp_path / "upstream.json").read_text())["results"]
+    assert [row["variant"] for row in rows] == [upstream.PROCESSED_VARIANT]
+    for row in rows:
+        assert "error" not in row and "check_error" not in row, row
+        assert row["plugin_counts_valid"] and row["upstream_counts_valid"]
+        assert row["plugin_in_top_k"] == row["upstream_in_top_k"] == 1.0
+        assert row["plugin_alloc_scales_with_v"] and row["upstream_alloc_scales_with_v"]
+        assert row["plugin_alloc_bytes"] <= row["upstream_alloc_bytes"], row
 
 
 @needs_vllm_line("0.32", "0.33")

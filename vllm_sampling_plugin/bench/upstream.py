@@ -48,6 +48,15 @@ Every row runs two calls on the same tensors, each as its runtime makes it:
   grows with V (``<side>_alloc_scales_with_v``); ``<side>_cold_alloc_bytes``
   counts the first call with the side's kept workspaces dropped (the
   plugin's rejection tile statistics grow with V / 2048).
+* ``verify_processed`` (``ngram+topk_topp+processors``): the shapes and
+  upstream side of ``verify_filtered``; the plugin side is its route for a
+  batch with logits processors where a request uses top-k/top-p: per
+  upstream chunk, upstream's FP32 canvas and temperature kernel, then
+  ``ops.rejection_sample_packed`` with top-k/top-p folded in
+  (``apply_temperature=False``). The processors themselves run on that
+  canvas in both engines alike and are left out of both sides, so the ratio
+  is what the route saves on their top-k/top-p and rejection kernels, over
+  the whole of both paths but the processors.
 * ``ngram``, R histories of L tokens, n in [2, 3], k drafts:
   ``ops.ngram_propose_into`` against ``NgramGPUSpeculator.propose``, built
   from a namespace holding the four config values its constructor reads.
@@ -530,6 +539,17 @@ def verify_filtered_cases(shapes: Shapes) -> list[tuple[str, dict]]:
     ]
 
 
+PROCESSED_VARIANT = "ngram+topk_topp+processors"
+
+
+def verify_processed_cases(shapes: Shapes) -> list[tuple[str, dict]]:
+    return [
+        (PROCESSED_VARIANT, shape)
+        for variant, shape in verify_filtered_cases(shapes)
+        if variant == "ngram+topk_topp"
+    ]
+
+
 class AllocationCounter(TorchDispatchMode):
     """Counts every tensor a torch op allocates while active (outputs whose
     storage is none of the op's inputs'): what a call asks of the caching
@@ -633,30 +653,20 @@ def upstream_filtered_verify(
     ``rejection_sample`` on the canvas. Upstream's own functions, called
     here because its Sampler needs a whole engine's state to build."""
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
-    from vllm.v1.worker.gpu.sample.gumbel import apply_temperature
-    from vllm.v1.worker.gpu.spec_decode import rejection_sampler
     from vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils import rejection_sample
 
     takes_topp_only_flag = "has_topp_only_rows" in inspect.signature(apply_top_k_top_p).parameters
-    num_reqs = cu_num_logits.shape[0] - 1
-    max_chunk = rejection_sampler.get_max_chunk_logits(logits.shape[1])
-    if logits.shape[0] <= max_chunk:
-        chunks: Iterable[tuple[int, int]] = ((0, num_reqs),)
-    else:
-        chunks = rejection_sampler._iter_request_chunks(cu_num_logits_np, max_chunk)
-    sampled_chunks, num_sampled_chunks = [], []
-    for start, end in chunks:
-        lo, hi = int(cu_num_logits_np[start]), int(cu_num_logits_np[end])
+
+    def verify_chunk(start: int, end: int, lo: int, hi: int):
         rows = expanded_idx_mapping[lo:hi]
-        canvas = torch.empty_like(logits[lo:hi], dtype=torch.float32).copy_(logits[lo:hi])
-        apply_temperature(canvas, rows, temperature)
+        canvas = tempered_canvas(logits[lo:hi], rows, temperature)
         canvas = apply_top_k_top_p(
             canvas,
             top_k[rows],
             top_p[rows],
             **({"has_topp_only_rows": False} if takes_topp_only_flag else {}),
         )
-        sampled, num_sampled = rejection_sample(
+        return rejection_sample(
             canvas,
             draft_logits,
             draft_sampled[lo:hi],
@@ -671,12 +681,95 @@ def upstream_filtered_verify(
             None,
             use_fp64=False,
         )
-        del canvas
-        sampled_chunks.append(sampled)
-        num_sampled_chunks.append(num_sampled)
-    if len(sampled_chunks) == 1:
-        return sampled_chunks[0], num_sampled_chunks[0]
-    return torch.cat(sampled_chunks), torch.cat(num_sampled_chunks)
+
+    return verify_in_chunks(verify_chunk, cu_num_logits_np, logits.shape)
+
+
+def tempered_canvas(
+    # [rows, V] raw logits of one chunk
+    logits: torch.Tensor,
+    # [rows] request slot of each row
+    rows: torch.Tensor,
+    # [max_num_reqs]
+    temperature: torch.Tensor,
+) -> torch.Tensor:
+    """``Sampler.apply_sampling_params``' FP32 copy of a chunk's logits with
+    upstream's temperature kernel applied (what a batch with logits
+    processors has before its top-k/top-p, less the processors)."""
+    from vllm.v1.worker.gpu.sample.gumbel import apply_temperature
+
+    canvas = torch.empty_like(logits, dtype=torch.float32).copy_(logits)
+    apply_temperature(canvas, rows, temperature)
+    return canvas
+
+
+def verify_in_chunks(
+    verify_chunk: Callable[[int, int, int, int], tuple[torch.Tensor, torch.Tensor]],
+    cu_num_logits_np: np.ndarray,
+    logits_shape: tuple[int, int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``verify_chunk(start, end, lo, hi)`` over upstream's request chunks
+    (``RejectionSampler._verify_in_chunks``: at most
+    ``get_max_chunk_logits(V)`` rows each; requests ``start:end``, logits
+    ``lo:hi``), outputs concatenated."""
+    from vllm.v1.worker.gpu.spec_decode import rejection_sampler
+
+    num_reqs = len(cu_num_logits_np) - 1
+    max_chunk = rejection_sampler.get_max_chunk_logits(logits_shape[1])
+    if logits_shape[0] <= max_chunk:
+        chunks: Iterable[tuple[int, int]] = ((0, num_reqs),)
+    else:
+        chunks = rejection_sampler._iter_request_chunks(cu_num_logits_np, max_chunk)
+    outputs = [
+        verify_chunk(start, end, int(cu_num_logits_np[start]), int(cu_num_logits_np[end]))
+        for start, end in chunks
+    ]
+    if len(outputs) == 1:
+        return outputs[0]
+    return torch.cat([o[0] for o in outputs]), torch.cat([o[1] for o in outputs])
+
+
+def plugin_processed_verify(
+    logits: torch.Tensor,
+    draft_sampled: torch.Tensor,
+    cu_num_logits: torch.Tensor,
+    cu_num_logits_np: np.ndarray,
+    pos: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    expanded_idx_mapping: torch.Tensor,
+    temperature: torch.Tensor,
+    seeds: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    num_spec: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The plugin's verification of a batch with logits processors where a
+    request uses top-k/top-p (``PluginVerifyingRejectionSampler._verify``'s
+    canvas route), less the processors: per upstream chunk, the tempered FP32
+    canvas, then the plugin's kernel with top-k/top-p folded in."""
+    from vllm_sampling_plugin.ops.rejection import rejection_sample_packed
+
+    min_p_off = torch.zeros_like(temperature)
+
+    def verify_chunk(start: int, end: int, lo: int, hi: int):
+        canvas = tempered_canvas(logits[lo:hi], expanded_idx_mapping[lo:hi], temperature)
+        return rejection_sample_packed(
+            canvas,
+            draft_sampled[lo:hi],
+            cu_num_logits[start : end + 1] - lo,
+            idx_mapping[start:end],
+            pos[lo:hi],
+            temperature,
+            seeds,
+            num_spec,
+            apply_temperature=False,
+            scale_draft_logits=True,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p_off,
+        )
+
+    return verify_in_chunks(verify_chunk, cu_num_logits_np, logits.shape)
 
 
 def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pair:
@@ -704,6 +797,21 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
     draft = raw_draft.contiguous() if eagle else None
 
     def plugin_call(columns: int = vocab_size):
+        if variant == PROCESSED_VARIANT:
+            return lambda: plugin_processed_verify(
+                target[:, :columns],
+                draft_sampled,
+                cu_num_logits,
+                cu_num_logits_np,
+                pos,
+                idx_mapping,
+                expanded_idx_mapping,
+                temperature,
+                seeds,
+                top_k,
+                top_p,
+                num_spec,
+            )
         return lambda: rejection_sample_packed(
             target[:, :columns],
             draft_sampled,
@@ -780,6 +888,9 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
         note=f"rows={num_logits}, temperature {FILTERED_TEMPERATURE}, top_k={TOP_K}, "
         f"top_p={TOP_P}, raw fp32 logits; upstream: chunked FP32 canvas + temperature + "
         "apply_top_k_top_p + rejection_sample; "
+        + ("plugin: chunked FP32 canvas + temperature + its kernel (the route of batches "
+           "with logits processors, the processors left out of both); "
+           if variant == PROCESSED_VARIANT else "")
         + ("point-mass drafts" if draft is None else "draft logits [B, K, V]"),
     )
 
@@ -888,6 +999,7 @@ PARTS = (
     Part("topk_topp_seeded", parts.TOP_K_TOP_P_SEEDED, topk_cases, build_topk_topp_seeded),
     Part("rejection", parts.REJECTION, rejection_cases, build_rejection),
     Part("verify_filtered", parts.REJECTION, verify_filtered_cases, build_verify_filtered),
+    Part("verify_processed", parts.REJECTION, verify_processed_cases, build_verify_filtered),
     Part("ngram", parts.NGRAM, ngram_cases, build_ngram),
     Part(
         "gumbel",
@@ -906,9 +1018,10 @@ PARTS = (
     ),
 )
 PART_NAMES = {part.name: part.parts_name for part in PARTS}
-# Parts a plain run leaves out: verify_filtered's 12 cases move up to 2.5 GB
-# of logits each (``--parts verify_filtered --budget-s 500``).
-OPT_IN_PARTS = ("verify_filtered",)
+# Parts a plain run leaves out: verify_filtered's 12 cases and
+# verify_processed's 6 move up to 2.5 GB of logits each (``--parts
+# verify_filtered --budget-s 500``).
+OPT_IN_PARTS = ("verify_filtered", "verify_processed")
 
 
 # Measuring.
