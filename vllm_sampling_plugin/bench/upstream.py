@@ -423,6 +423,7 @@ class _SpecBatch:
     idx_mapping: torch.Tensor  # [B] int64
     pos: torch.Tensor  # [B * (K + 1)] int64
     cu_num_logits: torch.Tensor  # [B + 1] int32
+    cu_num_logits_np: np.ndarray  # [B + 1], the host copy the runner keeps
     expanded_idx_mapping: torch.Tensor  # [B * (K + 1)] int64
     expanded_local_pos: torch.Tensor  # [B * (K + 1)] int32
     seeds: torch.Tensor  # [B] int64
@@ -452,6 +453,7 @@ def _spec_batch(
         idx_mapping=idx_mapping,
         pos=(start_pos + torch.arange(num_spec + 1, device=device)).view(-1),
         cu_num_logits=torch.arange(num_reqs + 1, dtype=torch.int32, device=device) * (num_spec + 1),
+        cu_num_logits_np=np.arange(num_reqs + 1, dtype=np.int32) * (num_spec + 1),
         expanded_idx_mapping=idx_mapping.repeat_interleave(num_spec + 1),
         expanded_local_pos=torch.arange(num_spec + 1, dtype=torch.int32, device=device).repeat(
             num_reqs
@@ -628,17 +630,13 @@ def drop_upstream_workspaces() -> None:
 
 
 def upstream_filtered_verify(
+    batch: _SpecBatch,
+    # [B * (K + 1), V'] batch.target or its first V' columns
     logits: torch.Tensor,
+    # None, or [B, K, V'] raw draft logits
     draft_logits: torch.Tensor | None,
-    draft_sampled: torch.Tensor,
-    cu_num_logits: torch.Tensor,
-    cu_num_logits_np: np.ndarray,
-    pos: torch.Tensor,
-    idx_mapping: torch.Tensor,
-    expanded_idx_mapping: torch.Tensor,
-    expanded_local_pos: torch.Tensor,
+    # [B] each, by request slot
     temperature: torch.Tensor,
-    seeds: torch.Tensor,
     top_k: torch.Tensor,
     top_p: torch.Tensor,
     num_spec: int,
@@ -658,7 +656,7 @@ def upstream_filtered_verify(
     takes_topp_only_flag = "has_topp_only_rows" in inspect.signature(apply_top_k_top_p).parameters
 
     def verify_chunk(start: int, end: int, lo: int, hi: int):
-        rows = expanded_idx_mapping[lo:hi]
+        rows = batch.expanded_idx_mapping[lo:hi]
         canvas = tempered_canvas(logits[lo:hi], rows, temperature)
         canvas = apply_top_k_top_p(
             canvas,
@@ -669,20 +667,20 @@ def upstream_filtered_verify(
         return rejection_sample(
             canvas,
             draft_logits,
-            draft_sampled[lo:hi],
-            cu_num_logits[start : end + 1] - lo,
-            pos[lo:hi],
-            idx_mapping[start:end],
+            batch.draft_sampled[lo:hi],
+            batch.cu_num_logits[start : end + 1] - lo,
+            batch.pos[lo:hi],
+            batch.idx_mapping[start:end],
             rows,
-            expanded_local_pos[lo:hi],
+            batch.expanded_local_pos[lo:hi],
             temperature,
-            seeds,
+            batch.seeds,
             num_spec,
             None,
             use_fp64=False,
         )
 
-    return verify_in_chunks(verify_chunk, cu_num_logits_np, logits.shape)
+    return verify_in_chunks(verify_chunk, batch.cu_num_logits_np, logits.shape)
 
 
 def tempered_canvas(
@@ -730,15 +728,11 @@ def verify_in_chunks(
 
 
 def plugin_processed_verify(
+    batch: _SpecBatch,
+    # [B * (K + 1), V'] batch.target or its first V' columns
     logits: torch.Tensor,
-    draft_sampled: torch.Tensor,
-    cu_num_logits: torch.Tensor,
-    cu_num_logits_np: np.ndarray,
-    pos: torch.Tensor,
-    idx_mapping: torch.Tensor,
-    expanded_idx_mapping: torch.Tensor,
+    # [B] each, by request slot
     temperature: torch.Tensor,
-    seeds: torch.Tensor,
     top_k: torch.Tensor,
     top_p: torch.Tensor,
     num_spec: int,
@@ -752,15 +746,15 @@ def plugin_processed_verify(
     min_p_off = torch.zeros_like(temperature)
 
     def verify_chunk(start: int, end: int, lo: int, hi: int):
-        canvas = tempered_canvas(logits[lo:hi], expanded_idx_mapping[lo:hi], temperature)
+        canvas = tempered_canvas(logits[lo:hi], batch.expanded_idx_mapping[lo:hi], temperature)
         return rejection_sample_packed(
             canvas,
-            draft_sampled[lo:hi],
-            cu_num_logits[start : end + 1] - lo,
-            idx_mapping[start:end],
-            pos[lo:hi],
+            batch.draft_sampled[lo:hi],
+            batch.cu_num_logits[start : end + 1] - lo,
+            batch.idx_mapping[start:end],
+            batch.pos[lo:hi],
             temperature,
-            seeds,
+            batch.seeds,
             num_spec,
             apply_temperature=False,
             scale_draft_logits=True,
@@ -769,7 +763,7 @@ def plugin_processed_verify(
             min_p=min_p_off,
         )
 
-    return verify_in_chunks(verify_chunk, cu_num_logits_np, logits.shape)
+    return verify_in_chunks(verify_chunk, batch.cu_num_logits_np, logits.shape)
 
 
 def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pair:
@@ -786,8 +780,6 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
         batch.target, batch.raw_draft, batch.draft_sampled, batch.cu_num_logits,
         batch.idx_mapping, batch.pos, batch.seeds,
     )
-    expanded_idx_mapping, expanded_local_pos = batch.expanded_idx_mapping, batch.expanded_local_pos
-    cu_num_logits_np = cu_num_logits.cpu().numpy()
     temperature = torch.full((num_reqs,), FILTERED_TEMPERATURE, device=device)
     top_k = torch.full((num_reqs,), TOP_K, dtype=torch.int32, device=device)
     top_p = torch.full((num_reqs,), TOP_P, dtype=torch.float32, device=device)
@@ -799,18 +791,7 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
     def plugin_call(columns: int = vocab_size):
         if variant == PROCESSED_VARIANT:
             return lambda: plugin_processed_verify(
-                target[:, :columns],
-                draft_sampled,
-                cu_num_logits,
-                cu_num_logits_np,
-                pos,
-                idx_mapping,
-                expanded_idx_mapping,
-                temperature,
-                seeds,
-                top_k,
-                top_p,
-                num_spec,
+                batch, target[:, :columns], temperature, top_k, top_p, num_spec
             )
         return lambda: rejection_sample_packed(
             target[:, :columns],
@@ -830,17 +811,10 @@ def build_verify_filtered(variant: str, shape: dict, device: torch.device) -> Pa
 
     def upstream_call(columns: int = vocab_size):
         return lambda: upstream_filtered_verify(
+            batch,
             target[:, :columns],
             None if draft is None else draft[..., :columns],
-            draft_sampled,
-            cu_num_logits,
-            cu_num_logits_np,
-            pos,
-            idx_mapping,
-            expanded_idx_mapping,
-            expanded_local_pos,
             temperature,
-            seeds,
             top_k,
             top_p,
             num_spec,
