@@ -79,13 +79,14 @@ for step in "$@"; do
     cold-start) run cold-start python3 -m pytest -q -s -p no:cacheprovider tests/e2e/test_cold_start.py ;;
     spec-features)
       # Speculation with the line's default verification and policy (0.33: the
-      # plugin's, adaptive) keeps what upstream's offers: greedy and seeded
-      # tokens, the batches that stay upstream's, logprobs, structured
-      # outputs; the default n-gram engine (async scheduling, the line's
-      # policy) keeps greedy tokens; the standard method verifies with allowed
-      # ids. Three rounds of tiny engines: 208 s on an H200 with vLLM 0.33
-      # (2026-11-29, all three passed); STEP_TIMEOUT=480 leaves room for a
-      # slower start. The other policies and methods are in the e2e step.
+      # plugin's, adaptive; 0.32: the plugin's, fixed k) keeps what upstream's
+      # offers: greedy and seeded tokens, the batches that stay upstream's,
+      # logprobs, structured outputs; the default n-gram engine (async
+      # scheduling, the line's policy) keeps greedy tokens; the standard
+      # method verifies with allowed ids. Three rounds of tiny engines: 208-292 s
+      # on an H200 with vLLM 0.33, 199 s with 0.32 (2026-11-29, all passed);
+      # STEP_TIMEOUT=480 leaves room for a slower start. The other policies
+      # and methods are in the e2e step.
       policy=$(python3 -c 'from vllm_sampling_plugin.integration import defaults
 print(defaults.default_speculation_policy())')
       run spec-features python3 -m pytest -q -s -p no:cacheprovider \

@@ -56,24 +56,27 @@ def test_upstream_sampler_lines_keep_upstream_settings(line):
 
 
 @pytest.mark.parametrize(
-    "line, owner, other_choice",
-    [(LINE_0_32, Owner.OPT_IN, "--plugin-verification plugin opts in"),
-     (LINE_0_33, Owner.PLUGIN, "--plugin-verification upstream opts out")],
+    "line, policy_owner, policy_choice",
+    [(LINE_0_32, Owner.OPT_IN, "--speculation-policy adaptive opts in"),
+     (LINE_0_33, Owner.PLUGIN, "--speculation-policy fixed opts out")],
 )
-def test_a_setting_part_is_owned_as_the_lines_default_says(line, owner, other_choice):
-    """The verify-step shape is the same on 0.32 and 0.33; who verifies an
-    engine's drafts when it names nothing is the line's default
-    (integration/defaults.py), and the table names the flag that flips it."""
+def test_a_setting_part_is_owned_as_the_lines_default_says(line, policy_owner, policy_choice):
+    """The verify-step and policy shapes are the same on 0.32 and 0.33; who
+    verifies an engine's drafts, and with which policy, when it names
+    nothing is the line's default (integration/defaults.py: the plugin's
+    verification on both, the adaptive policy on 0.33 only), and the table
+    names the flag that flips each."""
     owners = {part: o for part, o, _, _ in parts_rows(line_found(line), line)}
-    for part in ("speculative verification owner", "rejection sampling",
-                 "adaptive speculation policy"):
-        assert owners[part] == owner.value, (line, part)
+    for part in ("speculative verification owner", "rejection sampling"):
+        assert owners[part] == Owner.PLUGIN.value, (line, part)
+    assert owners["adaptive speculation policy"] == policy_owner.value, line
     row = next(r for r in compatibility_markdown().splitlines() if r.startswith(f"| {line}.x"))
-    assert f"verification ({other_choice})" in row
-    assert "speculation policy (--speculation-policy " in row
+    assert "verification (--plugin-verification upstream opts out)" in row
+    assert f"speculation policy ({policy_choice})" in row
     summary = parts_summary(line_found(line), line)
-    assert ("speculative verification owner" in summary.split("; upstream:")[0]) == (
-        owner is Owner.PLUGIN)
+    assert "speculative verification owner" in summary.split("; upstream:")[0]
+    assert ("adaptive speculation policy" in summary.split("; upstream:")[0]) == (
+        policy_owner is Owner.PLUGIN)
 
 
 def test_unmeasured_lines_say_so():

@@ -27,11 +27,12 @@ Two settings steer the plugin:
     upstream's RejectionSampler; ``plugin`` lets the plugin's fused
     rejection kernel verify the batches it carries exactly (the
     ``standard`` method; temperature, min_p, top-k and top-p folded into the
-    kernel, no ``[B * (k + 1), V]`` float32 canvas) and leaves every other
-    batch to upstream's code (integration/plugin_verification.py). The
-    default is ``plugin`` on 0.33, where an engine run measured it at least
-    at upstream's in every mix, and ``upstream`` on 0.32 until one does there
-    (integration/defaults.py).
+    kernel, no ``[B * (k + 1), V]`` float32 canvas; batches with logits
+    processors that use top-k/top-p on upstream's processed canvas) and
+    leaves every other batch to upstream's code
+    (integration/plugin_verification.py). The
+    default is ``plugin`` on 0.32 and 0.33, where engine runs measured no
+    mix below 0.99x of upstream's (integration/defaults.py).
 
 All are resolved once, in the front-end process, by the ``create_model_config``
 wrapper, and stored on the ``ModelConfig`` instance under the attribute names
@@ -83,7 +84,8 @@ VERIFICATION_HELP = (
     "'upstream' keeps vLLM's RejectionSampler; 'plugin' verifies the batches "
     "of the 'standard' method whose sampling parameters are only temperature, "
     "min_p, top-k and top-p with the plugin's fused rejection kernel (no "
-    "float32 [B*(k+1), V] canvas) and leaves every other batch to vLLM's."
+    "float32 [B*(k+1), V] canvas), and those with logits processors that use "
+    "top-k/top-p on vLLM's processed canvas; it leaves every other batch to vLLM's."
 )
 
 

@@ -84,7 +84,7 @@ PLUGIN_VERIFYING_REJECTION_SAMPLER = (
 )
 # What the runner holds for a standard-method engine that names no
 # plugin_verification: the plugin's verify-step takeover where that is the
-# line's default (0.33, integration/defaults.py), upstream's object elsewhere.
+# line's default (0.32, 0.33: integration/defaults.py), upstream's object elsewhere.
 DEFAULT_REJECTION_SAMPLER = (
     PLUGIN_VERIFYING_REJECTION_SAMPLER
     if default_verification(INSTALLED_LINE) == "plugin"
@@ -879,7 +879,7 @@ phase("raw_logprobs", raw_logprobs)
 @needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
 def test_the_plugins_verification_keeps_what_speculation_offers(tiny_model):
     """An engine speculating with upstream's n-gram proposer under the
-    plugin's verification (0.33's default; asked for on 0.32) beside one
+    plugin's verification (the default on 0.32 and 0.33) beside one
     without speculation: greedy and seeded requests give the tokens they give
     without speculation (at least 90% of prompts: the tiny model's
     near-uniform logits can flip under a verification step's other shapes)
@@ -888,11 +888,9 @@ def test_the_plugins_verification_keeps_what_speculation_offers(tiny_model):
     canvas by the plugin's kernel where the batch uses top-k/top-p, by
     upstream's code otherwise; raw logprobs cover every token; structured
     outputs parse; drafts are accepted."""
-    asked = "" if default_verification(INSTALLED_LINE) == "plugin" else (
-        ", plugin_verification='plugin'")
     reference, spec = run_engines(
         (tiny_model, SPEC_FEATURES_KWARGS, SPEC_FEATURES),
-        (tiny_model, f"{SPEC_FEATURES_KWARGS}, speculative_config={NGRAM_GPU!r}{asked}",
+        (tiny_model, f"{SPEC_FEATURES_KWARGS}, speculative_config={NGRAM_GPU!r}",
          SPEC_FEATURES),
     )
     assert spec["rejection_sampler"] == PLUGIN_VERIFYING_REJECTION_SAMPLER

@@ -57,8 +57,9 @@ def test_registration_patches_the_sampler_name():
 @needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
 def test_registration_binds_the_verify_step_takeover():
     """Bound where the line's RejectionSampler has the verify-step shape (0.32,
-    not 0.31); it hands back upstream's own RejectionSampler unless the engine
-    opts in (--plugin-verification)."""
+    not 0.31); the plugin's verification is the line's default (an engine run
+    measured it there), and --plugin-verification upstream hands back
+    upstream's own RejectionSampler."""
     out = run_python(
         """
         from vllm.plugins import load_general_plugins
@@ -72,7 +73,7 @@ def test_registration_binds_the_verify_step_takeover():
         )
         assert mr.RejectionSampler is PluginVerifyingRejectionSampler
         assert issubclass(PluginVerifyingRejectionSampler, RejectionSampler)
-        assert ModelConfig.plugin_verification == "upstream"
+        assert ModelConfig.plugin_verification == "plugin"
         print("ok")
         """
     )
@@ -108,7 +109,7 @@ def test_registration_patches_the_policy_seams_over_upstreams_ngram_proposer():
                           plugin_verification="plugin")
         assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "fixed")
         assert args.plugin_verification == "plugin"
-        assert EngineArgs(model="m").plugin_verification == "upstream"
+        assert EngineArgs(model="m").plugin_verification == "plugin"
         print("ok")
         """
     )

@@ -156,7 +156,7 @@ def test_default_and_engine_fallbacks_build_upstreams_rejection_sampler():
         sampler = build_sampler(8, 32, k)
         records.clear()  # the draw's own start-up line
         assert mr.RejectionSampler is pv.PluginVerifyingRejectionSampler
-        # plugin_verification="upstream" (0.32's default): upstream's own
+        # plugin_verification="upstream" (named): upstream's own
         # object, nothing of the plugin.
         rs = mr.RejectionSampler(sampler, spec_config("upstream", k), CPU)
         assert type(rs) is rejection.RejectionSampler
@@ -499,7 +499,7 @@ def test_first_emitted_token_follows_the_filtered_target_law(owner, seeded, fp64
 
 def test_setting_is_validated_and_reaches_the_model_config(tmp_path):
     """Named, the setting is what the engine gets; unnamed, the line's default
-    (the plugin's on 0.33, upstream's on 0.32: integration/defaults.py)."""
+    (the plugin's on 0.32 and 0.33: integration/defaults.py)."""
     default = default_verification(INSTALLED_LINE)
     out = run_python(
         f"""

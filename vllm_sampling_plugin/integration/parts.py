@@ -152,9 +152,10 @@ WHY_PLUGIN_BY_SETTING = {
     VERIFICATION: "the plugin's fused kernel verifies the standard method's batches "
     "whose requests use only temperature, min_p, top-k and top-p (no float32 "
     "[B*(k+1), V] canvas; 3.3-4.9x upstream's verification op; 8B engine 0.995-1.056x "
-    "of upstream's verification in every mix on 0.33), and, on upstream's canvas "
-    "for the logits processors and thinking budget, the batches with them that use "
-    "top-k/top-p; other methods, adaptive verification, watermarks, sampling masks, "
+    "of upstream's verification in every mix on 0.33, 0.992-1.058x of stock with the "
+    "same k on 0.32), and, on upstream's canvas for the logits processors and "
+    "thinking budget, the batches with them that use top-k/top-p (1.79-1.87x "
+    "upstream's op); other methods, adaptive verification, watermarks, sampling masks, "
     "processor batches without top-k/top-p, processed logprobs and draft vocabularies "
     "narrower than the target's stay upstream's; --plugin-verification upstream keeps "
     "upstream's RejectionSampler",
@@ -165,8 +166,8 @@ WHY_PLUGIN_BY_SETTING = {
 # Why a part stays upstream's in a shape of its seam that the plugin takes.
 WHY_UPSTREAM_IN_SHAPE = {
     VERIFICATION: "upstream's RejectionSampler by default on this line (until an engine "
-    "run here; on 0.33 the plugin's verification is the default, measured 0.995-1.056x "
-    "of upstream's at 8B); --plugin-verification plugin verifies the standard "
+    "run here; on 0.32 and 0.33 the plugin's verification is the default, measured "
+    "0.992-1.058x of upstream's at 8B); --plugin-verification plugin verifies the standard "
     "method's batches whose requests use only temperature, min_p, top-k and top-p "
     "with the plugin's fused kernel (no float32 [B*(k+1), V] canvas)",
     REJECTION: "upstream's kernels by default on this line; with --plugin-verification "

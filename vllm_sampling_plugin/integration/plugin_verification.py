@@ -75,8 +75,8 @@ needs any) and the plugin's draw, instead of the fused kernel; the Sampler
 applies the logits processors with the drafts as the rows' input ids, as
 upstream's verification does.
 
-Where the setting is ``upstream`` (named, or 0.32's default:
-integration/defaults.py), or an engine-level reason applies, the constructor
+Where the setting is ``upstream`` (named: both 0.32 and 0.33 default to
+``plugin``, integration/defaults.py), or an engine-level reason applies, the constructor
 hands back upstream's own ``RejectionSampler``: the runner holds upstream's
 object and nothing of the plugin runs.
 """

@@ -18,8 +18,8 @@ verification and watermark keys the plugin's kernel does not handle.
   builds the float32 canvas (``Sampler.apply_sampling_params``) and runs the
   method's kernels. The seam binds integration/plugin_verification.py's
   subclass, which overrides only those two methods, and only on engines
-  whose ``plugin_verification`` is ``plugin`` (the default on 0.33, opt-in
-  on 0.32: integration/defaults.py): on the others its constructor returns
+  whose ``plugin_verification`` is ``plugin`` (the default on 0.32 and
+  0.33: integration/defaults.py): on the others its constructor returns
   upstream's own RejectionSampler. It also teaches EngineArgs the setting.
 * 0.21-0.31: rejection stays upstream's (other methods or signatures).
 """
