@@ -34,17 +34,17 @@ from vllm_sampling_plugin.integration.version import (
 ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_33)
 
 # ``plugin_verification``: the plugin's fused verification where no mix's
-# median fell below 0.99x of upstream's (issue 25's bar). 0.33 (H200, 2026-11-29, 8B, k = 3, both
-# engines fixed k): 1.012x / 1.056x top-k/top-p, 0.995x / 1.015x greedy,
-# 1.038x / 1.037x seeded top-p of upstream's verification (64 / 256
-# sequences); the op 3.3-4.9x upstream's (H100). As the default, against
-# stock vLLM speculating with the same k = 3 (8B, H200, 2026-11-29):
-# 1.036x / 1.046x top-k/top-p, 1.002x / 0.992x greedy; k = 7: 1.025x / 1.055x
-# top-k/top-p, 1.033x / 1.012x seeded top-p, 1.010x / 0.999x greedy; batches
-# with penalties and top-k/top-p (upstream's canvas, the plugin's kernel),
-# k = 3: 1.072x / 1.015x, the op 1.79-1.87x upstream's. 0.32 (H200,
-# 2026-11-29, 8B, k = 3, with the adaptive policy, which on accepting text
-# verifies what fixed k does, against stock speculating with the same k):
+# median fell below 0.99x of upstream's (issue 25's bar). 0.33 (H200,
+# 2026-11-29, 8B, k = 3, both engines fixed k): 1.012x / 1.056x top-k/top-p,
+# 0.995x / 1.015x greedy, 1.038x / 1.037x seeded top-p of upstream's
+# verification (64 / 256 sequences); the op 3.3-4.9x upstream's (H100). As the
+# default, against stock vLLM speculating with the same k = 3 (8B, H200,
+# 2026-11-29): 1.036x / 1.046x top-k/top-p, 1.002x / 0.992x greedy; k = 7:
+# 1.025x / 1.055x top-k/top-p, 1.033x / 1.012x seeded top-p, 1.010x / 0.999x
+# greedy; batches with penalties and top-k/top-p (upstream's canvas, the
+# plugin's kernel), k = 3: 1.072x / 1.015x, the op 1.79-1.87x upstream's. 0.32
+# (H200, 2026-11-29, 8B, k = 3, with the adaptive policy, which on accepting
+# text verifies what fixed k does, against stock speculating with the same k):
 # top-k/top-p 0.992x / 1.014x (the 64-sequence pairs 0.981x and 1.004x, both
 # engines' runs spread 10-12%), seeded top-p 1.058x / 1.034x, greedy 1.012x /
 # 1.023x; its engine test of the verification's routes passed there. 0.20 has
