@@ -518,8 +518,7 @@ if llm.llm_engine.vllm_config.speculative_config is not None:
 @pytest.mark.parametrize("async_scheduling", [False, True], ids=["async_off", "async_on"])
 def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling, policy):
     """Upstream's GPU n-gram proposer and the line's default verification
-    (the plugin's on 0.33, upstream's rejection sampler through the plugin's
-    sampler's processing on 0.32), CUDA graphs on, under each speculation
+    (the plugin's on 0.32 and 0.33), CUDA graphs on, under each speculation
     policy: ``fixed`` (0.32's default: k drafts verified every step) and
     ``adaptive`` (0.33's default: a request verifies only the drafts the
     proposer found; under async scheduling steps without drafts either side
