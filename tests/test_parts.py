@@ -73,10 +73,9 @@ def test_a_setting_part_is_owned_as_the_lines_default_says(line, policy_owner, p
     row = next(r for r in compatibility_markdown().splitlines() if r.startswith(f"| {line}.x"))
     assert "verification (--plugin-verification upstream opts out)" in row
     assert f"speculation policy ({policy_choice})" in row
-    summary = parts_summary(line_found(line), line)
-    assert "speculative verification owner" in summary.split("; upstream:")[0]
-    assert ("adaptive speculation policy" in summary.split("; upstream:")[0]) == (
-        policy_owner is Owner.PLUGIN)
+    plugins_parts = parts_summary(line_found(line), line).split("; upstream:")[0]
+    assert "speculative verification owner" in plugins_parts
+    assert ("adaptive speculation policy" in plugins_parts) == (policy_owner is Owner.PLUGIN)
 
 
 def test_unmeasured_lines_say_so():

@@ -446,14 +446,15 @@ def _spec_batch(
     draft_sampled[:, 1:] = drafts
     idx_mapping = torch.arange(num_reqs, dtype=torch.int64, device=device)
     start_pos = torch.randint(0, 1 << 14, (num_reqs, 1), generator=gen, device=device)
+    cu_num_logits_np = np.arange(num_reqs + 1, dtype=np.int32) * (num_spec + 1)
     return _SpecBatch(
         target=target,
         raw_draft=raw_draft,
         draft_sampled=draft_sampled.view(-1),
         idx_mapping=idx_mapping,
         pos=(start_pos + torch.arange(num_spec + 1, device=device)).view(-1),
-        cu_num_logits=torch.arange(num_reqs + 1, dtype=torch.int32, device=device) * (num_spec + 1),
-        cu_num_logits_np=np.arange(num_reqs + 1, dtype=np.int32) * (num_spec + 1),
+        cu_num_logits=torch.from_numpy(cu_num_logits_np).to(device),
+        cu_num_logits_np=cu_num_logits_np,
         expanded_idx_mapping=idx_mapping.repeat_interleave(num_spec + 1),
         expanded_local_pos=torch.arange(num_spec + 1, dtype=torch.int32, device=device).repeat(
             num_reqs
