@@ -59,6 +59,11 @@ VERIFICATION_ATTR = "plugin_verification"
 ADAPTIVE = "adaptive"
 FIXED = "fixed"
 SPECULATION_POLICIES = (ADAPTIVE, FIXED)
+# The speculative methods whose drafts are n-gram proposals: the plugin's
+# proposer answers both on 0.20, and upstream's V2 runner builds one GPU
+# proposer for both from 0.32 (its config schedules only "ngram_gpu"
+# asynchronously on 0.32; the plugin schedules both so).
+NGRAM_METHODS = ("ngram", "ngram_gpu")
 
 UPSTREAM = "upstream"
 PLUGIN = "plugin"

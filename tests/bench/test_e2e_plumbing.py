@@ -997,6 +997,23 @@ def test_a_policy_can_be_measured_against_stock_speculation_with_the_same_k(
     assert "0.32/0.33 only" in capsys.readouterr().err
 
 
+def test_ngram_method_names_every_speculating_engines_method(tmp_path, monkeypatch):
+    """--ngram-method ngram_gpu: stock's engines, too, speculate under the
+    method stock 0.32 schedules asynchronously, so a cell against stock
+    compares the parts with the scheduling alike; "ngram" stays the default."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.32.0")
+    argv = ["--mixes", "ngram", "--spec-policies", "adaptive", "--no-spec-against-none",
+            "--spec-against-stock", "--out", str(tmp_path)]
+    for extra, method in (([], "ngram"), (["--ngram-method", "ngram_gpu"], "ngram_gpu")):
+        bench = RecordingRun(run.parse_args(argv + extra))
+        bench.model("8b", 151936)
+        assert [s.role for s in bench.specs] == ["plugin", "stock"]
+        assert [s.llm_kwargs()["speculative_config"]["method"] for s in bench.specs] == [method] * 2
+        assert bench.specs[1].label == f"stock+{method}3"
+    with pytest.raises(SystemExit):
+        run.parse_args(["--ngram-method", "eagle"])
+
+
 def test_a_draft_model_speculates_in_place_of_n_gram(tmp_path, monkeypatch, capsys):
     """--spec-draft SHAPE (vLLM 0.33): every speculating engine, stock ones
     included, proposes with a copy checkpoint of that shape and the target's

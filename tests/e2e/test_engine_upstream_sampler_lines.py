@@ -107,8 +107,10 @@ REJECTION_METHODS = {
     },
 }
 
-# "ngram_gpu": with "ngram" upstream turns async scheduling off (and refuses
-# it when asked for); both build the same NgramGPUSpeculator in the V2 runner.
+# "ngram_gpu": with "ngram" stock 0.32 turns async scheduling off (and refuses
+# it when asked for; the plugin lifts that, integration/vllm_config.py); both
+# build the same NgramGPUSpeculator in the V2 runner, and "ngram_gpu" asks for
+# async scheduling the same way with and without the plugin.
 NGRAM_GPU = {
     "method": "ngram_gpu",
     "num_speculative_tokens": 3,

@@ -1,11 +1,97 @@
-"""The V2 runner's config checks accept n-gram speculation with the plugin."""
+"""The V2 runner's config checks accept n-gram speculation with the plugin,
+and schedule it asynchronously (0.20: the plugin's proposer; 0.32: upstream's
+GPU proposer, which upstream's config schedules synchronously under
+``"ngram"``; 0.33 does so itself)."""
 
-from tests.integration.helpers import run_python
+import json
+
+import pytest
+
+from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
+from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import needs_vllm_line
 
-pytestmark = needs_vllm_line("0.20")
+ON_0_20 = needs_vllm_line("0.20")
+WITH_UPSTREAM_NGRAM = needs_vllm_line("0.32", "0.33", why="the V2 runner's own n-gram speculator")
+
+# The async-scheduling decision of real engine configs, for "ngram" and
+# "ngram_gpu", with the V2 runner and (VLLM_USE_V2_MODEL_RUNNER=0) without.
+ASYNC_DECISIONS = """
+import json, logging
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from vllm.engine.arg_utils import EngineArgs
+from vllm_sampling_plugin.integration import vllm_config as vc
+
+lines = []
+def scheduled_async(method):
+    config = EngineArgs(
+        model=MODEL, load_format="dummy", max_model_len=256, max_num_seqs=8,
+        speculative_config={"method": method, "num_speculative_tokens": 3,
+                            "prompt_lookup_min": 2, "prompt_lookup_max": 3},
+    ).create_engine_config()
+    return config.scheduler_config.async_scheduling
+
+# Attached after the first config: building one reconfigures vLLM's loggers.
+scheduled_async("ngram_gpu")
+vc.logger.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: lines.append(r.getMessage())})())
+vc.logger.setLevel(logging.INFO)
+print(json.dumps({
+    "ngram": scheduled_async("ngram"),
+    "ngram_gpu": scheduled_async("ngram_gpu"),
+    "upstream_check": vc.upstream_turns_async_off_for_ngram(),
+    "log": [line for line in lines if "n-gram speculation runs on the GPU" in line],
+}))
+"""
 
 
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    return str(write_tiny_llama(tmp_path_factory.mktemp("tiny")))
+
+
+def async_decisions(tiny_model: str, **env: str | None) -> dict:
+    # CUDA_VISIBLE_DEVICES empty: the real Triton on a machine without a GPU,
+    # which 0.32's V2 runner needs (test_decode_graphs.py).
+    out = run_python(
+        prelude=CPU_DEVICE_SHIM + f"MODEL = {tiny_model!r}\n",
+        code=ASYNC_DECISIONS,
+        env={"CUDA_VISIBLE_DEVICES": "", **env},
+    )
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@WITH_UPSTREAM_NGRAM
+def test_ngram_on_the_v2_runner_is_scheduled_as_upstream_schedules_ngram_gpu(tiny_model):
+    got = async_decisions(tiny_model, VLLM_USE_V2_MODEL_RUNNER=None)
+    assert got["ngram"] is True and got["ngram_gpu"] is True, got
+    if got["upstream_check"]:  # 0.32: the plugin's decision, said once per config
+        assert got["log"] == [
+            "vllm-sampling-plugin: n-gram speculation runs on the GPU (async scheduling "
+            "on, as upstream schedules method 'ngram_gpu')."
+        ], got["log"]
+    else:  # 0.33 schedules "ngram" asynchronously itself; the plugin stays out
+        assert got["log"] == [], got["log"]
+
+
+@needs_vllm_line("0.32")
+def test_without_the_plugin_0_32_schedules_ngram_synchronously(tiny_model):
+    """Upstream's rule that the plugin lifts: without it "ngram" runs
+    synchronously, "ngram_gpu" (the same speculator) asynchronously."""
+    got = async_decisions(tiny_model, VLLM_PLUGINS="none")
+    assert got["upstream_check"] is True
+    assert got["ngram"] is False and got["ngram_gpu"] is True, got
+
+
+@WITH_UPSTREAM_NGRAM
+def test_the_v1_runner_keeps_upstreams_decision(tiny_model):
+    """The V1 runner's "ngram" proposer runs on the host: no async scheduling."""
+    got = async_decisions(tiny_model, VLLM_USE_V2_MODEL_RUNNER="0")
+    assert got["ngram"] is False, got
+    assert got["log"] == [], got["log"]
+
+
+@ON_0_20
 def test_v2_validation_accepts_ngram_but_keeps_other_restrictions():
     out = run_python(
         """
@@ -42,6 +128,7 @@ def test_v2_validation_accepts_ngram_but_keeps_other_restrictions():
     assert out.strip().splitlines()[-1] == "ok"
 
 
+@ON_0_20
 def test_without_v2_runner_the_checks_are_unchanged():
     out = run_python(
         """
@@ -67,6 +154,7 @@ def test_without_v2_runner_the_checks_are_unchanged():
     assert "speculative method 'ngram'" in out
 
 
+@ON_0_20
 def test_one_warning_when_verification_steps_outgrow_the_graphs():
     out = run_python(
         """

@@ -30,7 +30,10 @@ from vllm_sampling_plugin.integration.version import (
 # on non-repeating text every pair >= 0.981x of no speculation at 256
 # sequences, the median 1.017x at 64.
 # 0.32 keeps fixed k until an engine run there on text that does not repeat
-# (its one run, 2026-11-29, was accepting text only).
+# with async scheduling: its one such run (H200, 2026-11-29, sixth run) gave
+# 0.58-0.62x of no speculation with no draft verified, since stock 0.32 then
+# scheduled "ngram" synchronously and every step waited for its host work;
+# the plugin now schedules it asynchronously (vllm_config.py).
 ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_33)
 
 # ``plugin_verification``: the plugin's fused verification where no mix's
@@ -47,7 +50,14 @@ ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_33)
 # text verifies what fixed k does, against stock speculating with the same k):
 # top-k/top-p 0.992x / 1.014x (the 64-sequence pairs 0.981x and 1.004x, both
 # engines' runs spread 10-12%), seeded top-p 1.058x / 1.034x, greedy 1.012x /
-# 1.023x; its engine test of the verification's routes passed there. 0.20 has
+# 1.023x; its engine test of the verification's routes passed there. At k = 7
+# (sixth run): top-k/top-p 0.980x / 1.034x, seeded top-p 1.063x / 1.025x,
+# greedy 0.936x / 0.990x. The 64-sequence cells below 0.99x are host time:
+# both engines scheduled "ngram" synchronously, and the plugin's engine core
+# spent about 5 us more CPU a token, which nothing overlapped. The plugin now
+# schedules "ngram" asynchronously there (vllm_config.py), as 0.33 does, where
+# the same parts gave >= 0.999x at k = 7; the default stays, and the re-run
+# with async scheduling is docs/benchmarks.md's (sixth run) next step. 0.20 has
 # no such setting (the plugin's RejectionSampler verifies every draft).
 PLUGIN_VERIFICATION_BY_DEFAULT_LINES = (LINE_0_32, LINE_0_33)
 

@@ -153,7 +153,8 @@ WHY_PLUGIN_BY_SETTING = {
     "whose requests use only temperature, min_p, top-k and top-p (no float32 "
     "[B*(k+1), V] canvas; 3.3-4.9x upstream's verification op; 8B engine 0.995-1.056x "
     "of upstream's verification in every mix on 0.33, 0.992-1.058x of stock with the "
-    "same k on 0.32), and, on upstream's canvas for the logits processors and "
+    "same k = 3 on 0.32 and 0.936-1.063x at k = 7, both scheduling synchronously), "
+    "and, on upstream's canvas for the logits processors and "
     "thinking budget, the batches with them that use top-k/top-p (1.79-1.87x "
     "upstream's op); other methods, adaptive verification, watermarks, sampling masks, "
     "processor batches without top-k/top-p, processed logprobs and draft vocabularies "
@@ -174,10 +175,13 @@ WHY_UPSTREAM_IN_SHAPE = {
     "plugin the plugin's fused rejection kernel (filters folded in) on the batches the "
     "verification owner row names",
     SPECULATION_POLICY: "upstream's fixed k by default on this line (until an engine run "
-    "here; the adaptive policy is the default on 0.20 and 0.33); --speculation-policy "
-    "adaptive verifies only the drafts the n-gram proposer found",
+    "here with async scheduling: 0.32's on non-repeating text, 0.58-0.62x of no "
+    "speculation, ran without it; the adaptive policy is the default on 0.20 and 0.33); "
+    "--speculation-policy adaptive verifies only the drafts the n-gram proposer found",
     NGRAM: "upstream's own GPU n-gram proposer (spec_decode/ngram/); the plugin "
-    "binds a subclass that also counts the drafts it found, for the speculation policy",
+    "binds a subclass that also counts the drafts it found, for the speculation policy, "
+    "and schedules method 'ngram' asynchronously, as upstream schedules 'ngram_gpu' "
+    "(the same proposer; 0.32's config turns it off for 'ngram')",
 }
 
 

@@ -69,10 +69,6 @@ from vllm_sampling_plugin.integration.proposal_report import PROPOSE_ATTR, PROPO
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
-# The speculative methods whose drafts are n-gram proposals (the plugin's
-# proposer answers both on 0.20; upstream's is "ngram_gpu" from 0.32).
-NGRAM_METHODS = ("ngram", "ngram_gpu")
-
 # Per-request state, kept on vLLM's Request objects (class defaults until
 # the first output of a request arrives): how many draft tokens the next
 # schedule gives it, and the acceptance cap.
@@ -273,7 +269,7 @@ def runs_ngram(vllm_config: Any) -> bool:
     """Whether ``vllm_config`` speculates with n-gram proposals (the plugin's
     proposer on 0.20, upstream's NgramGPUSpeculator on 0.32 and 0.33)."""
     spec = vllm_config.speculative_config
-    return spec is not None and spec.method in NGRAM_METHODS
+    return spec is not None and spec.method in cfg.NGRAM_METHODS
 
 
 def is_adaptive(vllm_config: Any) -> bool:

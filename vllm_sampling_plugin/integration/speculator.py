@@ -25,7 +25,7 @@ from vllm.v1.worker.gpu.spec_decode import init_speculator as vllm_init_speculat
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
-from vllm_sampling_plugin.integration.speculation_policy import NGRAM_METHODS
+from vllm_sampling_plugin.config import NGRAM_METHODS
 
 
 def init_speculator(vllm_config: VllmConfig, device: torch.device):

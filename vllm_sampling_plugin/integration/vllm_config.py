@@ -6,7 +6,16 @@ turns async scheduling off for ``"ngram"`` (``VllmConfig.__post_init__``),
 because its V2 runner has no n-gram speculator. The plugin provides one that
 runs on the GPU without host synchronisation, so both checks are shown the
 method they would accept while they run, and the real method is restored
-right after. Nothing else in the config changes.
+right after (``patch_vllm_config``). Nothing else in the config changes.
+
+vLLM 0.32's V2 runner has that GPU speculator itself and builds it for
+``"ngram"`` and ``"ngram_gpu"`` alike (``spec_decode.init_speculator`` asks
+``use_ngram()``), yet ``__post_init__`` still turns async scheduling off for
+``"ngram"``: every step then waits for its host work, which on an H200 held
+n-gram speculation on text that does not repeat to 0.58-0.62x of no
+speculation at 8B (docs/benchmarks.md). ``keep_async_scheduling_for_ngram``
+shows ``__post_init__`` the method upstream schedules asynchronously, where
+upstream's check is there (0.33 dropped it for the V2 runner).
 
 vLLM captures CUDA graphs up to 512 tokens unless told otherwise, and an
 n-gram verification step runs max_num_seqs x (k + 1) tokens; one warning says
@@ -17,24 +26,53 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 
 import vllm.envs as envs
 from vllm.config import CUDAGraphMode, VllmConfig
 
-from vllm_sampling_plugin.integration.speculation_policy import NGRAM_METHODS
+from vllm_sampling_plugin.config import NGRAM_METHODS
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
 _PATCHED = "_vllm_sampling_plugin_patched"
+# The warning with which upstream's __post_init__ turns async scheduling off
+# for a speculative method it does not schedule asynchronously (0.20, 0.32);
+# one constant of the function, since Python joins the adjacent literals.
+_ASYNC_OFF_WARNING = (
+    "Async scheduling not supported with %s-based speculative decoding and will be disabled."
+)
 
 
 def patch_vllm_config() -> None:
+    """0.20: the V2 checks accept the plugin's n-gram speculator."""
     if VllmConfig.__dict__.get(_PATCHED, False):
         return
-    VllmConfig.__post_init__ = _keeping_async_for_ngram(VllmConfig.__post_init__)
+    VllmConfig.__post_init__ = _keeping_async_for_ngram(
+        VllmConfig.__post_init__, plugin_proposer=True
+    )
     VllmConfig._validate_v2_model_runner = _accepting_ngram(
         VllmConfig._validate_v2_model_runner
+    )
+    setattr(VllmConfig, _PATCHED, True)
+
+
+def upstream_turns_async_off_for_ngram() -> bool:
+    """Whether upstream's ``__post_init__`` has the check that turns async
+    scheduling off for ``"ngram"`` whatever the runner (0.20, 0.32; not 0.33).
+    Asked of upstream's own function, beneath the plugin's wrapper."""
+    return _ASYNC_OFF_WARNING in inspect.unwrap(VllmConfig.__post_init__).__code__.co_consts
+
+
+def keep_async_scheduling_for_ngram() -> None:
+    """0.32: ``"ngram"`` on the V2 runner is scheduled as upstream schedules
+    ``"ngram_gpu"``, the same speculator. Where upstream has no such check
+    (0.33), ``VllmConfig`` stays untouched."""
+    if VllmConfig.__dict__.get(_PATCHED, False) or not upstream_turns_async_off_for_ngram():
+        return
+    VllmConfig.__post_init__ = _keeping_async_for_ngram(
+        VllmConfig.__post_init__, plugin_proposer=False
     )
     setattr(VllmConfig, _PATCHED, True)
 
@@ -51,30 +89,36 @@ def _method_shown_as(speculative_config, shown: str):
 
 def _v2_ngram(vllm_config: VllmConfig) -> bool:
     spec = vllm_config.speculative_config
-    return (
-        bool(envs.VLLM_USE_V2_MODEL_RUNNER)
-        and spec is not None
-        and spec.method in NGRAM_METHODS
-    )
+    return spec is not None and spec.method in NGRAM_METHODS and _runs_v2(vllm_config)
 
 
-def _keeping_async_for_ngram(post_init):
+def _runs_v2(vllm_config: VllmConfig) -> bool:
+    # 0.32 decides in a property (the environment, then what the V2 runner
+    # supports of this config); 0.20 reads the environment alone.
+    if isinstance(getattr(type(vllm_config), "use_v2_model_runner", None), property):
+        return bool(vllm_config.use_v2_model_runner)
+    return bool(envs.VLLM_USE_V2_MODEL_RUNNER)
+
+
+def _keeping_async_for_ngram(post_init, plugin_proposer: bool):
     @functools.wraps(post_init)
     def __post_init__(self: VllmConfig) -> None:
         if not _v2_ngram(self):
             return post_init(self)
-        # Bad n-gram settings fail here, in the front-end, naming the field.
-        from vllm_sampling_plugin.integration.ngram_speculator import ngram_settings
+        if plugin_proposer:
+            # Bad n-gram settings fail here, in the front-end, naming the field.
+            from vllm_sampling_plugin.integration.ngram_speculator import ngram_settings
 
-        ngram_settings(self.speculative_config)
+            ngram_settings(self.speculative_config)
         if self.speculative_config.method == "ngram":
-            # "ngram_gpu" is the method 0.20 already allows with async scheduling.
+            # "ngram_gpu" is the method upstream already schedules asynchronously.
             with _method_shown_as(self.speculative_config, "ngram_gpu"):
                 post_init(self)
             logger.info(
                 "vllm-sampling-plugin: n-gram speculation runs on the GPU "
-                "(async scheduling %s).",
+                "(async scheduling %s%s).",
                 "on" if self.scheduler_config.async_scheduling else "off",
+                "" if plugin_proposer else ", as upstream schedules method 'ngram_gpu'",
             )
         else:
             post_init(self)

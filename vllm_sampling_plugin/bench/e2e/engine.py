@@ -84,6 +84,10 @@ class EngineSpec:
     # the n-gram proposer (vLLM's "draft_model" method: drafts with draft
     # probabilities); None: n-gram speculation.
     draft_model: str | None = None
+    # With ngram_k and no draft model: the method's name. Both build the same
+    # GPU proposer in the V2 runner; stock 0.32 schedules "ngram" synchronously
+    # and "ngram_gpu" asynchronously, and the plugin schedules both as the latter.
+    ngram_method: str = "ngram"
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -118,7 +122,7 @@ class EngineSpec:
             }
         elif self.ngram_k:
             kwargs["speculative_config"] = {
-                "method": "ngram", "num_speculative_tokens": self.ngram_k,
+                "method": self.ngram_method, "num_speculative_tokens": self.ngram_k,
                 "prompt_lookup_min": 2, "prompt_lookup_max": 4,
             }
             # The adaptive policy is n-gram's (run.py refuses it with a draft model).
@@ -134,7 +138,7 @@ class EngineSpec:
             return self.role
         policy = f"-{self.speculation_policy}" if self.speculation_policy else ""
         verify = f"-verify-{self.plugin_verification}" if self.plugin_verification else ""
-        method = "draft" if self.draft_model else "ngram"
+        method = "draft" if self.draft_model else self.ngram_method
         return f"{self.role}+{method}{self.ngram_k}{policy}{verify}"
 
 

@@ -16,6 +16,7 @@ from vllm_sampling_plugin.bench.e2e.engine import Engine, EngineSpec
 from vllm_sampling_plugin.bench.harness import require_gpu
 from vllm_sampling_plugin.bench.report import read_json_argument
 from vllm_sampling_plugin.config import FIXED as FIXED_POLICY
+from vllm_sampling_plugin.config import NGRAM_METHODS
 from vllm_sampling_plugin.config import SPECULATION_POLICIES as SPEC_POLICIES
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
@@ -129,6 +130,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ngram-k", type=_int_list, default=[3],
                         help="draft tokens per step of the ngram cells' engines, comma list: "
                              "each k gets its own engines and cells (default 3)")
+    parser.add_argument("--ngram-method", choices=NGRAM_METHODS, default=NGRAM_METHODS[0],
+                        help="the n-gram engines' speculative method: 'ngram' (default), "
+                             "which stock vLLM 0.32 schedules synchronously, or 'ngram_gpu', "
+                             "the same proposer, which it schedules asynchronously (the plugin "
+                             "schedules both asynchronously): 'ngram_gpu' measures the plugin's "
+                             "parts against stock's with the scheduling alike")
     parser.add_argument("--spec-draft", choices=sorted(checkpoint.SHAPES), default=None,
                         metavar="SHAPE",
                         help="speculate with a draft model instead of n-gram (vLLM 0.33's "
@@ -685,7 +692,7 @@ class Run:
                               use_fp64_gumbel=fp64_kwarg(a, role),
                               speculation_policy=speculation_policy,
                               plugin_verification=plugin_verification,
-                              draft_model=draft_model)
+                              draft_model=draft_model, ngram_method=a.ngram_method)
 
         engines: dict[str, Engine] = {}
         try:

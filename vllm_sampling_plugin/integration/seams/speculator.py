@@ -16,7 +16,10 @@ Two shapes, told apart by what the installed V2 runner offers:
   vllm_config, device, req_states)``, whose scan leaves each block's best
   match in ``scratch``. The plugin keeps it and its rejection sampler and
   binds a subclass that also counts the drafts it found
-  (integration/upstream_ngram.py), for the policy.
+  (integration/upstream_ngram.py), for the policy. Where upstream's config
+  still turns async scheduling off for ``"ngram"`` though its V2 runner
+  builds the same GPU speculator as for ``"ngram_gpu"`` (0.32), the plugin
+  schedules it as ``"ngram_gpu"`` (integration/vllm_config.py).
 
 In both, the adaptive policy: ``--speculation-policy`` (engine_args.py,
 the keyword alone where upstream has ``use_fp64_gumbel``), proposal counts
@@ -134,7 +137,11 @@ def apply(shape: str) -> None:
         runner_cls.__init__ = connecting_speculator(runner_cls.__init__)
     else:
         from vllm_sampling_plugin.integration.upstream_ngram import patch_upstream_ngram
+        from vllm_sampling_plugin.integration.vllm_config import (
+            keep_async_scheduling_for_ngram,
+        )
 
         patch_upstream_ngram()
+        keep_async_scheduling_for_ngram()
     patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.SPECULATION_POLICY_ATTR,))
     patch_adaptive_policy()
