@@ -48,8 +48,9 @@ from vllm_sampling_plugin.integration.proposal_report import PROPOSE_ATTR, PROPO
 def build(policy, async_scheduling):
     engine_args = EngineArgs(
         model=MODEL, load_format="dummy", max_model_len=256, max_num_seqs=8,
-        # "ngram_gpu": vLLM 0.32 refuses async scheduling with "ngram".
-        speculative_config={"method": "ngram_gpu", "num_speculative_tokens": K,
+        # "ngram", which stock vLLM 0.32 refuses with async scheduling and the
+        # plugin schedules as "ngram_gpu" (integration/vllm_config.py).
+        speculative_config={"method": "ngram", "num_speculative_tokens": K,
                             "prompt_lookup_min": 2, "prompt_lookup_max": 3},
         async_scheduling=async_scheduling, speculation_policy=policy,
         enable_prefix_caching=False,

@@ -68,7 +68,7 @@ def test_ngram_on_the_v2_runner_is_scheduled_as_upstream_schedules_ngram_gpu(tin
     if got["upstream_check"]:  # 0.32: the plugin's decision, said once per config
         assert got["log"] == [
             "vllm-sampling-plugin: n-gram speculation runs on the GPU (async scheduling "
-            "on, as upstream schedules method 'ngram_gpu')."
+            "on; 'ngram' is scheduled as upstream schedules 'ngram_gpu', the same proposer)."
         ], got["log"]
     else:  # 0.33 schedules "ngram" asynchronously itself; the plugin stays out
         assert got["log"] == [], got["log"]

@@ -43,6 +43,9 @@ _PATCHED = "_vllm_sampling_plugin_patched"
 _ASYNC_OFF_WARNING = (
     "Async scheduling not supported with %s-based speculative decoding and will be disabled."
 )
+_SCHEDULED_AS_NGRAM_GPU = (
+    "; 'ngram' is scheduled as upstream schedules 'ngram_gpu', the same proposer"
+)
 
 
 def patch_vllm_config() -> None:
@@ -118,7 +121,7 @@ def _keeping_async_for_ngram(post_init, plugin_proposer: bool):
                 "vllm-sampling-plugin: n-gram speculation runs on the GPU "
                 "(async scheduling %s%s).",
                 "on" if self.scheduler_config.async_scheduling else "off",
-                "" if plugin_proposer else ", as upstream schedules method 'ngram_gpu'",
+                "" if plugin_proposer else _SCHEDULED_AS_NGRAM_GPU,
             )
         else:
             post_init(self)
