@@ -9,7 +9,7 @@ import pytest
 
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
-from tests.vllm_lines import needs_vllm_line
+from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
 
 ON_0_20 = needs_vllm_line("0.20")
 WITH_UPSTREAM_NGRAM = needs_vllm_line("0.32", "0.33", why="the V2 runner's own n-gram speculator")
@@ -65,12 +65,15 @@ def async_decisions(tiny_model: str, **env: str | None) -> dict:
 def test_ngram_on_the_v2_runner_is_scheduled_as_upstream_schedules_ngram_gpu(tiny_model):
     got = async_decisions(tiny_model, VLLM_USE_V2_MODEL_RUNNER=None)
     assert got["ngram"] is True and got["ngram_gpu"] is True, got
-    if got["upstream_check"]:  # 0.32: the plugin's decision, said once per config
+    # 0.32 has upstream's check, which the plugin lifts, saying so once per
+    # config; 0.33 schedules "ngram" asynchronously itself, and the plugin stays out.
+    assert got["upstream_check"] is (INSTALLED_LINE == "0.32"), got
+    if INSTALLED_LINE == "0.32":
         assert got["log"] == [
             "vllm-sampling-plugin: n-gram speculation runs on the GPU (async scheduling "
             "on; 'ngram' is scheduled as upstream schedules 'ngram_gpu', the same proposer)."
         ], got["log"]
-    else:  # 0.33 schedules "ngram" asynchronously itself; the plugin stays out
+    else:
         assert got["log"] == [], got["log"]
 
 
