@@ -47,8 +47,8 @@ def test_registration_patches_the_sampler_name():
         # does EngineArgs' field. VllmConfig is the plugin's only on 0.32,
         # whose speculator seam schedules "ngram" asynchronously
         # (test_vllm_config.py); 0.31 has no such seam.
-        import vllm
-        line = ".".join(vllm.__version__.split(".")[:2])
+        from vllm_sampling_plugin.integration.version import installed_vllm_version, release_line
+        line = release_line(installed_vllm_version())
         assert ("_vllm_sampling_plugin_patched" in VllmConfig.__dict__) == (line == "0.32"), line
         assert not hasattr(ModelConfig, "flashinfer_sampler")
         assert EngineArgs.__dataclass_fields__["use_fp64_gumbel"].default is False
