@@ -78,8 +78,8 @@ for step in "$@"; do
         tests/e2e/test_allowed_tokens.py ;;
     cold-start) run cold-start python3 -m pytest -q -s -p no:cacheprovider tests/e2e/test_cold_start.py ;;
     spec-features)
-      # Speculation with the line's default verification and policy (0.33: the
-      # plugin's, adaptive; 0.32: the plugin's, fixed k) keeps what upstream's
+      # Speculation with the line's default verification and policy (0.32 and
+      # 0.33: the plugin's, adaptive) keeps what upstream's
       # offers: greedy and seeded tokens, the batches that stay upstream's,
       # logprobs, structured outputs; the default n-gram engine (async
       # scheduling, the line's policy) keeps greedy tokens; the standard

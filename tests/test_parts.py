@@ -55,27 +55,23 @@ def test_upstream_sampler_lines_keep_upstream_settings(line):
     assert owners["top-k/top-p, batches FlashInfer may take"] == "plugin"
 
 
-@pytest.mark.parametrize(
-    "line, policy_owner, policy_choice",
-    [(LINE_0_32, Owner.OPT_IN, "--speculation-policy adaptive opts in"),
-     (LINE_0_33, Owner.PLUGIN, "--speculation-policy fixed opts out")],
-)
-def test_a_setting_part_is_owned_as_the_lines_default_says(line, policy_owner, policy_choice):
+@pytest.mark.parametrize("line", [LINE_0_32, LINE_0_33])
+def test_a_setting_part_is_owned_as_the_lines_default_says(line):
     """The verify-step and policy shapes are the same on 0.32 and 0.33; who
     verifies an engine's drafts, and with which policy, when it names
     nothing is the line's default (integration/defaults.py: the plugin's
-    verification on both, the adaptive policy on 0.33 only), and the table
-    names the flag that flips each."""
+    verification and the adaptive policy on both), and the table names the
+    flag that flips each."""
     owners = {part: o for part, o, _, _ in parts_rows(line_found(line), line)}
     for part in ("speculative verification owner", "rejection sampling"):
         assert owners[part] == Owner.PLUGIN.value, (line, part)
-    assert owners["adaptive speculation policy"] == policy_owner.value, line
+    assert owners["adaptive speculation policy"] == Owner.PLUGIN.value, line
     row = next(r for r in compatibility_markdown().splitlines() if r.startswith(f"| {line}.x"))
     assert "verification (--plugin-verification upstream opts out)" in row
-    assert f"speculation policy ({policy_choice})" in row
+    assert "speculation policy (--speculation-policy fixed opts out)" in row
     plugins_parts = parts_summary(line_found(line), line).split("; upstream:")[0]
     assert "speculative verification owner" in plugins_parts
-    assert ("adaptive speculation policy" in plugins_parts) == (policy_owner is Owner.PLUGIN)
+    assert "adaptive speculation policy" in plugins_parts
 
 
 def test_unmeasured_lines_say_so():

@@ -18,9 +18,8 @@ Two settings steer the plugin:
     verifies only what the proposer found, capped by the request's recent
     acceptance, so requests without a proposal run one token; ``fixed``
     verifies ``num_speculative_tokens`` for every request every step, as vLLM
-    does. The default is ``adaptive`` on vLLM 0.20 and 0.33, where engine
-    runs measured it, and ``fixed`` on 0.32 until one does there
-    (integration/defaults.py).
+    does. The default is ``adaptive`` on vLLM 0.20, 0.32 and 0.33, where
+    engine runs measured it (integration/defaults.py).
 
 ``plugin_verification`` (``--plugin-verification`` / ``LLM(plugin_verification=...)``)
     Who verifies speculative drafts on vLLM 0.32/0.33: ``upstream`` keeps

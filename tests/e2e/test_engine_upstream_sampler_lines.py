@@ -117,6 +117,10 @@ NGRAM_GPU = {
     "prompt_lookup_min": 2,
     "prompt_lookup_max": 3,
 }
+# "ngram", which on 0.32 the plugin schedules asynchronously as upstream
+# schedules "ngram_gpu" (test_ngram_speculation_keeps_greedy_tokens checks
+# that the engine got what it asked for).
+NGRAM = {**NGRAM_GPU, "method": "ngram"}
 
 # Distinct levels on 64 tokens (ids 100..163): with top_k=20 or top_p=0.9 the
 # surviving set and the draw are decided by the bias, not by the dummy
@@ -521,17 +525,18 @@ if llm.llm_engine.vllm_config.speculative_config is not None:
 def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling, policy):
     """Upstream's GPU n-gram proposer and the line's default verification
     (the plugin's on 0.32 and 0.33), CUDA graphs on, under each speculation
-    policy: ``fixed`` (0.32's default: k drafts verified every step) and
-    ``adaptive`` (0.33's default: a request verifies only the drafts the
-    proposer found; under async scheduling steps without drafts either side
+    policy: ``fixed`` (k drafts verified every step) and ``adaptive`` (the
+    default on both lines: a request verifies only the drafts the proposer
+    found; under async scheduling steps without drafts either side
     run with the speculator out of sight, integration/proposal_report.py):
     greedy outputs match the engine without speculation for at least 90% of
     the prompts (a verification step's batch shape may flip a near-tie) and
-    drafts are accepted."""
+    drafts are accepted. The method is ``"ngram"``, which stock 0.32
+    schedules synchronously: with the plugin the engine runs as asked."""
     common = f"async_scheduling={async_scheduling}, disable_log_stats=False"
     reference, spec = run_engines(
         (tiny_model, common, GREEDY_TIMED),
-        (tiny_model, f"{common}, speculative_config={NGRAM_GPU!r}, speculation_policy={policy!r}",
+        (tiny_model, f"{common}, speculative_config={NGRAM!r}, speculation_policy={policy!r}",
          GREEDY_TIMED),
     )
     assert spec["sampler"] == PLUGIN_SAMPLER

@@ -156,7 +156,7 @@ def test_defaults_are_the_plugins_only_where_an_engine_run_measured_them():
     )
 
     assert default_speculation_policy("0.20") == "adaptive"
-    assert default_speculation_policy("0.32") == "fixed"
+    assert default_speculation_policy("0.32") == "adaptive"
     assert default_speculation_policy("0.33") == "adaptive"
     assert default_verification("0.32") == "plugin"
     assert default_verification("0.33") == "plugin"

@@ -39,6 +39,8 @@ vc.logger.setLevel(logging.INFO)
 print(json.dumps({
     "ngram": scheduled_async("ngram"),
     "ngram_gpu": scheduled_async("ngram_gpu"),
+    # A second config, as vLLM's engine core builds: the decision is not said again.
+    "ngram_again": scheduled_async("ngram"),
     "upstream_check": vc.upstream_turns_async_off_for_ngram(),
     "log": [line for line in lines if "n-gram speculation runs on the GPU" in line],
 }))
@@ -64,9 +66,9 @@ def async_decisions(tiny_model: str, **env: str | None) -> dict:
 @WITH_UPSTREAM_NGRAM
 def test_ngram_on_the_v2_runner_is_scheduled_as_upstream_schedules_ngram_gpu(tiny_model):
     got = async_decisions(tiny_model, VLLM_USE_V2_MODEL_RUNNER=None)
-    assert got["ngram"] is True and got["ngram_gpu"] is True, got
+    assert got["ngram"] is True and got["ngram_gpu"] is True and got["ngram_again"] is True, got
     # 0.32 has upstream's check, which the plugin lifts, saying so once per
-    # config; 0.33 schedules "ngram" asynchronously itself, and the plugin stays out.
+    # process; 0.33 schedules "ngram" asynchronously itself, and the plugin stays out.
     assert got["upstream_check"] is (INSTALLED_LINE == "0.32"), got
     if INSTALLED_LINE == "0.32":
         assert got["log"] == [
@@ -189,6 +191,7 @@ def test_one_warning_when_verification_steps_outgrow_the_graphs():
             vc.warn_if_verification_outgrows_graphs(quiet)
         assert records == [], [r.getMessage() for r in records]
         vc.warn_if_verification_outgrows_graphs(config(256, 3, 512))
+        vc.warn_if_verification_outgrows_graphs(config(256, 3, 512))  # the engine core's rebuild
         assert len(records) == 1
         print(records[0].levelname, records[0].getMessage())
         """,

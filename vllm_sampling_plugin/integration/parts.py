@@ -124,11 +124,13 @@ WHY_PLUGIN = {
     NGRAM: "upstream's V2 runner has no n-gram speculator; the plugin's GPU proposer",
     SPECULATION_POLICY: "the scheduler verifies only the drafts the n-gram proposer "
     "found (counts sent back with each output, no sync; full decode graphs for "
-    "one-token steps); the default on 0.20 and 0.33, where engine runs measured it "
-    "(0.33, 8B: 0.99x / 1.00x of no speculation on non-repeating text, 1.11x of fixed "
+    "one-token steps); the default on 0.20, 0.32 and 0.33, where engine runs measured "
+    "it (0.33, 8B: 0.99x / 1.00x of no speculation on non-repeating text, 1.11x of fixed "
     "k on half-repeating text, 1.00x on accepting text; 1B accepting text 0.95x of "
-    "fixed k inside its A/A twin's 0.93x; docs/benchmarks.md); --speculation-policy "
-    "fixed verifies k drafts for every request every step, as vLLM does",
+    "fixed k inside its A/A twin's 0.93x; 0.32, 8B: 0.98x / 0.99x of no speculation on "
+    "non-repeating text, fixed k 0.98x / 1.02x of it on accepting text; "
+    "docs/benchmarks.md); --speculation-policy fixed verifies k drafts for every "
+    "request every step, as vLLM does",
     FP64_SETTING: "upstream has no such setting; the plugin adds --use-fp64-gumbel",
     FLASHINFER_SETTING: "read once in the front-end, tri-state (1 forces, 0 off, unset "
     "where supported), carried to workers on ModelConfig",
@@ -153,7 +155,8 @@ WHY_PLUGIN_BY_SETTING = {
     "whose requests use only temperature, min_p, top-k and top-p (no float32 "
     "[B*(k+1), V] canvas; 3.3-4.9x upstream's verification op; 8B engine 0.995-1.056x "
     "of upstream's verification in every mix on 0.33, 0.992-1.058x of stock with the "
-    "same k = 3 on 0.32 and 0.936-1.063x at k = 7, both scheduling synchronously), "
+    "same k = 3 on 0.32 and at k = 7 0.959-1.060x, greedy the low end, "
+    "docs/benchmarks.md), "
     "and, on upstream's canvas for the logits processors and "
     "thinking budget, the batches with them that use top-k/top-p (1.79-1.87x "
     "upstream's op); other methods, adaptive verification, watermarks, sampling masks, "
@@ -174,10 +177,6 @@ WHY_UPSTREAM_IN_SHAPE = {
     REJECTION: "upstream's kernels by default on this line; with --plugin-verification "
     "plugin the plugin's fused rejection kernel (filters folded in) on the batches the "
     "verification owner row names",
-    SPECULATION_POLICY: "upstream's fixed k by default on this line (until an engine run "
-    "here with async scheduling: 0.32's on non-repeating text, 0.58-0.62x of no "
-    "speculation, ran without it; the adaptive policy is the default on 0.20 and 0.33); "
-    "--speculation-policy adaptive verifies only the drafts the n-gram proposer found",
     NGRAM: "upstream's own GPU n-gram proposer (spec_decode/ngram/); the plugin "
     "binds a subclass that also counts the drafts it found, for the speculation policy, "
     "and schedules method 'ngram' asynchronously, as upstream schedules 'ngram_gpu' "

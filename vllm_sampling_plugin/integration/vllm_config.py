@@ -117,17 +117,24 @@ def _keeping_async_for_ngram(post_init, plugin_proposer: bool):
             # "ngram_gpu" is the method upstream already schedules asynchronously.
             with _method_shown_as(self.speculative_config, "ngram_gpu"):
                 post_init(self)
-            logger.info(
+            _log_once(
+                logging.INFO,
                 "vllm-sampling-plugin: n-gram speculation runs on the GPU "
-                "(async scheduling %s%s).",
-                "on" if self.scheduler_config.async_scheduling else "off",
-                "" if plugin_proposer else _SCHEDULED_AS_NGRAM_GPU,
+                f"(async scheduling {'on' if self.scheduler_config.async_scheduling else 'off'}"
+                f"{'' if plugin_proposer else _SCHEDULED_AS_NGRAM_GPU}).",
             )
         else:
             post_init(self)
         warn_if_verification_outgrows_graphs(self)
 
     return __post_init__
+
+
+@functools.cache
+def _log_once(level: int, message: str) -> None:
+    # vLLM runs __post_init__ again on the configs it rebuilds (0.32's engine
+    # core twice more, H200 log of 2026-12-01): a decision is said once a process.
+    logger.log(level, message)
 
 
 def verification_step_tokens(vllm_config: VllmConfig) -> int:
@@ -152,12 +159,12 @@ def warn_if_verification_outgrows_graphs(vllm_config: VllmConfig) -> None:
     needed = verification_step_tokens(vllm_config)
     captured = compilation.max_cudagraph_capture_size or 0
     if needed > captured:
-        logger.warning(
-            "vllm-sampling-plugin: n-gram verification steps reach %d tokens "
+        _log_once(
+            logging.WARNING,
+            f"vllm-sampling-plugin: n-gram verification steps reach {needed} tokens "
             "(max_num_seqs x (num_speculative_tokens + 1)) but CUDA graphs are "
-            "captured up to %d tokens, so larger steps run without graphs; "
-            "--max-cudagraph-capture-size %d covers them.",
-            needed, captured, needed,
+            f"captured up to {captured} tokens, so larger steps run without graphs; "
+            f"--max-cudagraph-capture-size {needed} covers them.",
         )
 
 
