@@ -66,7 +66,11 @@ def main(wheels_dir: str, out_dir: str) -> int:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
                         str(site), str(flashinfer_wheel), tvm_ffi_requirement(wheels)],
                        check=True)
+        # FLASHINFER_DISABLE_VERSION_CHECK: a flashinfer-cubin of another
+        # version installed on this machine stops the import otherwise; the
+        # JIT build reads no cubin.
         env = {**os.environ, "PYTHONPATH": str(site), "FLASHINFER_CUDA_ARCH_LIST": CUDA_ARCH,
+               "FLASHINFER_DISABLE_VERSION_CHECK": "1",
                "FLASHINFER_WORKSPACE_BASE": tmp, "MAX_JOBS": str(os.cpu_count() or 1),
                "CUDA_HOME": cuda_home(),
                "CPATH": os.pathsep.join(cuda_include_dirs() + [os.environ.get("CPATH", "")]),
@@ -77,8 +81,13 @@ def main(wheels_dir: str, out_dir: str) -> int:
                  "spec.build()\n"
                  "print(spec.jit_library_path)\n")
         start = time.monotonic()
-        built = subprocess.run([sys.executable, "-c", build], env=env, check=True,
-                               capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        result = subprocess.run([sys.executable, "-c", build], env=env,
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"[stage] FlashInfer's sampling module did not build (exit "
+                     f"{result.returncode}); stock engines will build it on the GPU "
+                     f"machine instead. Its last output:\n{result.stderr[-3000:]}")
+        built = result.stdout.strip().splitlines()[-1]
         target = Path(out_dir) / "sampling" / "sampling.so"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(Path(built).read_bytes())

@@ -159,7 +159,7 @@ PY
 # prebuilt modules. STAGE_FLASHINFER_AOT=0 skips it.
 packed=(wheels)
 if [ "${STAGE_FLASHINFER_AOT:-1}" = 1 ] && command -v nvcc >/dev/null; then
-  echo "[stage] building FlashInfer's sampling module for sm_90a (about 15 minutes on 2 cores)"
+  echo "[stage] building FlashInfer's sampling module for sm_90a (a minute or more on 2 cores)"
   python3 "$here/build_flashinfer_sampling.py" "$work/wheels" "$work/aot" && packed+=(aot)
 fi
 

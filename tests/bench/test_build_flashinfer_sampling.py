@@ -37,3 +37,27 @@ def test_cuda_home_is_the_toolkit_not_the_folder_above_a_wrapper(monkeypatch):
     assert build.cuda_home() == "/usr/local/cuda"
     monkeypatch.setenv("CUDA_HOME", "/opt/cuda-13.0")
     assert build.cuda_home() == "/opt/cuda-13.0"
+
+
+def test_a_failed_build_says_why_and_the_build_ignores_another_cubin_version(tmp_path, monkeypatch):
+    """The build's own error reaches the staging log (it was swallowed, and a
+    flashinfer-cubin of another version on this machine stopped the import)."""
+    (tmp_path / "flashinfer_python-0.7.0.post1-py3-none-any.whl").touch()
+    (tmp_path / "apache_tvm_ffi-0.1.15-cp312-abi3-manylinux2014_x86_64.whl").touch()
+    builds = []
+
+    def run(cmd, env=None, **kwargs):
+        if cmd[1] == "-c":
+            builds.append(env)
+            return types.SimpleNamespace(returncode=1, stdout="", stderr="nvcc fatal: no sm_90a")
+        return types.SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(build.subprocess, "run", run)
+    monkeypatch.setattr(build, "libcuda_stub", lambda folder: folder)
+    monkeypatch.setattr(build, "cuda_include_dirs", lambda: [])
+    with pytest.raises(SystemExit) as failed:
+        build.main(str(tmp_path), str(tmp_path / "aot"))
+    assert "did not build (exit 1)" in str(failed.value)
+    assert str(failed.value).endswith("nvcc fatal: no sm_90a")
+    assert builds[0]["FLASHINFER_DISABLE_VERSION_CHECK"] == "1"
+    assert not (tmp_path / "aot").exists()
