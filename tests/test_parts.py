@@ -12,6 +12,7 @@ from vllm_sampling_plugin.integration.parts import (
     Owner,
     compatibility_markdown,
     line_found,
+    other_choice,
     parts_rows,
     parts_summary,
 )
@@ -72,6 +73,21 @@ def test_a_setting_part_is_owned_as_the_lines_default_says(line):
     plugins_parts = parts_summary(line_found(line), line).split("; upstream:")[0]
     assert "speculative verification owner" in plugins_parts
     assert "adaptive speculation policy" in plugins_parts
+
+
+def test_a_setting_part_is_opt_in_where_the_lines_default_is_upstreams():
+    """Every line with the setting's shapes now defaults to the plugin; a
+    release without a measured default (what ``info`` finds on one newer
+    than 0.33, with 0.33's seams) keeps upstream's behaviour, and the flag
+    that gives the part to the plugin is named."""
+    found, line = line_found(LINE_0_33), "0.34"
+    owners = {part: o for part, o, _, _ in parts_rows(found, line)}
+    for part, choice in (("speculative verification owner", "--plugin-verification plugin"),
+                         ("rejection sampling", "--plugin-verification plugin"),
+                         ("adaptive speculation policy", "--speculation-policy adaptive")):
+        assert owners[part] == Owner.OPT_IN.value, part
+        assert other_choice(part, found, line) == choice, part
+    assert "adaptive speculation policy" not in parts_summary(found, line).split("; upstream:")[0]
 
 
 def test_unmeasured_lines_say_so():
