@@ -927,8 +927,8 @@ def test_ngram_runs_on_the_copy_checkpoint_after_the_peaked_engines_are_closed(t
         ("close", "/ckpt/peaked", 0), ("close", "/ckpt/peaked", 0),
         # The fresh engine whose first request is top-k/top-p (cold-start split).
         ("start", "plugin", "/ckpt/copy", 0, "topk_topp", None),
-        ("peakedness", "1b-copy"),
         ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
+        ("peakedness", "1b-copy"),
         ("ngram", "1b-copy", "adaptive", "nospec", ("nospec", "adaptive"), 3),
         # At most two engines: the fixed-k engine replaces the one without speculation.
         ("close", "/ckpt/copy", 0),
@@ -1152,9 +1152,9 @@ def test_control_alongside_keeps_the_twin_up_beside_every_pair_of_the_first_poli
     twin = "adaptive@control"
     assert bench.log == [
         ("start", "plugin", "/ckpt/copy", 0, "topk_topp", None),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
+        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
         ("peakedness", "1b-copy"),
-        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
-        ("start", "plugin", "/ckpt/copy", 3, "greedy", "adaptive"),
         ("ngram", "1b-copy", "adaptive", "nospec", ("nospec", "adaptive", twin), 3, twin),
         ("close", "/ckpt/copy", 0),
         ("start", "plugin", "/ckpt/copy", 3, "greedy", "fixed"),
@@ -1175,6 +1175,87 @@ def test_control_alongside_keeps_the_twin_up_beside_every_pair_of_the_first_poli
     with pytest.raises(SystemExit):
         run.parse_args(["--control", "--control-alongside"])
     assert "--gpu-memory-utilization 0.4 do not fit" in capsys.readouterr().err
+
+
+class GroupingRun(RecordingRun):
+    """A RecordingRun that also logs which engines were asked to start at once."""
+
+    def start_engines(self, specs, model):
+        if self.args.start_together and len(specs) > 1:
+            self.log.append(("together", len(specs)))
+        return [self.start_engine(spec, model) for spec in specs]
+
+
+def test_start_together_brings_up_the_pair_and_the_twin_at_once(tmp_path, monkeypatch):
+    """--start-together (issue 25's twin runs, whose three engine starts took
+    most of a call): the policy, its twin and stock come up in one group
+    before the first cell, each with the KV cache --kv-cache-gib names."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.33.0")
+    argv = ["--mixes", "ngram", "--spec-policies", "adaptive", "--no-spec-against-none",
+            "--spec-against-stock", "--spec-verification", "plugin", "--ngram-k", "7",
+            "--control", "--control-alongside", "--gpu-memory-utilization", "0.28",
+            "--out", str(tmp_path)]
+    bench = GroupingRun(run.parse_args(argv + ["--start-together", "--kv-cache-gib", "6"]))
+    bench.model("1b", 128256)
+    twin = "adaptive+verify-plugin@control"
+    assert bench.log == [
+        ("together", 3),
+        ("start", "plugin", "/ckpt/copy", 7, "greedy", "adaptive"),
+        ("start", "plugin", "/ckpt/copy", 7, "greedy", "adaptive"),
+        ("start", "stock", "/ckpt/copy", 7, "greedy", None),
+        ("peakedness", "1b-copy"),
+        ("ngram", "1b-copy", "adaptive+verify-plugin", "upstream",
+         ("adaptive+verify-plugin", twin, "upstream"), 7, twin),
+        ("close", "/ckpt/copy", 7), ("close", "/ckpt/copy", 7), ("close", "/ckpt/copy", 7),
+    ]
+    assert {spec.kv_cache_memory_bytes for spec in bench.specs} == {6 * 2**30}
+    assert bench.specs[0].llm_kwargs()["kv_cache_memory_bytes"] == 6 * 2**30
+    # One after another: the same engines and cells, stock started last, and
+    # vLLM's own KV cache sizing.
+    apart = GroupingRun(run.parse_args(argv))
+    apart.model("1b", 128256)
+    assert [e for e in apart.log if e[0] != "peakedness"] == bench.log[1:4] + bench.log[5:]
+    assert apart.log.index(("peakedness", "1b-copy")) == 2
+    assert {spec.kv_cache_memory_bytes for spec in apart.specs} == {None}
+    assert "kv_cache_memory_bytes" not in apart.specs[0].llm_kwargs()
+
+
+def test_start_together_needs_a_set_kv_cache(capsys):
+    with pytest.raises(SystemExit):
+        run.parse_args(["--start-together"])
+    assert "name the size with --kv-cache-gib" in capsys.readouterr().err
+
+
+def test_engines_started_together_are_all_launched_before_any_is_awaited(tmp_path, monkeypatch):
+    events = []
+
+    class LaunchedEngine:
+        def __init__(self, spec):
+            self.spec = spec
+            events.append(("launch", spec.role))
+
+        @property
+        def info(self):
+            events.append(("up", self.spec.role))
+            return {"gpu": "g", "vllm": "v", "torch": "t", "sampler": "s", "startup_s": 1.0,
+                    "cold_start": {"order": ["greedy"], "ttft_ms": [2.0], "warm_ttft_ms": 1.0}}
+
+    monkeypatch.setattr(run, "Engine", LaunchedEngine)
+    specs = [engine.EngineSpec(role, "/m", 8, 0.3, 100, kv_cache_memory_bytes=2**30)
+             for role in ("plugin", "stock")]
+    together = run.Run(run.parse_args(["--start-together", "--kv-cache-gib", "1",
+                                       "--out", str(tmp_path)]))
+    started = together.start_engines(specs, "m")
+    assert [e.spec.role for e in started] == ["plugin", "stock"]
+    assert events == [("launch", "plugin"), ("launch", "stock"), ("up", "plugin"),
+                      ("up", "stock")]
+    assert [e["started_together"] for e in together.results["engines"]] == [True, True]
+    events.clear()
+    apart = run.Run(run.parse_args(["--out", str(tmp_path)]))
+    apart.start_engines(specs, "m")
+    assert events == [("launch", "plugin"), ("up", "plugin"), ("launch", "stock"),
+                      ("up", "stock")]
+    assert [e["started_together"] for e in apart.results["engines"]] == [False, False]
 
 
 def test_a_cell_with_the_twin_alongside_rotates_three_engines_and_writes_two_cells(tmp_path):
@@ -1232,8 +1313,8 @@ def test_stock_engines_measure_each_k_against_one_engine_without_speculation(
     bench.model("8b", 151936)
     assert bench.log == [
         ("start", "stock", "/ckpt/copy", 0, "topk_topp", None),
-        ("peakedness", "8b-copy"),
         ("start", "stock", "/ckpt/copy", 3, "greedy", None),
+        ("peakedness", "8b-copy"),
         ("ngram", "8b-copy", "upstream", "nospec", ("nospec", "upstream"), 3),
         ("close", "/ckpt/copy", 3),
         ("start", "stock", "/ckpt/copy", 7, "greedy", None),

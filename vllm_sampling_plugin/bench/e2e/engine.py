@@ -88,6 +88,10 @@ class EngineSpec:
     # GPU proposer in the V2 runner; stock 0.32 schedules "ngram" synchronously
     # and "ngram_gpu" asynchronously, and the plugin schedules both as the latter.
     ngram_method: str = "ngram"
+    # The KV cache's size, in place of vLLM's sizing from the GPU memory left
+    # after profiling, which engines starting beside this one change; None:
+    # vLLM's sizing (bench e2e --kv-cache-gib).
+    kv_cache_memory_bytes: int | None = None
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -102,6 +106,8 @@ class EngineSpec:
         }
         if self.use_fp64_gumbel:
             kwargs["use_fp64_gumbel"] = True
+        if self.kv_cache_memory_bytes:
+            kwargs["kv_cache_memory_bytes"] = self.kv_cache_memory_bytes
         if self.attention_backend:
             kwargs["attention_backend"] = self.attention_backend
         compilation_config = {}
@@ -236,13 +242,22 @@ class Engine:
     """The parent's handle on an engine process."""
 
     def __init__(self, spec: EngineSpec) -> None:
+        """Start the engine's process; :attr:`info` waits until it is up, so
+        several engines can start at once (``bench e2e --start-together``)."""
         self.spec = spec
         context = multiprocessing.get_context("spawn")
         self._conn, child_conn = context.Pipe()
         # Not a daemon: the engine starts its own engine-core process.
         self._process = context.Process(target=_serve, args=(child_conn, spec), daemon=False)
         self._process.start()
-        self.info = self._receive()
+        self._info: dict | None = None
+
+    @property
+    def info(self) -> dict:
+        """What the engine reported once up (:meth:`_EngineServer.ready_info`)."""
+        if self._info is None:
+            self._info = self._receive()
+        return self._info
 
     @property
     def pid(self) -> int:
@@ -250,6 +265,7 @@ class Engine:
         return self._process.pid
 
     def call(self, command: str, **kwargs) -> dict:
+        self.info  # the first message is the start's report
         self._conn.send((command, kwargs))
         return self._receive()
 

@@ -193,6 +193,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "engines' logits agree bit for bit")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
                         help="per engine; two engines share the GPU")
+    parser.add_argument("--kv-cache-gib", type=float, default=None, metavar="GIB",
+                        help="every engine's KV cache, in GiB (vLLM's kv_cache_memory_bytes), "
+                             "in place of vLLM's sizing from the memory its profiling finds "
+                             "free; the same for every engine of a comparison. Needed by "
+                             "--start-together")
+    parser.add_argument("--start-together", action="store_true",
+                        help="start the engines that a comparison brings up at once (the "
+                             "pair, the A/A twin, the engine without speculation) in "
+                             "parallel rather than one after another: a call keeps the "
+                             "minutes the starts took for its pairs (three 1B engines took "
+                             "320-390 s one after another on an H200). Start-up seconds and "
+                             "first-request TTFTs then include the other engines' start-up. "
+                             "Needs --kv-cache-gib: vLLM sizes a KV cache from the GPU memory "
+                             "left after profiling, which engines starting beside it change")
     parser.add_argument("--attention-backend", default=None,
                         help="vLLM attention backend of every engine (default: vLLM's choice); "
                         "TRITON_ATTN where FlashAttention is unavailable or fails")
@@ -241,6 +255,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--control-alongside: three engines of --gpu-memory-utilization "
                          f"{args.gpu_memory_utilization} do not fit one GPU (at most "
                          f"{math.floor(100 * MAX_GPU_MEMORY_UTILIZATION / 3) / 100} each)")
+    if args.start_together and not args.kv_cache_gib:
+        parser.error("--start-together: vLLM sizes each engine's KV cache from the GPU "
+                     "memory left after its profiling, which the engines starting beside "
+                     "it take; name the size with --kv-cache-gib")
     if args.record and args.render and not args.ratios:
         parser.error("--record writes the ratios of a run or of --ratios FILE, not of --render")
     if args.spec_engines == "stock" and release_line(installed_vllm_version()) == LINE_0_20:
@@ -276,6 +294,11 @@ def requests_for_run(min_run_s: float, tok_s: float, output_len: int) -> int:
     """Requests of ``output_len`` tokens that keep an engine generating
     ``tok_s`` busy for ``min_run_s`` seconds (0 when no minimum is asked)."""
     return math.ceil(min_run_s * tok_s / output_len) if min_run_s > 0 else 0
+
+
+def kv_cache_bytes(args: argparse.Namespace) -> int | None:
+    """Every engine's KV cache in bytes (``--kv-cache-gib``), or None."""
+    return int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None
 
 
 def spec_variants(args: argparse.Namespace) -> list[str]:
@@ -391,14 +414,27 @@ class Run:
     def save(self) -> None:
         report.write_json(self.results, self.args.out)
 
+    def start_engines(self, specs: list[EngineSpec], model: str) -> list[Engine]:
+        """Engines for ``specs``, in order: one after another, or with
+        ``--start-together`` (and more than one) all launched, then awaited."""
+        if not self.args.start_together or len(specs) < 2:
+            return [self.start_engine(spec, model) for spec in specs]
+        self.say(f"starting {', '.join(s.label for s in specs)} engines together for {model}")
+        launched = [Engine(spec) for spec in specs]
+        return [self.engine_up(engine, model, together=True) for engine in launched]
+
     def start_engine(self, spec: EngineSpec, model: str) -> Engine:
         self.say(f"starting {spec.label} engine for {model}")
-        engine = Engine(spec)
-        info = engine.info
+        return self.engine_up(Engine(spec), model)
+
+    def engine_up(self, engine: Engine, model: str, together: bool = False) -> Engine:
+        """Wait for ``engine`` to be up; record and say its start."""
+        spec, info = engine.spec, engine.info
         self.results.update(gpu=info["gpu"], vllm=info["vllm"], torch=info["torch"])
         self.results["engines"].append({"model": model, "role": spec.label,
                                         "sampler": info["sampler"],
-                                        "startup_s": info["startup_s"]})
+                                        "startup_s": info["startup_s"],
+                                        "started_together": together})
         cold = info["cold_start"]
         self.results["cold_start"].append({
             "model": model, "role": spec.label, **cold,
@@ -692,16 +728,19 @@ class Run:
                               use_fp64_gumbel=fp64_kwarg(a, role),
                               speculation_policy=speculation_policy,
                               plugin_verification=plugin_verification,
-                              draft_model=draft_model, ngram_method=a.ngram_method)
+                              draft_model=draft_model, ngram_method=a.ngram_method,
+                              kv_cache_memory_bytes=kv_cache_bytes(a))
 
         engines: dict[str, Engine] = {}
         try:
             if plain:
                 name, path = self.checkpoint(shape, vocab, "peaked")
-                # One after the other: vLLM's memory profiling must not see the
-                # other engine's start-up allocations come and go.
-                engines["stock"] = self.start_engine(spec_for("stock", path), name)
-                engines[self.second] = self.start_engine(spec_for(self.second, path), name)
+                # One after the other (vLLM's memory profiling must not see the
+                # other engine's start-up allocations come and go), or at once
+                # with --start-together, whose KV caches have a set size.
+                roles = ["stock", self.second]
+                engines.update(zip(roles, self.start_engines(
+                    [spec_for(role, path) for role in roles], name)))
                 self.peakedness(name, vocab, engines[self.second])
                 self.plain_cells(name, vocab, engines, plain)
                 self.breakdowns(name, vocab, engines,
@@ -733,7 +772,9 @@ class Run:
         ``--control-alongside`` the twin starts right after the first policy
         and runs in each of its cells, three engines at a time. With
         ``--no-spec-against-none`` no engine without speculation starts: the
-        first policy is measured against the others only.
+        first policy is measured against the others only. With
+        ``--start-together`` the engines up before the first cell start at
+        once, the first policy's first baseline among them.
 
         Cold start: the engine without speculation sends top-k/top-p first,
         the others greedy, so a full run shows whether a first request's cost
@@ -752,41 +793,41 @@ class Run:
         beside = a.control_alongside and (a.spec_against_none or len(others) > 1)
         twin = others.pop() if beside else None
 
-        def engine_for(k: int, variant: str) -> Engine:
+        def spec_of(k: int, variant: str) -> EngineSpec:
             chosen, owner = split_variant(variant)
             # Upstream's speculation (or its twin) runs in a stock engine,
             # whatever the role.
             engine_role = "stock" if original_variant(variant) == UPSTREAM_POLICY else role
-            return self.start_engine(
-                spec_for(engine_role, path, k, speculation_policy=chosen,
-                         plugin_verification=owner, draft_model=draft),
-                name)
+            return spec_for(engine_role, path, k, speculation_policy=chosen,
+                            plugin_verification=owner, draft_model=draft)
 
         for k in a.ngram_k:
             if self.out_of_time(f"{name} k={k} engines", starts_engine=True):
                 return
+            # The engines up before the first cell: the one without
+            # speculation (once), the first policy and its twin, and with
+            # --start-together the policy's first baseline as well.
+            first = ([("nospec", spec_for(role, path, cold_start_first="topk_topp"))]
+                     if a.spec_against_none and "nospec" not in engines else [])
+            first += [(v, spec_of(k, v)) for v in [policy] + ([twin] if twin else [])]
+            if a.start_together and others and not a.spec_against_none:
+                first.append((others[0], spec_of(k, others[0])))
+            engines.update(zip([n for n, _ in first],
+                               self.start_engines([spec for _, spec in first], name)))
+            if first[0][0] == "nospec" or not a.spec_against_none:
+                self.peakedness(name, vocab, engines[first[0][0]])
             baseline = None
             if a.spec_against_none:
-                if "nospec" not in engines:
-                    engines["nospec"] = self.start_engine(
-                        spec_for(role, path, cold_start_first="topk_topp"), name)
-                    self.peakedness(name, vocab, engines["nospec"])
-                engines[policy] = engine_for(k, policy)
-                if twin:
-                    engines[twin] = engine_for(k, twin)
                 self.ngram_cells(name, vocab, engines, policy, "nospec", k, twin)
                 baseline = "nospec"
-            else:
-                engines[policy] = engine_for(k, policy)
-                self.peakedness(name, vocab, engines[policy])
-                if twin:
-                    engines[twin] = engine_for(k, twin)
             for other in others:
-                if self.out_of_time(f"{name} k={k} {policy} vs {other}", starts_engine=True):
-                    return
-                if baseline is not None:
-                    engines.pop(baseline).close()
-                engines[other] = engine_for(k, other)
+                if other not in engines:
+                    if self.out_of_time(f"{name} k={k} {policy} vs {other}",
+                                        starts_engine=True):
+                        return
+                    if baseline is not None:
+                        engines.pop(baseline).close()
+                    engines[other] = self.start_engine(spec_of(k, other), name)
                 self.ngram_cells(name, vocab, engines, policy, other, k, twin)
                 baseline = other
             for engine_name in [n for n in engines if n != "nospec"]:
