@@ -70,6 +70,18 @@ def test_v2_runner_accepts_the_fields_with_speculation(patched, monkeypatch, fie
     assert params.logit_bias == kwargs.get("logit_bias")
 
 
+def test_the_lift_is_logged_once_per_process(patched, monkeypatch, plugin_records):
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    verify(SamplingParams(temperature=0.0), NGRAM)
+    assert plugin_records == []
+    for field in ("min_p", "logit_bias", "min_p"):
+        verify(SamplingParams(**{field: EVERY_FIELD[field]}), NGRAM)
+    assert [r.getMessage() for r in plugin_records] == [
+        "vllm-sampling-plugin: min_p and logit_bias are accepted with speculative decoding; "
+        "the plugin's rejection sampler applies them to the target distribution."
+    ]
+
+
 @pytest.mark.parametrize("field", ["min_p", "logit_bias"])
 def test_v1_runner_keeps_the_refusal_as_a_400_naming_the_field(patched, monkeypatch, field):
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)

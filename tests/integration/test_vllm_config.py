@@ -34,8 +34,8 @@ def scheduled_async(method):
 
 # Attached after the first config: building one reconfigures vLLM's loggers.
 scheduled_async("ngram_gpu")
-vc.logger.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: lines.append(r.getMessage())})())
-vc.logger.setLevel(logging.INFO)
+logging.getLogger("vllm.vllm_sampling_plugin").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: lines.append(r.getMessage())})())
+logging.getLogger("vllm.vllm_sampling_plugin").setLevel(logging.INFO)
 print(json.dumps({
     "ngram": scheduled_async("ngram"),
     "ngram_gpu": scheduled_async("ngram_gpu"),
@@ -171,7 +171,7 @@ def test_one_warning_when_verification_steps_outgrow_the_graphs():
         records = []
         handler = logging.Handler()
         handler.emit = records.append
-        vc.logger.addHandler(handler)
+        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(handler)
 
         def config(max_num_seqs, k, captured, eager=False, batched=8192,
                    mode=CUDAGraphMode.FULL_AND_PIECEWISE):

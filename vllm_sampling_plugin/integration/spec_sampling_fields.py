@@ -22,10 +22,9 @@ import logging
 import vllm.envs as envs
 from vllm.sampling_params import SamplingParams
 
-logger = logging.getLogger("vllm.vllm_sampling_plugin")
+from vllm_sampling_plugin.integration.log_once import log_once
 
 _PATCHED = "_vllm_sampling_plugin_patched"
-_lift_logged = False
 
 
 def patch_spec_decode_validation() -> None:
@@ -46,7 +45,12 @@ def _lifting_min_p_and_logit_bias(validate):
         if speculative_config is None or not plugin_verifies_drafts():
             return validate(self, speculative_config)
         if self.min_p or self.logit_bias:
-            _log_lift_once()
+            log_once(
+                logging.INFO,
+                "vllm-sampling-plugin: min_p and logit_bias are accepted with "
+                "speculative decoding; the plugin's rejection sampler applies them "
+                "to the target distribution.",
+            )
         # vLLM's other spec-decode checks (if a 0.20.x release adds any) still
         # run: only the two fields the plugin applies are hidden from them.
         validate(_without_min_p_and_logit_bias(self), speculative_config)
@@ -60,14 +64,3 @@ def _without_min_p_and_logit_bias(params: SamplingParams) -> SamplingParams:
     shown.min_p = 0.0
     shown.logit_bias = None
     return shown
-
-
-def _log_lift_once() -> None:
-    global _lift_logged
-    if not _lift_logged:
-        _lift_logged = True
-        logger.info(
-            "vllm-sampling-plugin: min_p and logit_bias are accepted with "
-            "speculative decoding; the plugin's rejection sampler applies them "
-            "to the target distribution."
-        )

@@ -33,8 +33,7 @@ import vllm.envs as envs
 from vllm.config import CUDAGraphMode, VllmConfig
 
 from vllm_sampling_plugin.config import NGRAM_METHODS
-
-logger = logging.getLogger("vllm.vllm_sampling_plugin")
+from vllm_sampling_plugin.integration.log_once import log_once
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 # The warning with which upstream's __post_init__ turns async scheduling off
@@ -117,7 +116,7 @@ def _keeping_async_for_ngram(post_init, plugin_proposer: bool):
             # "ngram_gpu" is the method upstream already schedules asynchronously.
             with _method_shown_as(self.speculative_config, "ngram_gpu"):
                 post_init(self)
-            _log_once(
+            log_once(
                 logging.INFO,
                 "vllm-sampling-plugin: n-gram speculation runs on the GPU "
                 f"(async scheduling {'on' if self.scheduler_config.async_scheduling else 'off'}"
@@ -128,13 +127,6 @@ def _keeping_async_for_ngram(post_init, plugin_proposer: bool):
         warn_if_verification_outgrows_graphs(self)
 
     return __post_init__
-
-
-@functools.cache
-def _log_once(level: int, message: str) -> None:
-    # vLLM runs __post_init__ again on the configs it rebuilds (0.32's engine
-    # core twice more, H200 log of 2026-12-01): a decision is said once a process.
-    logger.log(level, message)
 
 
 def verification_step_tokens(vllm_config: VllmConfig) -> int:
@@ -159,7 +151,7 @@ def warn_if_verification_outgrows_graphs(vllm_config: VllmConfig) -> None:
     needed = verification_step_tokens(vllm_config)
     captured = compilation.max_cudagraph_capture_size or 0
     if needed > captured:
-        _log_once(
+        log_once(
             logging.WARNING,
             f"vllm-sampling-plugin: n-gram verification steps reach {needed} tokens "
             "(max_num_seqs x (num_speculative_tokens + 1)) but CUDA graphs are "
