@@ -1258,6 +1258,36 @@ def test_engines_started_together_are_all_launched_before_any_is_awaited(tmp_pat
     assert [e["started_together"] for e in apart.results["engines"]] == [False, False]
 
 
+@pytest.mark.parametrize("together", [True, False])
+def test_engines_up_are_closed_when_another_fails_to_start(tmp_path, monkeypatch, together):
+    """An engine process left running would hold its GPU memory and keep the
+    bench from exiting: a failed start closes the others, then raises."""
+    closed = []
+
+    class FailingSecond:
+        def __init__(self, spec):
+            self.spec = spec
+
+        @property
+        def info(self):
+            if self.spec.role == "stock":
+                raise RuntimeError("stock engine: out of memory")
+            return {"gpu": "g", "vllm": "v", "torch": "t", "sampler": "s", "startup_s": 1.0,
+                    "cold_start": {"order": ["greedy"], "ttft_ms": [2.0], "warm_ttft_ms": 1.0}}
+
+        def close(self):
+            closed.append(self.spec.role)
+
+    monkeypatch.setattr(run, "Engine", FailingSecond)
+    specs = [engine.EngineSpec(role, "/m", 8, 0.3, 100) for role in ("plugin", "stock")]
+    argv = ["--start-together", "--kv-cache-gib", "1"] if together else []
+    bench = run.Run(run.parse_args(argv + ["--out", str(tmp_path)]))
+    with pytest.raises(RuntimeError, match="out of memory"):
+        bench.start_engines(specs, "m")
+    # Launched together, both processes exist when the second fails.
+    assert closed == (["plugin", "stock"] if together else ["plugin"])
+
+
 def test_a_cell_with_the_twin_alongside_rotates_three_engines_and_writes_two_cells(tmp_path):
     """With a twin, each pair is a rotation of baseline, policy and twin on
     the same prompts; the policy's runs give the cell against no

@@ -416,12 +416,26 @@ class Run:
 
     def start_engines(self, specs: list[EngineSpec], model: str) -> list[Engine]:
         """Engines for ``specs``, in order: one after another, or with
-        ``--start-together`` (and more than one) all launched, then awaited."""
-        if not self.args.start_together or len(specs) < 2:
-            return [self.start_engine(spec, model) for spec in specs]
-        self.say(f"starting {', '.join(s.label for s in specs)} engines together for {model}")
-        launched = [Engine(spec) for spec in specs]
-        return [self.engine_up(engine, model, together=True) for engine in launched]
+        ``--start-together`` (and more than one) all launched, then awaited.
+        Where one fails to start, the others are closed (an engine process
+        left running would hold its GPU memory and keep the bench from
+        exiting) and the error raised."""
+        together = self.args.start_together and len(specs) > 1
+        if together:
+            self.say(f"starting {', '.join(s.label for s in specs)} engines together "
+                     f"for {model}")
+        started: list[Engine] = []
+        try:
+            for spec in specs:
+                started.append(Engine(spec) if together else self.start_engine(spec, model))
+            if together:
+                for engine in started:
+                    self.engine_up(engine, model, together=True)
+        except BaseException:
+            for engine in started:
+                engine.close()
+            raise
+        return started
 
     def start_engine(self, spec: EngineSpec, model: str) -> Engine:
         self.say(f"starting {spec.label} engine for {model}")
