@@ -121,7 +121,8 @@ print(defaults.default_speculation_policy())')
       # STEP_TIMEOUT=540; the 8B one narrows --spec-workloads through E2E_ARGS.
       # A 1B cell whose runs spread more than its effect: add "--control
       # --control-alongside --gpu-memory-utilization 0.28" (the A/A twin in
-      # the same window, three engines up).
+      # the same window, three engines up), and "--start-together
+      # --kv-cache-gib 6" to start the three at once.
       if [ "$step" = e2e-spec-1b ]; then model=1b:128256; else model=8b:151936; fi
       run "$step" python3 -m vllm_sampling_plugin.cli bench e2e --models "$model" \
         --mixes ngram --max-num-seqs 64,256 --pairs 2 --num-requests 256 --output-len 256 \
@@ -183,7 +184,10 @@ print(defaults.default_speculation_policy())')
       # then greedy, max_num_seqs 64 and 256. One k per call: SPEC_K=3 or 7
       # (about 8-9 minutes on an H100: STEP_TIMEOUT=575). A 1B engine runs
       # these 256 requests in under a second, which the host's noise
-      # swamps: add --models 1b:128256 --min-run-s 8 through E2E_ARGS.
+      # swamps: add --models 1b:128256 --min-run-s 8 through E2E_ARGS. With
+      # the A/A twin (--control --control-alongside) three engine starts took
+      # 320-390 s of a call one after another (1B, H200, 2026-12-02):
+      # "--start-together --kv-cache-gib 6" starts them at once.
       # Batches with logits processors (the plugin's verification on
       # upstream's canvas where they use top-k/top-p): E2E_ARGS="--spec-mixes
       # penalties_topk,topk_topp".
@@ -207,7 +211,9 @@ print(defaults.default_speculation_policy())')
       # docs/benchmarks.md, 2026-11-28 fifth run). One mix per call:
       # SPEC_MIXES=t1 (default), topk_topp, seeded_topp; about 7 minutes on
       # an H200 (two engines took 300 s, 2026-11-28): STEP_TIMEOUT=590. An 8B
-      # target (two 8B engines start in 5-7 minutes) does not fit a call.
+      # target (two 8B engines start in 5-7 minutes one after another) does
+      # not fit a call unless they start at once: E2E_ARGS="--start-together
+      # --kv-cache-gib 12" (not yet run on a GPU).
       build_flashinfer_sampling_in_background
       run "$step-${SPEC_MIXES:-t1}" python3 -m vllm_sampling_plugin.cli bench e2e \
         --models 1b:128256 --mixes ngram --spec-draft tiny --spec-policies fixed \
