@@ -1226,6 +1226,11 @@ def test_start_together_needs_a_set_kv_cache(capsys):
     assert "name the size with --kv-cache-gib" in capsys.readouterr().err
 
 
+# What an engine process reports once up (engine._EngineServer.ready_info).
+READY_INFO = {"gpu": "g", "vllm": "v", "torch": "t", "sampler": "s", "startup_s": 1.0,
+              "cold_start": {"order": ["greedy"], "ttft_ms": [2.0], "warm_ttft_ms": 1.0}}
+
+
 def test_engines_started_together_are_all_launched_before_any_is_awaited(tmp_path, monkeypatch):
     events = []
 
@@ -1237,8 +1242,7 @@ def test_engines_started_together_are_all_launched_before_any_is_awaited(tmp_pat
         @property
         def info(self):
             events.append(("up", self.spec.role))
-            return {"gpu": "g", "vllm": "v", "torch": "t", "sampler": "s", "startup_s": 1.0,
-                    "cold_start": {"order": ["greedy"], "ttft_ms": [2.0], "warm_ttft_ms": 1.0}}
+            return READY_INFO
 
     monkeypatch.setattr(run, "Engine", LaunchedEngine)
     specs = [engine.EngineSpec(role, "/m", 8, 0.3, 100, kv_cache_memory_bytes=2**30)
@@ -1272,8 +1276,7 @@ def test_engines_up_are_closed_when_another_fails_to_start(tmp_path, monkeypatch
         def info(self):
             if self.spec.role == "stock":
                 raise RuntimeError("stock engine: out of memory")
-            return {"gpu": "g", "vllm": "v", "torch": "t", "sampler": "s", "startup_s": 1.0,
-                    "cold_start": {"order": ["greedy"], "ttft_ms": [2.0], "warm_ttft_ms": 1.0}}
+            return READY_INFO
 
         def close(self):
             closed.append(self.spec.role)
