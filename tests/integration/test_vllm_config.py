@@ -34,8 +34,9 @@ def scheduled_async(method):
 
 # Attached after the first config: building one reconfigures vLLM's loggers.
 scheduled_async("ngram_gpu")
-logging.getLogger("vllm.vllm_sampling_plugin").addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: lines.append(r.getMessage())})())
-logging.getLogger("vllm.vllm_sampling_plugin").setLevel(logging.INFO)
+plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
+plugin_logger.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: lines.append(r.getMessage())})())
+plugin_logger.setLevel(logging.INFO)
 print(json.dumps({
     "ngram": scheduled_async("ngram"),
     "ngram_gpu": scheduled_async("ngram_gpu"),
