@@ -239,7 +239,7 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         b = batch(n, k, vocab)
 
         def route(params, draft_logits=None, max_num_logprobs=-1, logprobs_mode="raw_logprobs",
-                  seed=None):
+                  seed=None, fill=dict(temperature=1.0)):
             sampler = build_sampler(n, vocab, k, logprobs_mode=logprobs_mode)
             def apply_sampling_params(logits, *args, skip_top_k_top_p=False):
                 return canvas if skip_top_k_top_p else logits
@@ -248,7 +248,7 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
             sampler.sample = lambda logits, *a: (logits.argmax(-1), logits)
             rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
             rs._get_logprobs_tensors = lambda *args: None  # a GPU kernel
-            add(sampler, n - 1, seeded=False, temperature=1.0)
+            add(sampler, n - 1, seeded=False, **fill)
             sampler.add_request(n - 1, SamplingParams(seed=seed, **params))
             # The processors' staged writes copy to a GPU; the route needs
             # only the sampling parameters.
@@ -283,6 +283,14 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         # but not over a narrower draft vocabulary.
         draft_logits = torch.randn(n, k, vocab)
         assert route(dict(temperature=0.0), draft_logits) == plugin
+        # Every request greedy: the Sampler's argmax of every logit, matched,
+        # whatever the drafts (a greedy target accepts its argmax only), with
+        # or without logits processors.
+        greedy, matched = dict(fill=dict(temperature=0.0)), ("matching", n * (k + 1))
+        assert route(dict(temperature=0.0), **greedy) == matched
+        assert route(dict(temperature=0.0), draft_logits, **greedy) == matched
+        assert route(dict(temperature=0.0, logit_bias={3: 5.0}), **greedy) == matched
+        assert route(dict(temperature=0.0, top_k=5), **greedy) == matched
         # Every filter is passed where any is on (the kernels turn each
         # off per row: one compile variant).
         assert route(dict(temperature=0.5, top_k=5, top_p=0.9), draft_logits) == (
@@ -543,9 +551,10 @@ sampler = build_sampler(n, vocab, k, use_fp64_gumbel={fp64})
 rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
 add(sampler, n, temperature=1.0, top_p=0.95)
 # The start-up warm-up compiles the verification kernels and sizes the
-# draw's warm-up: matching draws every logit of n-gram drafts.
+# draw's warm-up: matching draws every logit (of n-gram drafts when seeded,
+# of any drafts when greedy).
 assert rs.warm_up_verification(n, CPU, (torch.float32,), (torch.int32,), None) == n * (k + 1)
-assert rs.warm_up_verification(n, CPU, (torch.float32,), (torch.int32,), torch.zeros(n, k, vocab)) == n
+assert rs.warm_up_verification(n, CPU, (torch.float32,), (torch.int32,), torch.zeros(n, k, vocab)) == n * (k + 1)
 sampled, num = verify(rs, b)
 emitted = [sampled[r, : num[r]].tolist() for r in range(n)]
 # Without speculation every position is a step of its own: one row per
@@ -590,7 +599,8 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
     skips upstream's float32 copy; float32 where a model emits it), greedy,
     sampled, each filter alone and all together, with n-gram drafts and
     with draft logits, and on the float32 canvas of a batch with logits
-    processors. (On a GPU, vLLM 0.33's JIT monitor logged the filtered
+    processors; greedy batches, matched against the Sampler's draws of
+    every logit, by the draw's warm-up up to the rows the verifier names. (On a GPU, vLLM 0.33's JIT monitor logged the filtered
     kernels compiling mid-run when the warm-up filtered float32 only.)"""
     out = run_python(
         """
@@ -598,6 +608,7 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
         sys.path.insert(0, "scripts")
         from kernel_stubs import stub_ops
         from tests.compile_keys import Recorder
+        from vllm_sampling_plugin.integration.seams.warmup import warm_up_plugin_draw
         keys = set()
         stub_ops(lambda name, kernel: Recorder(name, kernel, keys))
         k, max_reqs, vocab = 3, 48, 151936
@@ -628,13 +639,15 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
                 lambda logits, *args, skip_top_k_top_p: logits.float())
             rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
             keys.clear()
-            rs.warm_up_verification(max_reqs, CPU, (torch.float32, torch.bfloat16), (torch.int64,),
-                                    draft_logits)
-            warmed = set(keys)
-            names = {key[0] for key in warmed}
+            dtypes = (torch.float32, torch.bfloat16)
+            max_rows = rs.warm_up_verification(max_reqs, CPU, dtypes, (torch.int64,), draft_logits)
+            names = {key[0] for key in keys}
             assert {"_rejection_kernel", "_rejection_step_kernel", "_emit_kernel",
-                    "_list_chunks_kernel", "_threshold_kernel"} <= names, names
-            assert ("_accept_matching_kernel" in names) == (draft_logits is None), names
+                    "_list_chunks_kernel", "_threshold_kernel", "_accept_matching_kernel"} <= names, names
+            # Greedy batches are matched against the Sampler's draws of every
+            # logit: the draw's warm-up (the seam's, after this one) covers them.
+            warm_up_plugin_draw(sampler, max_reqs, CPU, dtypes, (torch.int64,), max_rows)
+            warmed = set(keys)
             logits = torch.empty(max_reqs * (k + 1), vocab)
             for dtype, params in mixes:
                 add(sampler, max_reqs, seeded=False, **params)

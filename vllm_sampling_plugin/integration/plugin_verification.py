@@ -58,6 +58,18 @@ reproduces, so the tokens follow upstream's law but are not upstream's
 tokens (tests/integration/test_plugin_verification.py checks the law with a
 chi-square test, and greedy rows token for token).
 
+Greedy batches: a batch in which every request is greedy is verified by
+matching too (below), with n-gram drafts or draft logits: a greedy target is
+a point mass on its argmax, which accepts a draft iff it is that argmax and
+emits the argmax at a rejection, whatever the draft's probabilities. The
+Sampler's draw of every logit is then one argmax pass over all ``B * (k + 1)``
+rows at once, the reads upstream's greedy verification makes, where the
+fused kernel walks a request's ``k + 1`` rows one launch after another and
+its launches each cover only ``B`` rows (on vLLM 0.32, an 8B model at k = 7
+and 64 sequences, 2026-12-02: 0.41 ms of sampling GPU time a step against
+upstream's 0.17, and 0.984x of stock's throughput with the A/A twin at
+0.998x).
+
 Seeded requests: a batch of n-gram drafts (no draft logits) in which some
 request has an explicit seed is verified by matching instead
 (``ops/rejection/matching.py``, as on vLLM 0.20): the Sampler draws every
@@ -192,8 +204,9 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             "top-k and top-p folded in (no float32 [B*(k+1), V] canvas), and "
             "batches with a logits processor or thinking budget where a request "
             "uses top-k/top-p (upstream's canvas for the processors, top-k/top-p "
-            "folded), noise in %s Philox; n-gram drafts of a batch with a seeded "
-            "request are verified by matching the Sampler's own draws (seeded "
+            "folded), noise in %s Philox; batches of greedy requests, and n-gram "
+            "drafts of a batch with a seeded request, are verified by matching the "
+            "Sampler's own draws of every logit (one argmax pass when greedy; seeded "
             "tokens as without speculation); batches with a logits processor or "
             "thinking budget and no top-k/top-p, processed logprobs, or a draft "
             "vocabulary narrower than the target's stay upstream's; "
@@ -264,11 +277,20 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
 
     def matches_drafts(self, draft_logits: torch.Tensor | None, idx_mapping_np: np.ndarray) -> bool:
         """Whether a batch the plugin verifies is verified by matching the
-        Sampler's own draws (module docstring): n-gram drafts, and a request
-        with an explicit seed."""
-        return draft_logits is None and self.sampler.sampling_states.any_explicit_seed(
-            idx_mapping_np
-        )
+        Sampler's own draws (module docstring): every request greedy, or
+        n-gram drafts and a request with an explicit seed."""
+        states = self.sampler.sampling_states
+        if bool(np.all(states.temperature.np[idx_mapping_np] == 0.0)):
+            return True
+        return draft_logits is None and states.any_explicit_seed(idx_mapping_np)
+
+    def builds_canvas(self, draft_logits: torch.Tensor | None, idx_mapping_np: np.ndarray) -> bool:
+        """Whether verifying this plugin batch copies its logits to a float32
+        canvas: the Sampler's processing when matching, the logits
+        processors' otherwise."""
+        if self.matches_drafts(draft_logits, idx_mapping_np):
+            return bool(np.any(self.sampler.needs_logits_processing[idx_mapping_np]))
+        return self.processed(idx_mapping_np)
 
     def warm_up_verification(
         self,
@@ -340,13 +362,13 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
                     scale_draft_logits=True,
                     **filters,
                 )
-        warmed = [f"rejection ({'draft logits' if draft_logits is not None else 'n-gram drafts'})"]
-        max_rows = max_num_reqs
-        if draft_logits is None:
-            # One variant: the output width is K + 1.
-            accept_matching_drafts(pos[:1], draft_tokens[:1], counts[:2], self.num_speculative_steps)
-            warmed.append("matching")
-            max_rows = max_num_reqs * (1 + self.num_speculative_steps)
+        # Matching (greedy batches, and seeded ones of n-gram drafts): one
+        # variant, the output width is K + 1.
+        accept_matching_drafts(pos[:1], draft_tokens[:1], counts[:2], self.num_speculative_steps)
+        warmed = [
+            f"rejection ({'draft logits' if draft_logits is not None else 'n-gram drafts'})",
+            "matching",
+        ]
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         logger.info(
@@ -359,7 +381,7 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             max_num_reqs,
             time.perf_counter() - start,
         )
-        return max_rows
+        return max_num_reqs * (1 + self.num_speculative_steps)
 
     def filters(self, filtered: bool) -> dict[str, torch.Tensor]:
         """The filter arguments of a batch: all three where some request
@@ -386,16 +408,11 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         )
         self.plugin_batch = reason is None
         self.batches["plugin" if reason is None else "upstream"] += 1
-        idx_mapping_np = input_batch.idx_mapping_np
-        if (
-            reason is None
-            and not self.matches_drafts(draft_logits, idx_mapping_np)
-            and not self.processed(idx_mapping_np)
-        ):
-            # No canvas: one launch covers the batch. (Matching's Sampler
-            # and the processors build upstream's, so they keep its chunks.)
+        if reason is None and not self.builds_canvas(draft_logits, input_batch.idx_mapping_np):
+            # No canvas: one launch covers the batch. (A canvas keeps
+            # upstream's chunks, which bound its size.)
             max_chunk_logits = max(max_chunk_logits, logits.shape[0])
-        elif reason not in self._logged:
+        elif reason is not None and reason not in self._logged:
             self._logged.add(reason)
             logger.info(
                 "vllm-sampling-plugin verification: batches with %s are verified by "

@@ -30,9 +30,9 @@ sees at most max_num_reqs rows, except where the plugin verifies
 compiles its own kernels
 (``PluginVerifyingRejectionSampler.warm_up_verification``: the rejection
 kernel per launch plan, logits dtype and filtering, and the matching
-kernel), and a batch of n-gram drafts with a seeded request is verified by
-matching the Sampler's draws of every logit, so the draw is warmed up to
-max_num_reqs x (1 + K) rows. Where the user keeps FlashInfer
+kernel), and a batch of greedy requests, or of n-gram drafts with a seeded
+request, is verified by matching the Sampler's draws of every logit, so the
+draw is warmed up to max_num_reqs x (1 + K) rows. Where the user keeps FlashInfer
 (``VLLM_USE_FLASHINFER_SAMPLER=1``) its batches stay upstream's, and so does
 their first-use cost.
 """
