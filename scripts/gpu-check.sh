@@ -187,7 +187,8 @@ print(defaults.default_speculation_policy())')
       # swamps: add --models 1b:128256 --min-run-s 8 through E2E_ARGS. With
       # the A/A twin (--control --control-alongside) three engine starts took
       # 320-390 s of a call one after another (1B, H200, 2026-12-02):
-      # "--start-together --kv-cache-gib 6" starts them at once.
+      # "--start-together --kv-cache-gib 6" starts them at once (three 8B
+      # engines with --kv-cache-gib 12: up in 99-162 s, H200, 0.32).
       # Batches with logits processors (the plugin's verification on
       # upstream's canvas where they use top-k/top-p): E2E_ARGS="--spec-mixes
       # penalties_topk,topk_topp".

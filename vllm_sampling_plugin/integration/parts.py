@@ -155,16 +155,17 @@ WHY_PLUGIN_BY_SETTING = {
     "whose requests use only temperature, min_p, top-k and top-p (no float32 "
     "[B*(k+1), V] canvas; 3.3-4.9x upstream's verification op; 8B engine 0.995-1.056x "
     "of upstream's verification in every mix on 0.33, 0.992-1.058x of stock with the "
-    "same k = 3 on 0.32 and at k = 7 0.959-1.060x, greedy the low end, "
-    "docs/benchmarks.md), "
+    "same k = 3 on 0.32 and at k = 7 0.994-1.060x, docs/benchmarks.md), "
     "and, on upstream's canvas for the logits processors and "
     "thinking budget, the batches with them that use top-k/top-p (1.79-1.87x "
-    "upstream's op); other methods, adaptive verification, watermarks, sampling masks, "
+    "upstream's op); batches of greedy requests by matching the Sampler's argmax of "
+    "every logit (one pass over all rows); other methods, adaptive verification, watermarks, sampling masks, "
     "processor batches without top-k/top-p, processed logprobs and draft vocabularies "
     "narrower than the target's stay upstream's; --plugin-verification upstream keeps "
     "upstream's RejectionSampler",
-    REJECTION: "the plugin's fused rejection kernel (filters folded in) on the batches "
-    "the verification owner row names; upstream's kernels on the rest",
+    REJECTION: "the plugin's fused rejection kernel (filters folded in), or matching "
+    "for greedy and seeded batches, on the batches the verification owner row names; "
+    "upstream's kernels on the rest",
 }
 
 # Why a part stays upstream's in a shape of its seam that the plugin takes.
