@@ -214,7 +214,7 @@ print(defaults.default_speculation_policy())')
       # an H200 (two engines took 300 s, 2026-11-28): STEP_TIMEOUT=590. An 8B
       # target (two 8B engines start in 5-7 minutes one after another) does
       # not fit a call unless they start at once: E2E_ARGS="--start-together
-      # --kv-cache-gib 12" (not yet run on a GPU).
+      # --kv-cache-gib 12" (run on a GPU in e2e-vs-stock only, not in this step).
       build_flashinfer_sampling_in_background
       run "$step-${SPEC_MIXES:-t1}" python3 -m vllm_sampling_plugin.cli bench e2e \
         --models 1b:128256 --mixes ngram --spec-draft tiny --spec-policies fixed \

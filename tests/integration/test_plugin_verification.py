@@ -235,6 +235,13 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
         rejection.rejection_sample = fake_upstream
         pv.rejection_sample_packed = fake_plugin
         pv.accept_matching_drafts = fake_matching
+        import logging
+        lines = []
+        handler = logging.Handler()
+        handler.emit = lambda record: lines.append(record.getMessage())
+        plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
+        plugin_logger.addHandler(handler)
+        plugin_logger.setLevel(logging.INFO)
         k, n, vocab = 2, 4, 32
         b = batch(n, k, vocab)
 
@@ -313,6 +320,11 @@ def test_each_batch_fallback_takes_upstreams_path_and_the_rest_the_plugins():
                      max_num_logprobs=2, logprobs_mode="processed_logprobs") == "upstream"
         assert route(dict(temperature=1.0, top_p=0.9, logit_bias={3: 5.0}),
                      torch.randn(n, k, vocab - 4)) == "upstream"
+        # Each reason for upstream's path is said once a process; the
+        # plugin's own batches say nothing.
+        fallbacks = [line for line in lines if "are verified by upstream's code" in line]
+        assert len(fallbacks) == len(set(fallbacks)) == 3, fallbacks
+        assert not any("None" in line for line in fallbacks), fallbacks
         print("ok")
         """,
         prelude=PRELUDE,

@@ -106,6 +106,7 @@ from vllm.v1.worker.gpu.spec_decode import rejection_sampler as upstream
 
 from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin.integration.compile_variants import rejection_variant, representatives
+from vllm_sampling_plugin.integration.log_once import log_once
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from vllm_sampling_plugin.ops.rejection.launcher import rejection_sample_packed
 
@@ -196,7 +197,6 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         self.min_p_off = torch.zeros_like(sampler.sampling_states.min_p.gpu)
         self.plugin_batch = False
         self.batches = {"plugin": 0, "upstream": 0}
-        self._logged: set[str] = set()
         self._watch_requests(sampler)
         logger.info(
             "vllm-sampling-plugin verification: the plugin's rejection kernel "
@@ -412,12 +412,11 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             # No canvas: one launch covers the batch. (A canvas keeps
             # upstream's chunks, which bound its size.)
             max_chunk_logits = max(max_chunk_logits, logits.shape[0])
-        elif reason is not None and reason not in self._logged:
-            self._logged.add(reason)
-            logger.info(
-                "vllm-sampling-plugin verification: batches with %s are verified by "
-                "upstream's code (logged once).",
-                reason,
+        elif reason is not None:
+            log_once(
+                logging.INFO,
+                f"vllm-sampling-plugin verification: batches with {reason} are verified "
+                "by upstream's code (logged once).",
             )
         return super()._verify_in_chunks(
             logits,
