@@ -29,12 +29,12 @@ def skip_module_unless_line(line: str) -> None:
         pytest.skip(_needs((line,)), allow_module_level=True)
 
 
-def needs_seam(seam: str, shape: str) -> pytest.MarkDecorator:
-    """Skip unless the installed line takes ``seam`` in ``shape``
+def needs_seam(seam: str, *shapes: str) -> pytest.MarkDecorator:
+    """Skip unless the installed line takes ``seam`` in one of ``shapes``
     (integration/version.py's LINE_SEAMS): tests of one seam's shape run on
     every line that has it."""
     from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
     found = LINE_SEAMS.get(INSTALLED_LINE, {}).get(seam)
-    reason = f"needs the {seam} seam in the shape {shape}; vLLM {INSTALLED_VERSION} has {found}"
-    return pytest.mark.skipif(found != shape, reason=reason)
+    reason = f"needs the {seam} seam in a shape of {shapes}; vLLM {INSTALLED_VERSION} has {found}"
+    return pytest.mark.skipif(found not in shapes, reason=reason)

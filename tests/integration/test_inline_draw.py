@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
 buffer_utils.is_uva_available = lambda: False
+buffer_utils.is_pin_memory_available = lambda: False
 
 def _cpu_uva_buffer(self, size, dtype):
     # Some releases' RequestState keeps a table in UVA memory unconditionally;

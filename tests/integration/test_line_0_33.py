@@ -480,6 +480,7 @@ import types
 import torch
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
 buffer_utils.is_uva_available = lambda: False
+buffer_utils.is_pin_memory_available = lambda: False
 from vllm.plugins import load_general_plugins
 load_general_plugins()
 import vllm.v1.worker.gpu.spec_decode.ngram.speculator as ngram

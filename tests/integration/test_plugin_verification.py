@@ -29,18 +29,21 @@ from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
 from vllm_sampling_plugin.integration.defaults import default_verification
 from vllm_sampling_plugin.integration.seams import shapes
 
-pytestmark = needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
+pytestmark = needs_seam(
+    shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM, shapes.VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE
+)
 
 INTERPRET = {"TRITON_INTERPRET": "1"}
 
 PRELUDE = (
     CPU_DEVICE_SHIM
     + """
-import importlib, types
+import importlib, inspect, types
 import numpy as np
 import torch
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
 buffer_utils.is_uva_available = lambda: False
+buffer_utils.is_pin_memory_available = lambda: False
 from vllm.plugins import load_general_plugins
 load_general_plugins()
 import vllm.v1.worker.gpu.model_runner as mr
@@ -99,15 +102,34 @@ def batch(n, k, vocab, seed=0):
         pos=(20 + local).to(torch.int64), seq_lens=torch.full((n,), 24),
     )
 
+# 0.34's contract: draft logits in a DraftLogitsCache, logprobs_dims.
+CACHE_SHAPE = "logprobs_dims" in inspect.signature(rejection.RejectionSampler._verify_in_chunks).parameters
+
+if CACHE_SHAPE:
+    from vllm_sampling_plugin.integration import plugin_verification_draft_cache as pvc
+    PLUGIN_VERIFIER = pvc.PluginVerifyingDraftCacheRejectionSampler
+else:
+    PLUGIN_VERIFIER = pv.PluginVerifyingRejectionSampler
+
+def as_drafter_passes(draft_logits):
+    # The draft logits as the installed runner hands them over.
+    if draft_logits is None or not CACHE_SHAPE:
+        return draft_logits
+    return types.SimpleNamespace(values=draft_logits, row_mapping=None)
+
 def verify(rs, b, draft_logits=None, max_num_logprobs=-1):
     input_batch = types.SimpleNamespace(
         cu_num_logits_np=b.cu_np, cu_num_logits=b.cu, num_reqs=len(b.idx),
         idx_mapping=b.idx, idx_mapping_np=b.idx_np, expanded_idx_mapping=b.expanded,
         expanded_local_pos=b.local, seq_lens_cpu_upper_bound=b.seq_lens,
     )
+    if CACHE_SHAPE:
+        logprobs_dims = None if max_num_logprobs == -1 else (max_num_logprobs, 0)
+        tail = (logprobs_dims,)
+    else:
+        tail = (max_num_logprobs, b.drafts)
     sampled, num_sampled, _, _ = rs._verify_in_chunks(
-        b.logits, input_batch, draft_logits, b.drafts, b.pos, 1 << 20,
-        max_num_logprobs, b.drafts,
+        b.logits, input_batch, as_drafter_passes(draft_logits), b.drafts, b.pos, 1 << 20, *tail
     )
     return sampled, num_sampled
 
@@ -155,7 +177,7 @@ def test_default_and_engine_fallbacks_build_upstreams_rejection_sampler():
         k = 2
         sampler = build_sampler(8, 32, k)
         records.clear()  # the draw's own start-up line
-        assert mr.RejectionSampler is pv.PluginVerifyingRejectionSampler
+        assert mr.RejectionSampler is PLUGIN_VERIFIER
         # plugin_verification="upstream" (named): upstream's own
         # object, nothing of the plugin.
         rs = mr.RejectionSampler(sampler, spec_config("upstream", k), CPU)
@@ -163,7 +185,7 @@ def test_default_and_engine_fallbacks_build_upstreams_rejection_sampler():
         assert sampler.add_request.__qualname__ == "Sampler.add_request"
         assert records == [], records
         rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
-        assert type(rs) is pv.PluginVerifyingRejectionSampler
+        assert type(rs) is PLUGIN_VERIFIER
         assert sum("the plugin's rejection kernel verifies" in r for r in records) == 1, records
         for spec, kwargs, why in [
             (spec_config("plugin", k, method="synthetic"), {}, "synthetic"),
@@ -652,7 +674,9 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
             rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
             keys.clear()
             dtypes = (torch.float32, torch.bfloat16)
-            max_rows = rs.warm_up_verification(max_reqs, CPU, dtypes, (torch.int64,), draft_logits)
+            max_rows = rs.warm_up_verification(
+                max_reqs, CPU, dtypes, (torch.int64,), as_drafter_passes(draft_logits)
+            )
             names = {key[0] for key in keys}
             assert {"_rejection_kernel", "_rejection_step_kernel", "_emit_kernel",
                     "_list_chunks_kernel", "_threshold_kernel", "_accept_matching_kernel"} <= names, names

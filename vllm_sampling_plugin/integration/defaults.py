@@ -16,6 +16,7 @@ from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
     LINE_0_32,
     LINE_0_33,
+    LINE_0_34,
     installed_vllm_version,
     release_line,
 )
@@ -34,7 +35,7 @@ from vllm_sampling_plugin.integration.version import (
 # 0.987x of no speculation (64 / 256 sequences); accepting text at k = 7,
 # greedy, fixed k 0.975x / 1.016x of adaptive. Its one earlier run, with
 # "ngram" scheduled synchronously, gave 0.58-0.62x.
-ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_32, LINE_0_33)
+ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_32, LINE_0_33, LINE_0_34)
 
 # ``plugin_verification``: the plugin's fused verification where no mix's
 # median fell below 0.99x of upstream's (issue 25's bar). 0.33 (H200,
@@ -60,7 +61,7 @@ ADAPTIVE_BY_DEFAULT_LINES = (LINE_0_20, LINE_0_32, LINE_0_33)
 # stock's 22.7 us of CPU a token at 64 sequences; the default stays on the
 # k = 3 cells, and greedy at k = 7 is docs/benchmarks.md's open item. 0.20 has
 # no such setting (the plugin's RejectionSampler verifies every draft).
-PLUGIN_VERIFICATION_BY_DEFAULT_LINES = (LINE_0_32, LINE_0_33)
+PLUGIN_VERIFICATION_BY_DEFAULT_LINES = (LINE_0_32, LINE_0_33, LINE_0_34)
 
 
 def _line(line: str | None) -> str | None:

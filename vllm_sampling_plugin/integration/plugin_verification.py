@@ -403,21 +403,9 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         max_num_logprobs,
         verify_draft_sampled=None,
     ):
-        reason = self.batch_fallback(
-            input_batch.idx_mapping_np, draft_logits, logits.shape[1], max_num_logprobs
+        max_chunk_logits = self.route_batch(
+            input_batch.idx_mapping_np, draft_logits, logits, max_chunk_logits, max_num_logprobs
         )
-        self.plugin_batch = reason is None
-        self.batches["plugin" if reason is None else "upstream"] += 1
-        if reason is None and not self.builds_canvas(draft_logits, input_batch.idx_mapping_np):
-            # No canvas: one launch covers the batch. (A canvas keeps
-            # upstream's chunks, which bound its size.)
-            max_chunk_logits = max(max_chunk_logits, logits.shape[0])
-        elif reason is not None:
-            log_once(
-                logging.INFO,
-                f"vllm-sampling-plugin verification: batches with {reason} are verified "
-                "by upstream's code (logged once).",
-            )
         return super()._verify_in_chunks(
             logits,
             input_batch,
@@ -428,6 +416,34 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             max_num_logprobs,
             verify_draft_sampled,
         )
+
+    def route_batch(
+        self,
+        idx_mapping_np: np.ndarray,
+        draft_logits: torch.Tensor | None,
+        logits: torch.Tensor,
+        max_chunk_logits: int,
+        max_num_logprobs: int,
+        reason: str | None = None,
+    ) -> int:
+        """Decide whether the plugin verifies this batch (``reason``: an
+        earlier one for upstream's path) and return the chunk size upstream's
+        ``_verify_in_chunks`` should use."""
+        if reason is None:
+            reason = self.batch_fallback(idx_mapping_np, draft_logits, logits.shape[1], max_num_logprobs)
+        self.plugin_batch = reason is None
+        self.batches["plugin" if reason is None else "upstream"] += 1
+        if reason is None and not self.builds_canvas(draft_logits, idx_mapping_np):
+            # No canvas: one launch covers the batch. (A canvas keeps
+            # upstream's chunks, which bound its size.)
+            return max(max_chunk_logits, logits.shape[0])
+        if reason is not None:
+            log_once(
+                logging.INFO,
+                f"vllm-sampling-plugin verification: batches with {reason} are verified "
+                "by upstream's code (logged once).",
+            )
+        return max_chunk_logits
 
     def _verify(
         self,
@@ -457,6 +473,39 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
                 seq_lens_upper_bound_np,
                 verify_draft_sampled,
             )
+        return self.plugin_verify(
+            logits,
+            draft_logits,
+            draft_sampled,
+            verify_draft_sampled,
+            pos,
+            cu_num_logits,
+            idx_mapping,
+            idx_mapping_np,
+            expanded_idx_mapping,
+            expanded_local_pos,
+            seq_lens_upper_bound_np,
+        )
+
+    def plugin_verify(
+        self,
+        logits,
+        draft_logits,
+        draft_sampled,
+        verify_draft_sampled,
+        pos,
+        cu_num_logits,
+        idx_mapping,
+        idx_mapping_np,
+        expanded_idx_mapping,
+        expanded_local_pos,
+        seq_lens_upper_bound_np,
+    ):
+        """The plugin's verification of a batch it carries: matching or the
+        fused kernel. ``draft_logits``: the drafter's [max_num_reqs, k, V]
+        tensor or None; ``verify_draft_sampled``: the drafts, invalid ones -1.
+        Returns (the logits standing for the processed ones, sampled
+        [num_reqs, k + 1] int64, num_sampled [num_reqs] int32)."""
         # The Sampler's arguments for these rows, the drafts as their input
         # ids (what the logits processors read), as upstream's _verify passes them.
         sampler_args = (

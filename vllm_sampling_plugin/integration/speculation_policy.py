@@ -85,8 +85,10 @@ PROBE_INTERVAL = 8
 class AdaptiveSpeculation:
     """The policy of one scheduler: decisions, and the tokens it counted."""
 
-    def __init__(self, k: int):
+    def __init__(self, k: int, kind: str = "n-gram"):
         self.k = k
+        # What proposes the drafts ("n-gram", "suffix"), for the log lines.
+        self.kind = kind
         # Read-only placeholder lists, one per length, shared by every request
         # as AsyncScheduler shares its k-long list.
         self.placeholders = tuple([-1] * n for n in range(k + 1))
@@ -253,10 +255,10 @@ class AdaptiveSpeculation:
             if self.steps else ""
         )
         logger.info(
-            "vllm-sampling-plugin n-gram speculation (adaptive): %d draft tokens "
+            "vllm-sampling-plugin %s speculation (adaptive): %d draft tokens "
             "proposed, %d verified, %d accepted (%.1f%% of verified)%s in the "
             "last %.0f s.",
-            self.proposed, self.verified, self.accepted,
+            self.kind, self.proposed, self.verified, self.accepted,
             100.0 * self.accepted / max(self.verified, 1), proposing,
             now - self.last_log,
         )
@@ -265,11 +267,27 @@ class AdaptiveSpeculation:
         self.last_log = now
 
 
+# The speculative methods whose proposers report their drafts: n-gram (the
+# plugin's on 0.20, upstream's from 0.32), and suffix where the speculator
+# seam adds its report (0.34: integration/upstream_suffix.py).
+_REPORTING_METHODS = set(cfg.NGRAM_METHODS)
+
+
+def cover_method(method: str) -> None:
+    """Let the policy run over ``method``, whose proposer now reports."""
+    _REPORTING_METHODS.add(method)
+
+
 def runs_ngram(vllm_config: Any) -> bool:
-    """Whether ``vllm_config`` speculates with n-gram proposals (the plugin's
-    proposer on 0.20, upstream's NgramGPUSpeculator on 0.32 and 0.33)."""
+    """Whether ``vllm_config`` speculates with a proposer that reports its
+    drafts (n-gram; suffix on 0.34), and leaves verification's length to
+    the scheduler (upstream's adaptive verification trims it itself)."""
     spec = vllm_config.speculative_config
-    return spec is not None and spec.method in cfg.NGRAM_METHODS
+    return (
+        spec is not None
+        and spec.method in _REPORTING_METHODS
+        and not getattr(spec, "enable_adaptive_verification", False)
+    )
 
 
 def is_adaptive(vllm_config: Any) -> bool:
@@ -283,21 +301,32 @@ def is_adaptive(vllm_config: Any) -> bool:
 def adaptive_speculation_for(vllm_config: Any) -> AdaptiveSpeculation | None:
     """The policy for a scheduler built from ``vllm_config``, or None (vLLM's
     behaviour): only for n-gram speculation under ``adaptive``."""
-    if not runs_ngram(vllm_config):
+    spec = vllm_config.speculative_config
+    if spec is None or spec.method not in _REPORTING_METHODS:
         return None
-    k = vllm_config.speculative_config.num_speculative_tokens
+    k, kind = spec.num_speculative_tokens, _kind_of_drafts(spec.method)
+    if not runs_ngram(vllm_config):
+        logger.info(
+            "vllm-sampling-plugin speculation policy: upstream's adaptive "
+            "verification decides how many %s draft tokens are verified.", kind,
+        )
+        return None
     if not is_adaptive(vllm_config):
         logger.info(
             "vllm-sampling-plugin speculation policy: fixed (every request "
-            "verifies %d n-gram draft tokens every step).", k,
+            "verifies %d %s draft tokens every step).", k, kind,
         )
         return None
     logger.info(
         "vllm-sampling-plugin speculation policy: adaptive (a request verifies "
-        "the n-gram tokens proposed for it, at most %d, capped by its recent "
-        "acceptance; --speculation-policy fixed verifies %d always).", k, k,
+        "the %s tokens proposed for it, at most %d, capped by its recent "
+        "acceptance; --speculation-policy fixed verifies %d always).", kind, k, k,
     )
-    return AdaptiveSpeculation(k)
+    return AdaptiveSpeculation(k, kind)
+
+
+def _kind_of_drafts(method: str) -> str:
+    return "n-gram" if method in cfg.NGRAM_METHODS else method
 
 
 def patch_scheduler(scheduler_cls: type, async_scheduler_cls: type, request_cls: type) -> None:
@@ -337,10 +366,13 @@ def _planning(update_after_schedule):
         policy = self.adaptive_speculation
         if policy is None or policy.plan(scheduler_output):
             return update_after_schedule(self, scheduler_output)
-        # 0.33 sizes the placeholders from the output (and its runner tells
-        # the proposer that length); 0.20 keeps one list of k on the scheduler.
+        # 0.33 and 0.34 size the placeholders from the output (and their
+        # runner tells the proposer that length); 0.20 and 0.33 keep one list
+        # on the scheduler.
         if hasattr(scheduler_output, "num_spec_tokens_to_schedule"):
             scheduler_output.num_spec_tokens_to_schedule = 0
+        if not hasattr(self, "_spec_token_placeholders"):
+            return update_after_schedule(self, scheduler_output)
         placeholders = self._spec_token_placeholders
         self._spec_token_placeholders = policy.placeholders[0]
         try:

@@ -60,10 +60,15 @@ LINE_SEAMS: dict[str, dict[str, str | None]] = {
         rejection=shapes.VERIFY_STEP_OVER_UPSTREAM,
         speculator=shapes.POLICY_OVER_UPSTREAM_NGRAM,
     ),
+    "0.34": _seams(
+        draw=shapes.SAMPLE_RANDOM,
+        rejection=shapes.VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE,
+        speculator=shapes.POLICY_OVER_UPSTREAM_NGRAM_AND_SUFFIX,
+    ),
 }
 SUPPORTED_LINES = tuple(LINE_SEAMS)
 # The lines whose parts were measured on a GPU (data/measurements.json).
-LINE_0_20, LINE_0_32, LINE_0_33 = "0.20", "0.32", "0.33"
+LINE_0_20, LINE_0_32, LINE_0_33, LINE_0_34 = "0.20", "0.32", "0.33", "0.34"
 SUPPORTED_RANGE = f">={SUPPORTED_LINES[0]}.0,<0.{int(SUPPORTED_LINES[-1].split('.')[1]) + 1}"
 
 

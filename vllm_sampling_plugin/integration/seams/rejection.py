@@ -21,6 +21,10 @@ verification and watermark keys the plugin's kernel does not handle.
   whose ``plugin_verification`` is ``plugin`` (the default on 0.32 and
   0.33: integration/defaults.py): on the others its constructor returns
   upstream's own RejectionSampler. It also teaches EngineArgs the setting.
+* ``VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE`` (0.34): the same step, with draft
+  logits in a ``DraftLogitsCache``, no ``verify_draft_sampled``,
+  ``logprobs_dims`` and trace replay of verified tokens;
+  integration/plugin_verification_draft_cache.py adapts the subclass.
 * 0.21-0.31: rejection stays upstream's (other methods or signatures).
 """
 
@@ -34,6 +38,7 @@ from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.seams.shapes import (
     SAMPLE,
     STRICT_PROBABILISTIC_SYNTHETIC,
+    VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE,
     VERIFY_STEP_OVER_UPSTREAM,
 )
 
@@ -66,6 +71,14 @@ _UPSTREAM_VERIFY_IN_CHUNKS = [
     "verify_draft_sampled",
 ]
 _UPSTREAM_CALL = ["logits", "input_batch", "draft_logits", "invalid_drafts"]
+# 0.34's: draft logits in a DraftLogitsCache, no invalid drafts, logprobs_dims.
+_CACHE_VERIFY = _UPSTREAM_VERIFY[:-1]
+_CACHE_VERIFY_IN_CHUNKS = [*_UPSTREAM_VERIFY_IN_CHUNKS[:-2], "logprobs_dims"]
+_CACHE_CALL = _UPSTREAM_CALL[:-1]
+_SIGNATURES = {
+    VERIFY_STEP_OVER_UPSTREAM: (_UPSTREAM_CALL, _UPSTREAM_VERIFY, _UPSTREAM_VERIFY_IN_CHUNKS),
+    VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE: (_CACHE_CALL, _CACHE_VERIFY, _CACHE_VERIFY_IN_CHUNKS),
+}
 # What the subclass reads off upstream's Sampler and SamplingStates.
 _SAMPLER_ATTRS = ("logits_processors", "thinking_budget_state", "needs_logits_processing")
 
@@ -92,22 +105,17 @@ def _parameters(fn) -> list[str]:
 
 
 def _detect_verify_step(rejection_sampler: type) -> Found:
-    """0.32/0.33's shape: upstream's verify step, overridable by a subclass."""
+    """0.32-0.34's shape: upstream's verify step, overridable by a subclass;
+    which of its two contracts the signatures tell."""
     from vllm.v1.worker.gpu.sample.sampler import Sampler
     from vllm.v1.worker.gpu.sample.states import SamplingStates
 
-    for name, expected in (
-        ("__init__", _UPSTREAM_CONSTRUCTOR),
-        ("__call__", _UPSTREAM_CALL),
-        ("_verify", _UPSTREAM_VERIFY),
-        ("_verify_in_chunks", _UPSTREAM_VERIFY_IN_CHUNKS),
-    ):
-        method = getattr(rejection_sampler, name, None)
-        if method is None:
-            return Found.off(NAME, f"RejectionSampler has no {name}")
-        params = _parameters(method)
-        if params != expected:
-            return Found.off(NAME, f"RejectionSampler.{name}{tuple(params)} is not {tuple(expected)}")
+    params = _parameters(rejection_sampler.__init__)
+    if params != _UPSTREAM_CONSTRUCTOR:
+        return Found.off(NAME, f"RejectionSampler.__init__{tuple(params)} is not {tuple(_UPSTREAM_CONSTRUCTOR)}")
+    shape = _verify_contract(rejection_sampler)
+    if isinstance(shape, Found):
+        return shape
     init_names = set(Sampler.__init__.__code__.co_names)
     missing = [name for name in _SAMPLER_ATTRS if name not in init_names]
     if missing or not hasattr(Sampler, "add_request"):
@@ -116,14 +124,37 @@ def _detect_verify_step(rejection_sampler: type) -> Found:
     missing = [name for name in ("temperature", "top_k", "top_p", "min_p", "seeds") if name not in states]
     if missing:
         return Found.off(NAME, f"SamplingStates keeps no {missing}")
-    return Found.taken(NAME, VERIFY_STEP_OVER_UPSTREAM)
+    if shape == VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE:
+        from vllm.v1.worker.gpu.spec_decode import draft_logits
+
+        if not {"values", "row_mapping"} <= set(draft_logits.DraftLogitsCache.__init__.__code__.co_names):
+            return Found.off(NAME, "DraftLogitsCache keeps no values / row_mapping")
+    return Found.taken(NAME, shape)
+
+
+def _verify_contract(rejection_sampler: type) -> str | Found:
+    """The shape whose ``__call__``, ``_verify`` and ``_verify_in_chunks``
+    signatures upstream's class has, or why none."""
+    call = _parameters(rejection_sampler.__call__)
+    for shape, (call_params, verify, in_chunks) in _SIGNATURES.items():
+        if call != call_params:
+            continue
+        for name, expected in (("_verify", verify), ("_verify_in_chunks", in_chunks)):
+            method = getattr(rejection_sampler, name, None)
+            if method is None:
+                return Found.off(NAME, f"RejectionSampler has no {name}")
+            params = _parameters(method)
+            if params != expected:
+                return Found.off(NAME, f"RejectionSampler.{name}{tuple(params)} is not {tuple(expected)}")
+        return shape
+    return Found.off(NAME, f"RejectionSampler.__call__{tuple(call)} is in no shape the plugin knows")
 
 
 def apply(shape: str) -> None:
     import vllm.v1.worker.gpu.model_runner as model_runner
 
-    if shape == VERIFY_STEP_OVER_UPSTREAM:
-        _apply_verify_step(model_runner)
+    if shape in _SIGNATURES:
+        _apply_verify_step(model_runner, shape)
         return
 
     from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
@@ -138,20 +169,25 @@ def apply(shape: str) -> None:
     patch_spec_decode_validation()
 
 
-def _apply_verify_step(model_runner) -> None:
+def _apply_verify_step(model_runner, shape: str) -> None:
     import vllm.engine.arg_utils as arg_utils
     from vllm.config import ModelConfig
 
     from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration.defaults import default_verification
     from vllm_sampling_plugin.integration.engine_args import patch_engine_args
-    from vllm_sampling_plugin.integration.plugin_verification import (
-        PluginVerifyingRejectionSampler,
-    )
+    if shape == VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE:
+        from vllm_sampling_plugin.integration.plugin_verification_draft_cache import (
+            PluginVerifyingDraftCacheRejectionSampler as verifier,
+        )
+    else:
+        from vllm_sampling_plugin.integration.plugin_verification import (
+            PluginVerifyingRejectionSampler as verifier,
+        )
 
     patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.VERIFICATION_ATTR,))
     # ModelConfigs built without the front-end wrapper answer the line's default.
     setattr(ModelConfig, cfg.VERIFICATION_ATTR, default_verification())
     # The runner binds the name at import; its constructor hands back
     # upstream's RejectionSampler where the setting is upstream's.
-    model_runner.RejectionSampler = PluginVerifyingRejectionSampler
+    model_runner.RejectionSampler = verifier

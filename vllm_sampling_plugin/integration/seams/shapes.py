@@ -20,8 +20,14 @@ SAMPLE_RANDOM = "_sample_random()"
 # rejection.py
 STRICT_PROBABILISTIC_SYNTHETIC = "RejectionSampler(sampler, spec_config, device), strict/probabilistic/synthetic"
 VERIFY_STEP_OVER_UPSTREAM = "upstream's RejectionSampler, its _verify step on --plugin-verification plugin"
+VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE = (
+    "upstream's RejectionSampler (DraftLogitsCache, trace replay), its _verify step on --plugin-verification plugin"
+)
 # speculator.py
 NGRAM_BEFORE_REQUEST_STATE = "init_speculator(vllm_config, device), n-gram added"
 POLICY_OVER_UPSTREAM_NGRAM = "upstream's NgramGPUSpeculator, proposal counts added"
+POLICY_OVER_UPSTREAM_NGRAM_AND_SUFFIX = (
+    "upstream's NgramGPUSpeculator and SuffixSpeculator, proposal counts added"
+)
 # warmup.py
 AFTER_DUMMY_SAMPLER_RUN = "after GPUModelRunner._dummy_sampler_run(hidden_states)"

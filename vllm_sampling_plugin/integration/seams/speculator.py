@@ -21,7 +21,13 @@ Two shapes, told apart by what the installed V2 runner offers:
   builds the same GPU speculator as for ``"ngram_gpu"`` (0.32), the plugin
   schedules it as ``"ngram_gpu"`` (integration/vllm_config.py).
 
-In both, the adaptive policy: ``--speculation-policy`` (engine_args.py,
+* ``POLICY_OVER_UPSTREAM_NGRAM_AND_SUFFIX`` (0.34): the same over n-gram,
+  and over upstream's GPU ``SuffixSpeculator`` (``spec_decode/suffix``),
+  which counts its real drafts itself (``num_valid``); the policy reads
+  them (integration/upstream_suffix.py). The async scheduler sizes its
+  placeholders from ``num_spec_tokens_to_schedule`` alone.
+
+In every shape, the adaptive policy: ``--speculation-policy`` (engine_args.py,
 the keyword alone where upstream has ``use_fp64_gumbel``), proposal counts
 reported back with each output, the scheduler verifying only what was
 proposed, full decode graphs for one-token batches. It is the default
@@ -39,11 +45,15 @@ from vllm_sampling_plugin.integration.seams import shapes
 from vllm_sampling_plugin.integration.seams.shapes import (
     NGRAM_BEFORE_REQUEST_STATE,
     POLICY_OVER_UPSTREAM_NGRAM,
+    POLICY_OVER_UPSTREAM_NGRAM_AND_SUFFIX,
 )
 
 NAME = shapes.SPECULATOR
 _INIT_SPECULATOR = ["vllm_config", "device"]
 _UPSTREAM_NGRAM = "vllm.v1.worker.gpu.spec_decode.ngram"
+_UPSTREAM_SUFFIX = "vllm.v1.worker.gpu.spec_decode.suffix"
+# What upstream_suffix.py reads off upstream's SuffixSpeculator, set in its __init__.
+_UPSTREAM_SUFFIX_ATTRS = {"num_valid", "drafts"}
 _UPSTREAM_NGRAM_INIT = ["vllm_config", "device", "req_states"]
 # What upstream_ngram.py's count reads off upstream's proposer, all set in
 # its __init__.
@@ -73,8 +83,9 @@ def detect(rejection_found: Found) -> Found:
     # output sizes it, num_spec_tokens_to_schedule): speculation_policy._planning.
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
-    if "_spec_token_placeholders" not in AsyncScheduler._update_after_schedule.__code__.co_names:
-        return Found.off(NAME, "AsyncScheduler._update_after_schedule hands out no _spec_token_placeholders")
+    hands_out = set(AsyncScheduler._update_after_schedule.__code__.co_names)
+    if not hands_out & {"_spec_token_placeholders", "num_spec_tokens_to_schedule"}:
+        return Found.off(NAME, "AsyncScheduler._update_after_schedule hands out placeholders the plugin cannot size")
     # decode_graphs.adding_mixed_decode_graphs asks the target's attention groups.
     from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 
@@ -112,7 +123,19 @@ def _detect_upstream_ngram() -> Found:
     missing = _UPSTREAM_NGRAM_ATTRS - set(proposer.__init__.__code__.co_names)
     if missing:
         return Found.off(NAME, f"NgramGPUSpeculator keeps no {sorted(missing)} to count its drafts from")
+    if _suffix_reports_its_drafts():
+        return Found.taken(NAME, POLICY_OVER_UPSTREAM_NGRAM_AND_SUFFIX)
     return Found.taken(NAME, POLICY_OVER_UPSTREAM_NGRAM)
+
+
+def _suffix_reports_its_drafts() -> bool:
+    """Whether upstream has a GPU suffix speculator that counts its drafts."""
+    if importlib.util.find_spec(_UPSTREAM_SUFFIX) is None:
+        return False
+    from vllm.v1.worker.gpu.spec_decode.suffix import speculator as suffix
+
+    proposer = getattr(suffix, "SuffixSpeculator", None)
+    return proposer is not None and _UPSTREAM_SUFFIX_ATTRS <= set(proposer.__init__.__code__.co_names)
 
 
 def apply(shape: str) -> None:
@@ -143,5 +166,9 @@ def apply(shape: str) -> None:
 
         patch_upstream_ngram()
         keep_async_scheduling_for_ngram()
+        if shape == POLICY_OVER_UPSTREAM_NGRAM_AND_SUFFIX:
+            from vllm_sampling_plugin.integration.upstream_suffix import patch_upstream_suffix
+
+            patch_upstream_suffix()
     patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.SPECULATION_POLICY_ATTR,))
     patch_adaptive_policy()
