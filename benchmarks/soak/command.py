@@ -34,33 +34,63 @@ from benchmarks.soak.mix import make_request
 from benchmarks.soak.run import soak
 from benchmarks.soak.summary import render, verdict
 
+PROG = "python3 -m benchmarks soak"
+# Where a server answers at all, it answers its first /health within this.
+PROBE_TIMEOUT_S = 5.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, usage="%(prog)s (--url URL | --launch MODEL) [OPTION ...] [-- SERVE_ARG ...]",
+        description="A bounded mixed load against a vllm serve: every answer checked, memory "
+                    "sampled; exits 1 on any unexpected answer or memory growth over the limits.")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="base URL of a running server; soak stops at once if "
+                        "nothing answers there")
+    target.add_argument("--launch", metavar="MODEL",
+                        help="start vllm serve MODEL on 127.0.0.1 (needs a CUDA GPU); the "
+                        "arguments after -- go to vllm serve")
+    parser.add_argument("--port", type=int, default=8123, help="port for --launch (default 8123)")
+    parser.add_argument("--server-pid", type=int,
+                        help="PID whose RSS (with children) is sampled (default: the --launch "
+                        "server; none with --url)")
+    parser.add_argument("--vocab-size", type=int,
+                        help="token ids must be below it (default: the model's config.json)")
+    parser.add_argument("--requests", type=int, default=2000,
+                        help="requests to send, warm-up included (default 2000)")
+    parser.add_argument("--concurrency", type=int, default=64,
+                        help="requests in flight at once (default 64)")
+    parser.add_argument("--warmup", type=int, default=100,
+                        help="requests before the start memory sample (default 100)")
+    parser.add_argument("--max-tokens", type=int, default=48,
+                        help="scale of the requests' max_tokens, drawn from 1 to this for most "
+                        "kinds (default 48)")
+    parser.add_argument("--abort-fraction", type=float, default=0.05,
+                        help="share of requests the client drops mid-stream (default 0.05)")
+    parser.add_argument("--malformed-fraction", type=float, default=0.03,
+                        help="share of requests the server must refuse with a 400 (default 0.03)")
+    parser.add_argument("--window-s", type=float, default=30.0,
+                        help="width of the tokens-per-window rows of the summary (default 30)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the request mix: the same seed sends the same requests")
+    parser.add_argument("--max-gpu-growth-mib", type=float, default=256.0,
+                        help="fail if GPU memory grows more than this from warm-up to the end "
+                        "(default 256)")
+    parser.add_argument("--max-host-growth-mib", type=float, default=1024.0,
+                        help="fail if the server's RSS grows more than this from warm-up to the "
+                        "end (default 1024)")
+    parser.add_argument("--startup-timeout-s", type=float, default=900.0,
+                        help="how long to wait for a server that is still loading to answer "
+                        "/health (default 900)")
+    return parser
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     serve_args: list[str] = []
     if "--" in argv:
         split = argv.index("--")
         argv, serve_args = argv[:split], argv[split + 1:]
-    parser = argparse.ArgumentParser(prog="python3 -m benchmarks soak",
-                                     description=__doc__.split("\n\n")[0])
-    target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--url", help="base URL of a running server")
-    target.add_argument("--launch", metavar="MODEL", help="start vllm serve MODEL on 127.0.0.1")
-    parser.add_argument("--port", type=int, default=8123, help="port for --launch")
-    parser.add_argument("--server-pid", type=int, help="PID whose RSS (with children) is sampled")
-    parser.add_argument("--vocab-size", type=int,
-                        help="token ids must be below it (default: the model's config.json)")
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--warmup", type=int, default=100,
-                        help="requests before the start memory sample")
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--abort-fraction", type=float, default=0.05)
-    parser.add_argument("--malformed-fraction", type=float, default=0.03)
-    parser.add_argument("--window-s", type=float, default=30.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-gpu-growth-mib", type=float, default=256.0)
-    parser.add_argument("--max-host-growth-mib", type=float, default=1024.0)
-    parser.add_argument("--startup-timeout-s", type=float, default=900.0)
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.vocab_size is None and not (args.launch and Path(args.launch, "config.json").is_file()):
         parser.error("--vocab-size is needed unless --launch names a local model directory")
@@ -73,19 +103,55 @@ def vocab_size_of(model: str) -> int:
     return int(config.get("vocab_size") or config["text_config"]["vocab_size"])
 
 
+def cuda_gpu_count() -> int:
+    """The NVIDIA GPUs NVML sees: vLLM's own test for a CUDA platform
+    (without one, ``vllm serve`` stops in "Failed to infer device type")."""
+    try:
+        import pynvml  # nvidia-ml-py, which vLLM's CUDA builds depend on
+    except ImportError:
+        return 0
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return 0
+    try:
+        return pynvml.nvmlDeviceGetCount()
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def health_status(url: str) -> int | None:
+    """The HTTP status ``url``/health answers, or None where nothing answers."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=PROBE_TIMEOUT_S) as response:
+            return response.status
+    except urllib.error.HTTPError as answered:
+        return answered.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
 def wait_until_healthy(url: str, server: subprocess.Popen | None, timeout_s: float) -> None:
+    """Return once ``url``/health answers 200. A server given by --url must
+    answer at once (vLLM listens only once its model has loaded); one this
+    command started may take up to ``timeout_s`` to load."""
+    status = health_status(url)
+    if status == 200:
+        return
+    if server is None and status is None:
+        raise SystemExit(f"{PROG}: nothing answers at {url}/health: start vllm serve there "
+                         "first, or pass --launch MODEL")
+    what = "vllm serve to load its model and" if server is not None else "the server to"
+    print(f"{PROG}: waiting up to {timeout_s:.0f} s (--startup-timeout-s) for {what} answer "
+          f"200 at {url}/health", file=sys.stderr, flush=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server is not None and server.poll() is not None:
-            raise SystemExit(f"vllm serve exited with {server.returncode} before it was healthy")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
+            raise SystemExit(f"{PROG}: vllm serve exited with {server.returncode} before it was healthy")
+        if health_status(url) == 200:
+            return
         time.sleep(2)
-    raise SystemExit(f"{url} not healthy after {timeout_s:.0f} s")
+    raise SystemExit(f"{PROG}: {url} not healthy after {timeout_s:.0f} s")
 
 
 def served_model(url: str) -> str:
@@ -98,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     url = args.url
     if args.launch:
+        if cuda_gpu_count() == 0:
+            raise SystemExit(f"{PROG} --launch starts vllm serve, which needs a CUDA GPU, and "
+                             "none is visible: run it on a machine with an NVIDIA GPU, or point "
+                             "--url at a running server")
         url = f"http://127.0.0.1:{args.port}"
         env = {**os.environ, "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "1")}
         server = subprocess.Popen(

@@ -1,12 +1,18 @@
-"""The soak run's request mix, validators, summary and loop, without vLLM.
+"""The soak run's request mix, validators, summary and loop, without vLLM,
+and ``python3 -m benchmarks soak`` where it cannot start.
 
 The loop runs against a small aiohttp server on 127.0.0.1 that answers the
 way ``vllm serve`` does (a 400 body, or an error event inside a stream).
 """
 
 import asyncio
+import http.server
 import json
 import math
+import socket
+import subprocess
+import sys
+import threading
 
 import pytest
 from aiohttp import web
@@ -34,6 +40,8 @@ from benchmarks.soak.validate import (
     structure_problems,
     token_id_problems,
 )
+from tests.commands import last_line
+from tests.integration.helpers import REPO_ROOT
 
 VOCAB = 2000
 
@@ -304,3 +312,85 @@ def test_command_needs_a_target_and_a_vocabulary(argv):
     with pytest.raises(SystemExit) as info:
         parse_args(argv)
     assert info.value.code == 2
+
+
+# The command as a user runs it, from the checkout, in a process of its own.
+# A soak that cannot start must say why within this; it used to wait 900 s.
+FAILS_WITHIN_S = 10
+
+
+def _soak_command(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks", "soak", *argv],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=FAILS_WITHIN_S)
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_soak_without_a_server_at_the_url_fails_at_once():
+    url = f"http://127.0.0.1:{_closed_port()}"
+    proc = _soak_command("--url", url, "--vocab-size", "50272")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert last_line(proc.stderr) == (
+        f"python3 -m benchmarks soak: nothing answers at {url}/health: start vllm serve there "
+        "first, or pass --launch MODEL")
+
+
+class _LoadingServer(http.server.BaseHTTPRequestHandler):
+    """Answers every request 503, as a server still loading its model may."""
+
+    def do_GET(self):
+        self.send_response(503)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_soak_says_what_it_waits_for_while_a_server_loads():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _LoadingServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        proc = _soak_command("--url", url, "--vocab-size", "50272", "--startup-timeout-s", "1")
+    finally:
+        server.shutdown()
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [
+        "python3 -m benchmarks soak: waiting up to 1 s (--startup-timeout-s) for the server to "
+        f"answer 200 at {url}/health",
+        f"python3 -m benchmarks soak: {url} not healthy after 1 s",
+    ]
+
+
+def test_soak_launch_without_a_gpu_says_it_needs_one():
+    from benchmarks.soak.command import cuda_gpu_count
+
+    if cuda_gpu_count():
+        pytest.skip("a GPU is visible here: --launch would start vllm serve")
+    proc = _soak_command("--launch", "facebook/opt-125m", "--vocab-size", "50272")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert last_line(proc.stderr) == (
+        "python3 -m benchmarks soak --launch starts vllm serve, which needs a CUDA GPU, and "
+        "none is visible: run it on a machine with an NVIDIA GPU, or point --url at a running "
+        "server")
+
+
+def test_every_soak_option_has_help_text():
+    from benchmarks.soak.command import build_parser
+
+    undocumented = [action.option_strings for action in build_parser()._actions if not action.help]
+    assert undocumented == []
+
+
+def test_soak_help_names_the_command_without_markup():
+    proc = _soak_command("--help")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: python3 -m benchmarks soak ")
+    assert "`" not in proc.stdout
