@@ -1192,10 +1192,15 @@ def prepare_cpu() -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python3 -m benchmarks upstream",
-        description=__doc__.split("\n")[0],
+        description=__doc__.split("\n")[0] + " Needs vLLM 0.32 or 0.33 "
+        "(ci/constraints-0.32.txt) on either device; it stops in one line on any other.",
     )
     p.add_argument("--out", default="bench-results/upstream", help="output directory")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda",
+        help="cuda (default): time both sides on a GPU; cpu: check every call and the report "
+        "in Triton's interpreter (TRITON_INTERPRET=1 set before Python starts), not speed",
+    )
     p.add_argument("--small", action="store_true", help="tiny shapes (for --device cpu)")
     p.add_argument(
         "--parts",

@@ -51,6 +51,24 @@ How, and why so:
   ``--ratios e2e.json`` prints the plugin/stock cells as integration/parts.py's
   ratio strings (``report.parts_ratios``); ``--record`` (with ``--ratios`` or
   a run) writes them into data/measurements.json under the run's vLLM line.
+
+Options whose reasons do not fit a help line:
+
+- ``--min-run-s``: a small model's runs of a second or two spread more than
+  the effects measured; one untimed run of ``--num-requests`` per engine
+  gives the faster engine's throughput, from which a timed run is lengthened.
+- ``--control-alongside``: each pair becomes a rotation of three runs
+  (baseline, variant, twin), so the cell against the twin comes from the same
+  runs as the cell against the baseline; three 1B engines fit at
+  ``--gpu-memory-utilization`` 0.31 or less.
+- ``--start-together``: start-up seconds and first-request TTFTs then include
+  the other engines' start-up; vLLM sizes a KV cache from the memory left
+  after its profiling, which engines starting beside it change, hence
+  ``--kv-cache-gib``.
+- ``--max-cudagraph-capture-size``: an n-gram engine's is at least
+  ``max_num_seqs * (k + 1)``, its verification step's tokens.
+- ``--spec-verification default`` passes nothing: the release's default
+  (integration/defaults.py).
 """
 
 

@@ -83,167 +83,116 @@ def _int_list(text: str) -> list[int]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python3 -m benchmarks e2e",
-        description="Real vLLM engines, stock vs plugin, interleaved on one GPU.")
-    parser.add_argument("--models", type=_model_list, default=_model_list("1b:128256"),
-                        help="SHAPE:VOCAB list, SHAPE in 1b, 8b (tiny for smoke tests); "
-                             "default 1b:128256")
-    parser.add_argument("--mixes", type=_mix_list, default=list(workload.MIXES),
-                        help=f"comma list of {','.join(workload.NAMED_MIXES)} (default "
-                             f"{','.join(workload.MIXES)})")
-    parser.add_argument("--pairs", type=int, default=3,
-                        help="stock/plugin pairs per cell (default 3)")
-    parser.add_argument("--num-requests", type=int, default=1024)
-    parser.add_argument("--min-run-s", type=float, default=0.0, metavar="SECONDS",
-                        help="send more than --num-requests requests per timed run where "
-                             "that many would last less than this at the faster engine's "
-                             "throughput, read from one untimed run of --num-requests "
-                             "per engine (a small model's runs of a second or two spread "
-                             "more than the effects measured); default 0: --num-requests "
-                             "always")
-    parser.add_argument("--prompt-len", type=int, default=64)
-    parser.add_argument("--output-len", type=int, default=256)
-    parser.add_argument("--max-num-seqs", type=_int_list, default=[64, 256],
-                        help="batch sizes (requests in flight), comma list; default 64,256")
-    parser.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp", "ngram"],
-                        help="mixes to time inside the engine per step ('ngram': each speculation "
-                             "cell's pair in the cell's mix, on the cell's requests in "
-                             "continuous batching; 'none': skip)")
-    parser.add_argument("--breakdown-output-len", type=int, default=64)
-    parser.add_argument("--profile-mixes", type=_mix_list, default=[],
-                        help="mixes to run once per engine and batch size under "
-                             "torch.profiler (top GPU kernels and host operators; 'ngram': "
-                             "each speculation cell's pair in the cell's mix); default none")
-    parser.add_argument("--control", action="store_true",
-                        help="A/A run, so the cells show what the method resolves (ratios "
-                             "near 1): in the sampling cells a second stock engine takes the "
-                             "plugin's place; the ngram cells also measure the first "
-                             "speculating variant, last, against a second engine of the same "
-                             "configuration (VARIANT@control; see --control-alongside)")
-    parser.add_argument("--control-alongside", action="store_true",
-                        help="with --control, the ngram cells' A/A twin runs in every cell "
-                             "of the first speculating variant, in the same window: each "
-                             "pair becomes a rotation of three runs (baseline, variant, "
-                             "twin) and the cell against the twin comes from the same runs "
-                             "as the cell against the baseline. Three engines are up at "
-                             "once: --gpu-memory-utilization at most 0.31 (1B engines)")
-    parser.add_argument("--ngram-k", type=_int_list, default=[3],
-                        help="draft tokens per step of the ngram cells' engines, comma list: "
-                             "each k gets its own engines and cells (default 3)")
-    parser.add_argument("--ngram-method", choices=NGRAM_METHODS, default=NGRAM_METHODS[0],
-                        help="the n-gram engines' speculative method: 'ngram' (default), "
-                             "which stock vLLM 0.32 schedules synchronously, or 'ngram_gpu', "
-                             "the same proposer, which it schedules asynchronously (the plugin "
-                             "schedules both asynchronously): 'ngram_gpu' measures the plugin's "
-                             "parts against stock's with the scheduling alike")
-    parser.add_argument("--spec-draft", choices=sorted(checkpoint.SHAPES), default=None,
-                        metavar="SHAPE",
-                        help="speculate with a draft model instead of n-gram (vLLM 0.33's "
-                             "'draft_model' method, drafts with draft probabilities): a copy "
-                             "checkpoint of this shape and the model's vocabulary, whose "
-                             "token cycles are the target's, so its drafts are accepted; "
-                             "the ngram cells then measure it with --ngram-k draft tokens "
-                             "(--spec-policies fixed: the adaptive policy is n-gram's)")
-    parser.add_argument("--spec-engines", choices=SPEC_ENGINES, default="plugin",
-                        help="whose speculation the ngram cells measure: 'plugin' (the "
-                             "plugin's n-gram speculator under --spec-policies) or 'stock' "
-                             "(every engine of the cells stock vLLM, VLLM_PLUGINS=none, with "
-                             "upstream's n-gram proposer; --spec-policies does not apply). "
-                             "Default plugin")
-    parser.add_argument("--spec-verification", choices=SPEC_VERIFICATIONS, default="default",
-                        help="who verifies the drafts of the plugin's ngram engines (vLLM "
-                             "0.32/0.33, plugin_verification=...): 'plugin', 'upstream', or "
-                             "'both' (each policy with plugin verification against no "
-                             "speculation, then against the same policy with upstream's "
-                             "verification); 'default' passes nothing (the line's default, "
-                             "integration/defaults.py: the plugin's on 0.33). Needs "
-                             "--spec-engines plugin")
-    parser.add_argument("--spec-mixes", type=_choice_list("mixes", workload.NAMED_MIXES),
-                        default=["ngram"],
-                        help="sampling mixes of the ngram cells, comma list: 'ngram' is "
-                             "greedy (the default); topk_topp, seeded_topp, t1 or mixed make "
-                             "verification sample, penalties_topk with logits processors "
-                             "(each a cell of its own, named WORKLOAD/MIX)")
-    parser.add_argument("--spec-workloads", type=_choice_list("workloads", copying.SPEC_WORKLOADS),
-                        default=list(copying.SPEC_WORKLOADS),
-                        help="workloads of the ngram cells, comma list of "
-                             f"{','.join(copying.SPEC_WORKLOADS)} (default all)")
-    parser.add_argument("--spec-policies", type=_choice_list("policies", SPEC_POLICIES),
-                        default=list(SPEC_POLICIES),
-                        help="speculation policies of the ngram cells: the first is measured "
-                             "against no speculation, then against each other one "
-                             "(default adaptive,fixed)")
-    parser.add_argument("--spec-against-none", action=argparse.BooleanOptionalAction,
-                        default=True,
-                        help="measure the first policy against no speculation before the "
-                             "other policies (default); --no-spec-against-none starts no "
-                             "engine without speculation, so a policy-against-policy cell "
-                             "fits a call with one engine start less (8B: about 100 s)")
-    parser.add_argument("--spec-against-stock", action="store_true",
-                        help="after the policies, measure the first one against stock vLLM "
-                             "speculating with the same k (VLLM_PLUGINS=none, upstream's "
-                             "n-gram proposer and verification): issue 25's comparison. "
-                             "vLLM 0.32/0.33, --spec-engines plugin")
-    parser.add_argument("--identity-requests", type=int, default=256,
-                        help="greedy (and seeded) requests compared with and without speculation")
-    parser.add_argument("--seeded-rerun", action="store_true",
-                        help="ask both engines for the seeded tokens again with logprobs in "
-                             "every cell against no speculation, not only where seeded tokens "
-                             "differ: whether each engine repeats itself and whether the two "
-                             "engines' logits agree bit for bit")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
-                        help="per engine; two engines share the GPU")
-    parser.add_argument("--kv-cache-gib", type=float, default=None, metavar="GIB",
-                        help="every engine's KV cache, in GiB (vLLM's kv_cache_memory_bytes), "
-                             "in place of vLLM's sizing from the memory its profiling finds "
-                             "free; the same for every engine of a comparison. Needed by "
-                             "--start-together")
-    parser.add_argument("--start-together", action="store_true",
-                        help="start the engines that a comparison brings up at once (the "
-                             "pair, the A/A twin, the engine without speculation) in "
-                             "parallel rather than one after another: a call keeps the "
-                             "minutes the starts took for its pairs (three 1B engines took "
-                             "320-390 s one after another on an H200). Start-up seconds and "
-                             "first-request TTFTs then include the other engines' start-up. "
-                             "Needs --kv-cache-gib: vLLM sizes a KV cache from the GPU memory "
-                             "left after profiling, which engines starting beside it change")
-    parser.add_argument("--attention-backend", default=None,
-                        help="vLLM attention backend of every engine (default: vLLM's choice); "
-                        "TRITON_ATTN where FlashAttention is unavailable or fails")
-    parser.add_argument("--cudagraph-mode", default=None,
-                        choices=["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"],
-                        help="vLLM's CUDA-graph mode of every engine (default: vLLM's, "
-                        "FULL_AND_PIECEWISE: full graphs for uniform decode batches only); "
-                        "FULL also captures batches whose requests run different token counts, "
-                        "where the attention backend allows it")
-    parser.add_argument("--max-cudagraph-capture-size", type=int, default=None,
-                        help="largest CUDA-graph batch of every engine (default: vLLM's, "
-                        "2 x max_num_seqs up to 512); the staged vLLM 0.20.0 hit an illegal "
-                        "address capturing 496 tokens at max_num_seqs 256. The n-gram "
-                        "engine's is at least max_num_seqs x (k + 1), its verification "
-                        "step's tokens")
-    parser.add_argument("--use-fp64-gumbel", action="store_true",
-                        help="FP64 Gumbel noise in every engine: use_fp64_gumbel=True, "
-                        "except for stock vLLM 0.20, which has no such setting and always "
-                        "draws FP64 noise")
-    parser.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints",
-                        help="where the random checkpoints are written, and reused by later "
-                        "runs (an 8B one takes about 16 GB); default /tmp/e2e-checkpoints")
-    parser.add_argument("--out", default="bench-results/e2e",
+        prog="python3 -m benchmarks e2e", usage="%(prog)s [OPTION ...]",
+        description="Real vLLM engines, stock against the plugin, interleaved on one GPU "
+                    "(what and how: the docstring of benchmarks/e2e/__init__.py).")
+    runs = parser.add_argument_group("what to run")
+    runs.add_argument("--models", type=_model_list, default=_model_list("1b:128256"),
+                      help="SHAPE:VOCAB list, SHAPE in 1b, 8b (tiny for smoke tests); "
+                           "default 1b:128256")
+    runs.add_argument("--mixes", type=_mix_list, default=list(workload.MIXES),
+                      help=f"comma list of {','.join(workload.NAMED_MIXES)} (default "
+                           f"{','.join(workload.MIXES)})")
+    runs.add_argument("--pairs", type=int, default=3,
+                      help="stock/plugin pairs per cell (default 3)")
+    runs.add_argument("--num-requests", type=int, default=1024,
+                      help="requests per timed run (default 1024)")
+    runs.add_argument("--min-run-s", type=float, default=0.0, metavar="SECONDS",
+                      help="send more requests per timed run where --num-requests would last "
+                           "less than this (default 0: --num-requests always)")
+    runs.add_argument("--prompt-len", type=int, default=64, help="prompt tokens (default 64)")
+    runs.add_argument("--output-len", type=int, default=256,
+                      help="tokens every request generates (default 256)")
+    runs.add_argument("--max-num-seqs", type=_int_list, default=[64, 256],
+                      help="batch sizes (requests in flight), comma list; default 64,256")
+    runs.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp", "ngram"],
+                      help="mixes whose steps are timed inside the engine ('none': skip); "
+                           "default topk_topp,ngram")
+    runs.add_argument("--breakdown-output-len", type=int, default=64,
+                      help="tokens per request of the step breakdown (default 64)")
+    runs.add_argument("--profile-mixes", type=_mix_list, default=[],
+                      help="mixes to run once per engine and batch size under torch.profiler; "
+                           "default none")
+    runs.add_argument("--control", action="store_true",
+                      help="A/A run: a second engine of the same kind takes the plugin's or "
+                           "the speculating variant's place (ratios near 1)")
+    runs.add_argument("--control-alongside", action="store_true",
+                      help="with --control, the ngram cells' A/A twin runs in the same window "
+                           "as the variant (three engines up at once)")
+    spec = parser.add_argument_group("speculation (the ngram cells)")
+    spec.add_argument("--ngram-k", type=_int_list, default=[3],
+                      help="draft tokens per step, comma list, each with its own engines "
+                           "(default 3)")
+    spec.add_argument("--ngram-method", choices=NGRAM_METHODS, default=NGRAM_METHODS[0],
+                      help="speculative method of the n-gram engines (default ngram; "
+                           "ngram_gpu: stock vLLM 0.32 schedules it asynchronously, as the "
+                           "plugin does both)")
+    spec.add_argument("--spec-draft", choices=sorted(checkpoint.SHAPES), default=None,
+                      metavar="SHAPE",
+                      help="speculate with a draft model of this shape instead of n-gram "
+                           "(vLLM 0.33; with --spec-policies fixed)")
+    spec.add_argument("--spec-engines", choices=SPEC_ENGINES, default="plugin",
+                      help="whose speculation is measured: the plugin's (default) or stock "
+                           "vLLM's (VLLM_PLUGINS=none)")
+    spec.add_argument("--spec-verification", choices=SPEC_VERIFICATIONS, default="default",
+                      help="who verifies the plugin engines' drafts on vLLM 0.32/0.33; 'both' "
+                           "compares the two; default: the release's default")
+    spec.add_argument("--spec-mixes", type=_choice_list("mixes", workload.NAMED_MIXES),
+                      default=["ngram"],
+                      help="sampling mixes, comma list (default ngram: greedy)")
+    spec.add_argument("--spec-workloads", type=_choice_list("workloads", copying.SPEC_WORKLOADS),
+                      default=list(copying.SPEC_WORKLOADS),
+                      help=f"comma list of {','.join(copying.SPEC_WORKLOADS)} (default all)")
+    spec.add_argument("--spec-policies", type=_choice_list("policies", SPEC_POLICIES),
+                      default=list(SPEC_POLICIES),
+                      help="the first against no speculation, then against each other one "
+                           "(default adaptive,fixed)")
+    spec.add_argument("--spec-against-none", action=argparse.BooleanOptionalAction,
+                      default=True,
+                      help="measure the first policy against no speculation (default on)")
+    spec.add_argument("--spec-against-stock", action="store_true",
+                      help="then measure the first policy against stock vLLM speculating with "
+                           "the same k (vLLM 0.32/0.33)")
+    spec.add_argument("--identity-requests", type=int, default=256,
+                      help="greedy (and seeded) requests compared with and without speculation "
+                           "(default 256)")
+    spec.add_argument("--seeded-rerun", action="store_true",
+                      help="ask for the seeded tokens again with logprobs in every cell, not "
+                           "only where they differ")
+    engines = parser.add_argument_group("engines")
+    engines.add_argument("--gpu-memory-utilization", type=float, default=0.4,
+                         help="per engine; two engines share the GPU (default 0.4)")
+    engines.add_argument("--kv-cache-gib", type=float, default=None, metavar="GIB",
+                         help="every engine's KV cache in GiB, in place of vLLM's sizing")
+    engines.add_argument("--start-together", action="store_true",
+                         help="start a comparison's engines at once rather than one after "
+                              "another (needs --kv-cache-gib)")
+    engines.add_argument("--attention-backend", default=None,
+                         help="vLLM attention backend (default: vLLM's choice)")
+    engines.add_argument("--cudagraph-mode", default=None,
+                         choices=["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
+                                  "FULL_AND_PIECEWISE"],
+                         help="vLLM's CUDA-graph mode (default: vLLM's)")
+    engines.add_argument("--max-cudagraph-capture-size", type=int, default=None,
+                         help="largest CUDA-graph batch (default: vLLM's)")
+    engines.add_argument("--use-fp64-gumbel", action="store_true",
+                         help="FP64 Gumbel noise in every engine (stock vLLM 0.20 always "
+                              "draws FP64)")
+    engines.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints",
+                         help="where the random checkpoints are written and reused (an 8B one "
+                              "takes about 16 GB); default /tmp/e2e-checkpoints")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", default="bench-results/e2e",
                         help="output directory (e2e.json, e2e.png); default bench-results/e2e")
-    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
-                        help="start no new cell after this many seconds (engines are "
-                             "still closed cleanly); default: no limit")
-    parser.add_argument("--render", metavar="JSON", type=read_json_argument,
+    output.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="start no new cell after this many seconds; default: no limit")
+    output.add_argument("--render", metavar="JSON", type=read_json_argument,
                         help="print the markdown tables of an e2e.json and exit (no GPU needed)")
-    parser.add_argument("--ratios", metavar="FILE", type=read_json_argument,
-                        help="print the parts.py ratio strings of an e2e.json (plugin/stock "
-                             "tok/s of the topk_topp, seeded_topp, greedy and t1 cells) and "
-                             "exit (no GPU needed)")
-    parser.add_argument("--record", action="store_true",
-                        help="write those ratios (of this run, or of --ratios FILE) into the "
-                             "package's data/measurements.json under the run's vLLM line, "
-                             "which info reads")
+    output.add_argument("--ratios", metavar="FILE", type=read_json_argument,
+                        help="print the info ratios of an e2e.json and exit (no GPU needed)")
+    output.add_argument("--record", action="store_true",
+                        help="write those ratios (of this run, or of --ratios FILE) into "
+                             "vllm_sampling_plugin/data/measurements.json, which info reads")
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")

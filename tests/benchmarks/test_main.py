@@ -24,8 +24,15 @@ def test_help_lists_every_command():
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_help_names_the_whole_command(command):
+def test_every_command_help_names_the_whole_command_plainly(command):
     proc = run_lab(command, "--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"usage: python3 -m benchmarks {command} ")
+    assert "`" not in proc.stdout, "reStructuredText markup in --help"
+    assert not re.search(r"\bissues? #?\d", proc.stdout), "internal issue numbers in --help"
 
+
+def test_e2e_help_fits_two_screens():
+    proc = run_lab("e2e", "--help")
+    assert proc.returncode == 0
+    assert len(proc.stdout.splitlines()) <= 120

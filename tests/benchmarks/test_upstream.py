@@ -88,6 +88,8 @@ def test_importing_and_help_need_no_vllm():
     )
     assert proc.returncode == 0, proc.stderr
     assert "--flashinfer" in proc.stdout
+    # The CPU path needs upstream's kernels too: the help says which vLLM has them.
+    assert "Needs vLLM 0.32 or 0.33" in " ".join(proc.stdout.split())
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
