@@ -3,7 +3,7 @@ the harness times them in one run, pairs stock with plugin, checks tokens
 and writes the report.
 
 Declaring an area, for example (the real declarations close each area
-module; ``bench/rejection.py`` has ratios and a ``prepare`` step)::
+module; ``benchmarks/rejection.py`` has ratios and a ``prepare`` step)::
 
     AREA = Area(
         name="sampler",                       # JSON/PNG stem, --out default
@@ -33,7 +33,7 @@ token checks; replays ``graph_replay`` candidates from a CUDA graph
 ``profile`` candidates (into the row key it names); runs ``annotate``; and,
 with ``--dump-tokens FILE``, keeps every ``tokens`` candidate's output.
 Every area gets ``--out``, ``--columns`` and ``--dump-tokens``; ``--tune``
-where it declares ``tune`` (see ``bench/tuning.py``), ``--profile`` where a
+where it declares ``tune`` (see ``benchmarks/tuning.py``), ``--profile`` where a
 candidate profiles.
 
 Calls timed against each other on the same inputs (``bench upstream``):

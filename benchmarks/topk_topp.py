@@ -29,7 +29,7 @@ against ``masked_plugin_gumbel`` token for token, and ``fused_paths`` counts
 which step of the merge decided the rows (``paths_out``: short list,
 collected, exact); with ``--profile`` each case also gets
 ``fused_kernels_us``, the time of each of the fused path's kernels
-(``torch.profiler``), to see where the time goes. ``bench/sampler.py`` adds
+(``torch.profiler``), to see where the time goes. ``benchmarks/sampler.py`` adds
 ``fused_topk_topp`` (below) as a column of its own table. ``--tune``
 instead times ``fused_fp32`` over a grid of ``TopKTopPTuning`` launch shapes
 (chunk, group, per_group, short_list, num_warps) and prints the fastest
@@ -95,7 +95,7 @@ def cases(args):
 
 def fused_topk_topp(use_fp64: bool = False, tuning: TopKTopPTuning = DEFAULT_TUNING) -> Callable:
     """A candidate's factory: turns a case with the attributes of ``Case``
-    (``bench/sampler.py``'s has them) into the zero-argument call to time."""
+    (``benchmarks/sampler.py``'s has them) into the zero-argument call to time."""
 
     def make(case):
         return lambda: top_k_top_p_sample(

@@ -115,7 +115,7 @@ print(defaults.default_speculation_policy())')
         --identity-requests 256 --breakdown-mixes ngram ${E2E_ARGS:-} --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
     e2e-spec-1b | e2e-spec-8b)
       # n-gram speculation, adaptive against none and against fixed k, on the
-      # four workloads of the copy checkpoint (bench/e2e/copying.py), on any
+      # four workloads of the copy checkpoint (benchmarks/e2e/copying.py), on any
       # line the policy runs on (0.20: the plugin's proposer; 0.32/0.33:
       # upstream's). The 1B run takes about 8 minutes on an H100:
       # STEP_TIMEOUT=540; the 8B one narrows --spec-workloads through E2E_ARGS.

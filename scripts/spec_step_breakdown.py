@@ -15,7 +15,7 @@ it prints per engine and writes to ``--out``/spec_step_breakdown.json:
 - tok/s of each of ``--runs`` uninstrumented runs, and the host CPU each
   engine's front end and engine core used in it (``bench e2e``'s host use:
   an engine core busy for the whole run is host-bound);
-- from one run with ``bench/e2e/hooks.py``'s timers: steps, tokens
+- from one run with ``benchmarks/e2e/hooks.py``'s timers: steps, tokens
   generated per step, mean wall ms per engine step (one step's start to the
   next), mean host ms inside ``execute_model`` and inside ``sample_tokens``,
   mean GPU ms, which CUDA graph each step ran (``FULL/1``: full graph of
@@ -56,7 +56,7 @@ K = 3
 BASELINES = ("none", "fixed")
 SHAPE = "1b"
 VOCAB = 128256
-MIX = "ngram"  # greedy requests (bench/e2e/workload.py)
+MIX = "ngram"  # greedy requests (benchmarks/e2e/workload.py)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
