@@ -1,4 +1,4 @@
-"""Render the benchmark JSON files written by `vllm-sampling-plugin bench AREA`
+"""Render the benchmark JSON files written by `python3 -m benchmarks AREA`
 as Markdown tables (for docs/benchmarks.md).
 
     python3 scripts/bench_tables.py docs/bench-data/sampler-h100.json [...]
@@ -12,10 +12,14 @@ and first column.
 
 import json
 import sys
+from pathlib import Path
 
-from vllm_sampling_plugin.bench import ngram, rejection, sampler, topk_topp
-from vllm_sampling_plugin.bench.e2e import report as e2e_report
-from vllm_sampling_plugin.bench.harness import Area
+# benchmarks/ is not installed with the package: it is read from this checkout.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import ngram, rejection, sampler, topk_topp  # noqa: E402
+from benchmarks.e2e import report as e2e_report  # noqa: E402
+from benchmarks.harness import Area  # noqa: E402
 
 AREAS = {area.name: area for area in (m.AREA for m in (rejection, topk_topp, ngram, sampler))}
 

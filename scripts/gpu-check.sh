@@ -12,7 +12,7 @@
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others;
 # the script exits 1 after the last step if any failed or timed out, naming them.
 # Before/after steps compare this checkout with an older package in $BEFORE
-# (mkdir B && git archive REV vllm_sampling_plugin | tar -x -C B); BENCH_ARGS
+# (mkdir B && git archive REV vllm_sampling_plugin benchmarks | tar -x -C B); BENCH_ARGS
 # narrows the benchmark (e.g. "--batch-sizes 64 256 1024"); E2E_ARGS comes after an e2e
 # step's own options, so it overrides them (e.g. "--max-num-seqs 64").
 # vLLM 0.32/0.33 on the lent GPU machine (torch 2.13/2.14): stage it first, docs/gpu-staging.md says how.
@@ -103,19 +103,19 @@ print(defaults.default_speculation_policy())')
     before-after-*)
       # shellcheck disable=SC2086
       run "$step" bash scripts/bench_before_after.sh "$BEFORE" "$out/before-after" "${step#before-after-}" ${BENCH_ARGS:-} ;;
-    e2e-smoke) run e2e-smoke python3 -m vllm_sampling_plugin.cli bench e2e --models tiny:128256 \
+    e2e-smoke) run e2e-smoke python3 -m benchmarks e2e --models tiny:128256 \
         --pairs 1 --num-requests 64 --output-len 32 --max-num-seqs 16,64 --identity-requests 64 \
         --gpu-memory-utilization 0.2 --time-budget $((limit - 60)) --out "$out/e2e-smoke" ;;
-    e2e-1b) run e2e-1b python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
+    e2e-1b) run e2e-1b python3 -m benchmarks e2e --models 1b:128256 \
         --mixes greedy,t1,topk_topp,seeded_topp,mixed --max-num-seqs 64,256 --pairs 3 \
         --num-requests 512 --output-len 128 --breakdown-mixes topk_topp ${E2E_ARGS:-} \
         --time-budget $((limit - 90)) --out "$out/e2e-1b" ;;
-    e2e-ngram) run e2e-ngram python3 -m vllm_sampling_plugin.cli bench e2e --models 1b:128256 \
+    e2e-ngram) run e2e-ngram python3 -m benchmarks e2e --models 1b:128256 \
         --mixes ngram --max-num-seqs 64,256 --pairs 3 --num-requests 512 --output-len 256 \
         --identity-requests 256 --breakdown-mixes ngram ${E2E_ARGS:-} --time-budget $((limit - 90)) --out "$out/e2e-ngram" ;;
     e2e-spec-1b | e2e-spec-8b)
       # n-gram speculation, adaptive against none and against fixed k, on the
-      # four workloads of the copy checkpoint (bench/e2e/copying.py), on any
+      # four workloads of the copy checkpoint (benchmarks/e2e/copying.py), on any
       # line the policy runs on (0.20: the plugin's proposer; 0.32/0.33:
       # upstream's). The 1B run takes about 8 minutes on an H100:
       # STEP_TIMEOUT=540; the 8B one narrows --spec-workloads through E2E_ARGS.
@@ -124,7 +124,7 @@ print(defaults.default_speculation_policy())')
       # the same window, three engines up), and "--start-together
       # --kv-cache-gib 6" to start the three at once.
       if [ "$step" = e2e-spec-1b ]; then model=1b:128256; else model=8b:151936; fi
-      run "$step" python3 -m vllm_sampling_plugin.cli bench e2e --models "$model" \
+      run "$step" python3 -m benchmarks e2e --models "$model" \
         --mixes ngram --max-num-seqs 64,256 --pairs 2 --num-requests 256 --output-len 256 \
         --identity-requests 64 --breakdown-mixes none --gpu-memory-utilization 0.42 \
         ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step" ;;
@@ -134,7 +134,7 @@ print(defaults.default_speculation_policy())')
       # it. One k per call fits the 10-minute limit: SPEC_K=3, then SPEC_K=7
       # (the copy checkpoint stays in /tmp/e2e-checkpoints between calls).
       build_flashinfer_sampling_in_background
-      run "$step-k${SPEC_K:-3}" python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+      run "$step-k${SPEC_K:-3}" python3 -m benchmarks e2e --models 8b:151936 \
         --mixes ngram --spec-engines stock --ngram-k "${SPEC_K:-3}" --max-num-seqs 64,256 \
         --spec-workloads nonrepeating,mixed,accepting --pairs 2 --num-requests 256 \
         --output-len 256 --identity-requests 32 --breakdown-mixes none \
@@ -147,7 +147,7 @@ print(defaults.default_speculation_policy())')
       # sampling mix per call fits the 10-minute limit: SPEC_MIXES=topk_topp,
       # then SPEC_MIXES=seeded_topp (the copy checkpoint stays in
       # /tmp/e2e-checkpoints between calls). Three engines, two at a time.
-      run "$step-${SPEC_MIXES:-topk_topp}" python3 -m vllm_sampling_plugin.cli bench e2e \
+      run "$step-${SPEC_MIXES:-topk_topp}" python3 -m benchmarks e2e \
         --models 8b:151936 --mixes ngram --spec-engines plugin --spec-policies fixed \
         --spec-verification both --spec-mixes "${SPEC_MIXES:-topk_topp}" --ngram-k 3 \
         --max-num-seqs 64,256 --spec-workloads accepting,nonrepeating --pairs 2 \
@@ -165,7 +165,7 @@ print(defaults.default_speculation_policy())')
       # unfiltered and top-k/top-p, at a draft engine's shapes (256 requests,
       # k = 3 and 7, vocabulary 128256); needs no vLLM. A few minutes.
       for dtype in float32 bfloat16; do
-        run "$step-$dtype" python3 -m vllm_sampling_plugin.cli bench rejection \
+        run "$step-$dtype" python3 -m benchmarks rejection \
           --columns plugin_fp32 plugin_fp32_point plugin_fp32_topk_topp --batch-sizes 256 \
           --num-spec 3 7 --vocab-size 128256 --temperature 0.7 --logits-dtype "$dtype" \
           --out "$out/$step-$dtype"
@@ -193,7 +193,7 @@ print(defaults.default_speculation_policy())')
       # upstream's canvas where they use top-k/top-p): E2E_ARGS="--spec-mixes
       # penalties_topk,topk_topp".
       build_flashinfer_sampling_in_background
-      run "$step-k${SPEC_K:-3}" python3 -m vllm_sampling_plugin.cli bench e2e \
+      run "$step-k${SPEC_K:-3}" python3 -m benchmarks e2e \
         --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \
         --no-spec-against-none --spec-against-stock --ngram-k "${SPEC_K:-3}" \
         --spec-workloads accepting --spec-mixes topk_topp,seeded_topp,ngram \
@@ -216,7 +216,7 @@ print(defaults.default_speculation_policy())')
       # not fit a call unless they start at once: E2E_ARGS="--start-together
       # --kv-cache-gib 12" (run on a GPU in e2e-vs-stock only, not in this step).
       build_flashinfer_sampling_in_background
-      run "$step-${SPEC_MIXES:-t1}" python3 -m vllm_sampling_plugin.cli bench e2e \
+      run "$step-${SPEC_MIXES:-t1}" python3 -m benchmarks e2e \
         --models 1b:128256 --mixes ngram --spec-draft tiny --spec-policies fixed \
         --spec-verification plugin --no-spec-against-none --spec-against-stock \
         --ngram-k "${SPEC_K:-3}" --spec-workloads accepting --spec-mixes "${SPEC_MIXES:-t1}" \
@@ -232,11 +232,11 @@ print(defaults.default_speculation_policy())')
       # H100/H200: STEP_TIMEOUT=420 each.
       run line-check-e2e python3 -m pytest -q -s -p no:cacheprovider \
         tests/e2e/test_engine_upstream_sampler_lines.py -k "seeded_request or valid_tokens or runner_holds"
-      run line-check-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+      run line-check-8b python3 -m benchmarks e2e --models 8b:151936 \
         --mixes topk_topp,seeded_topp --max-num-seqs 64,256 --pairs 3 --num-requests 256 \
         --output-len 128 --breakdown-mixes none --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \
         --time-budget $((limit - 60)) --out "$out/line-check-8b" ;;
-    e2e-8b) run e2e-8b python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+    e2e-8b) run e2e-8b python3 -m benchmarks e2e --models 8b:151936 \
         --mixes topk_topp --max-num-seqs 256 --pairs 5 --num-requests 512 --output-len 256 \
         --breakdown-mixes topk_topp --gpu-memory-utilization 0.45 ${E2E_ARGS:-} \
         --time-budget $((limit - 90)) --out "$out/e2e-8b" ;;
@@ -244,7 +244,7 @@ print(defaults.default_speculation_policy())')
       # Every mix at both batch sizes where the GPU, not the host, sets the
       # pace; the capture size avoids vLLM 0.20's capture crash at 256
       # (docs/troubleshooting.md). About 8 minutes on an H100: STEP_TIMEOUT=570.
-      run e2e-8b-all python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+      run e2e-8b-all python3 -m benchmarks e2e --models 8b:151936 \
         --mixes greedy,t1,topk_topp,seeded_topp,mixed --max-num-seqs 64,256 --pairs 4 \
         --num-requests 256 --output-len 128 --breakdown-mixes topk_topp \
         --attention-backend FLASH_ATTN --max-cudagraph-capture-size 256 \
@@ -253,7 +253,7 @@ print(defaults.default_speculation_policy())')
     e2e-8b-fp64)
       # --use-fp64-gumbel in both engines (stock 0.20 has no flag: it always
       # draws FP64), the mixes whose rows the plugin draws on 0.32/0.33.
-      run e2e-8b-fp64 python3 -m vllm_sampling_plugin.cli bench e2e --models 8b:151936 \
+      run e2e-8b-fp64 python3 -m benchmarks e2e --models 8b:151936 \
         --mixes t1,seeded_topp,mixed --max-num-seqs 256 --pairs 4 --use-fp64-gumbel \
         --num-requests 256 --output-len 128 --breakdown-mixes t1 \
         --attention-backend FLASH_ATTN --max-cudagraph-capture-size 256 \
@@ -269,7 +269,7 @@ print(defaults.default_speculation_policy())')
       # A bounded load against vllm serve (docs/troubleshooting.md, "Soak run")
       # on the tiny test checkpoint, FP64 Gumbel and n-gram speculation on.
       python3 -c "from tests.tiny_model import write_tiny_llama; write_tiny_llama('/tmp/soak-model', 2048)"
-      VLLM_USE_V2_MODEL_RUNNER=1 run soak python3 -m vllm_sampling_plugin.cli soak --launch /tmp/soak-model \
+      VLLM_USE_V2_MODEL_RUNNER=1 run soak python3 -m benchmarks soak --launch /tmp/soak-model \
         --requests "${SOAK_REQUESTS:-2000}" --concurrency 64 -- --load-format dummy \
         --max-model-len 512 --use-fp64-gumbel \
         --speculative-config '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}' \
@@ -287,13 +287,13 @@ print(defaults.default_speculation_policy())')
       run e2e-sampler python3 -m pytest -q -s -p no:cacheprovider tests/e2e -k sampler ;;
     upstream)
       # The plugin's ops against the installed 0.32 line's own code, one process.
-      run upstream python3 -m vllm_sampling_plugin.bench.upstream --out "$out/upstream" ;;
+      run upstream python3 -m benchmarks.upstream --out "$out/upstream" ;;
     verify-ops)
       # The verification op at 1024-4096 rows, V = 151936 (0.32/0.33): the
       # plugin's folded verification, and its canvas route for batches with
       # logits processors, each against upstream's whole verification path
       # (opt-in parts of bench upstream; 18 cases, up to 2.5 GB of logits each).
-      run verify-ops python3 -m vllm_sampling_plugin.bench.upstream \
+      run verify-ops python3 -m benchmarks.upstream \
         --parts verify_filtered verify_processed --budget-s $((limit - 60)) \
         --out "$out/verify-ops" ;;
     ops-upstream)
@@ -309,10 +309,10 @@ print(defaults.default_speculation_policy())')
           tests/e2e/test_engine_upstream_sampler_lines.py -k "$group" &
       done
       wait ;;
-    bench-sampler) run bench-sampler python3 -m vllm_sampling_plugin.bench.sampler --out "$out/sampler" ;;
-    bench-topk) run bench-topk python3 -m vllm_sampling_plugin.bench.topk_topp --out "$out/topk_topp" ;;
-    bench-rejection) run bench-rejection python3 -m vllm_sampling_plugin.bench.rejection --out "$out/rejection" ;;
-    bench-ngram) run bench-ngram python3 -m vllm_sampling_plugin.bench.ngram --out "$out/ngram" ;;
+    bench-sampler) run bench-sampler python3 -m benchmarks.sampler --out "$out/sampler" ;;
+    bench-topk) run bench-topk python3 -m benchmarks.topk_topp --out "$out/topk_topp" ;;
+    bench-rejection) run bench-rejection python3 -m benchmarks.rejection --out "$out/rejection" ;;
+    bench-ngram) run bench-ngram python3 -m benchmarks.ngram --out "$out/ngram" ;;
     *) echo "unknown step $step"; echo "$step: unknown step" >> "$failed" ;;
   esac
 done

@@ -15,7 +15,7 @@ it prints per engine and writes to ``--out``/spec_step_breakdown.json:
 - tok/s of each of ``--runs`` uninstrumented runs, and the host CPU each
   engine's front end and engine core used in it (``bench e2e``'s host use:
   an engine core busy for the whole run is host-bound);
-- from one run with ``bench/e2e/hooks.py``'s timers: steps, tokens
+- from one run with ``benchmarks/e2e/hooks.py``'s timers: steps, tokens
   generated per step, mean wall ms per engine step (one step's start to the
   next), mean host ms inside ``execute_model`` and inside ``sample_tokens``,
   mean GPU ms, which CUDA graph each step ran (``FULL/1``: full graph of
@@ -48,15 +48,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vllm_sampling_plugin.bench.e2e import report  # noqa: E402
-from vllm_sampling_plugin.bench.e2e.copying import SPEC_WORKLOADS  # noqa: E402
+from benchmarks.e2e import report  # noqa: E402
+from benchmarks.e2e.copying import SPEC_WORKLOADS  # noqa: E402
 
 K = 3
 # The engines the adaptive one can be compared with (--baseline).
 BASELINES = ("none", "fixed")
 SHAPE = "1b"
 VOCAB = 128256
-MIX = "ngram"  # greedy requests (bench/e2e/workload.py)
+MIX = "ngram"  # greedy requests (benchmarks/e2e/workload.py)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def engine_specs(args: argparse.Namespace, path: str) -> dict:
-    from vllm_sampling_plugin.bench.e2e.engine import EngineSpec
+    from benchmarks.e2e.engine import EngineSpec
 
     common = dict(role="plugin", model=path, max_num_seqs=args.max_num_seqs,
                   gpu_memory_utilization=args.gpu_memory_utilization,
@@ -164,12 +164,12 @@ def print_call_differences(engines: dict, baseline: str, rows: int = 25) -> None
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from vllm_sampling_plugin.bench.harness import require_gpu
+    from benchmarks.harness import require_gpu
 
     require_gpu("spec_step_breakdown")
-    from vllm_sampling_plugin.bench.e2e import copying
-    from vllm_sampling_plugin.bench.e2e.engine import Engine
-    from vllm_sampling_plugin.bench.e2e.run import ensure_checkpoint
+    from benchmarks.e2e import copying
+    from benchmarks.e2e.engine import Engine
+    from benchmarks.e2e.run import ensure_checkpoint
 
     from host_profile import engine_core_pid
 

@@ -17,6 +17,7 @@ from tests.integration.helpers import QUIET_ENV, REPO_ROOT
 
 CLI_MODULE = ["-m", "vllm_sampling_plugin.cli"]
 CLI = [sys.executable, *CLI_MODULE]
+LAB_MODULE = ["-m", "benchmarks"]
 
 
 def environment(env: dict[str, str | None] | None = None) -> dict[str, str]:
@@ -29,6 +30,13 @@ def run_cli(*args: str, env: dict[str, str | None] | None = None,
             timeout: int = 300) -> subprocess.CompletedProcess:
     """``vllm-sampling-plugin ARGS``; stdout and stderr captured as text."""
     return fresh_interpreter.run([*CLI_MODULE, *args],
+                                 env=environment(env), cwd=REPO_ROOT, timeout=timeout)
+
+
+def run_lab(*args: str, env: dict[str, str | None] | None = None,
+            timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python3 -m benchmarks ARGS`` from the checkout (the lab is not installed)."""
+    return fresh_interpreter.run([*LAB_MODULE, *args],
                                  env=environment(env), cwd=REPO_ROOT, timeout=timeout)
 
 

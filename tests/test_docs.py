@@ -102,7 +102,8 @@ def commands_dir(tmp_path_factory) -> Path:
 # packages, starting servers or writing gigabytes of checkpoints.
 NEVER_RUN = re.compile(
     r"\bpip install\b|\bvenv\b|\bpytest\b|\bvllm serve\b|\bsoak\b|\bcheckpoint\b"
-    r"|\bbench(\.| )(sampler|topk_topp|rejection|ngram|upstream)\b|\bbench(\.| )e2e\b(?!.*--render)"
+    r"|\bbench(marks)?(\.| )(sampler|topk_topp|rejection|ngram|upstream)\b"
+    r"|\bbench(marks)?(\.| )e2e\b(?!.*--render)"
     r"|\bgpu-check\.sh\b"
 )
 

@@ -1,32 +1,43 @@
-"""docs/architecture.md's tree names every module, and every module opens
-with a comment saying the one idea it holds."""
+"""docs/architecture.md's trees name every module of the package and of the
+lab beside it (benchmarks/), and every module opens with a comment saying
+the one idea it holds."""
 
 import ast
 import pathlib
 import re
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "vllm_sampling_plugin"
-MODULES = sorted(
-    p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" and "__pycache__" not in p.parts
-)
+LAB = ROOT / "benchmarks"
 
 
-def _tree_names() -> set[str]:
+def _modules(root: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(
+        p for p in root.rglob("*.py") if p.name != "__init__.py" and "__pycache__" not in p.parts
+    )
+
+
+def _tree_names(root: pathlib.Path) -> set[str]:
+    """The file names in docs/architecture.md's code block that draws ``root``."""
     text = (ROOT / "docs" / "architecture.md").read_text()
-    tree = text.split("```")[1]  # the first code block is the tree
+    tree = next(block for block in text.split("```")[1::2]
+                if block.removeprefix("text\n").startswith(f"{root.name}/"))
     return set(re.findall(r"[\w]+\.py", tree))
 
 
-def test_architecture_tree_names_every_module():
-    missing = [str(p.relative_to(PACKAGE)) for p in MODULES if p.name not in _tree_names()]
-    assert not missing, f"docs/architecture.md's tree lacks {missing}"
+@pytest.mark.parametrize("root", [PACKAGE, LAB], ids=lambda root: root.name)
+def test_architecture_tree_names_every_module(root):
+    missing = [str(p.relative_to(root)) for p in _modules(root) if p.name not in _tree_names(root)]
+    assert not missing, f"docs/architecture.md's {root.name}/ tree lacks {missing}"
 
 
-def test_every_module_opens_with_its_idea():
+@pytest.mark.parametrize("root", [PACKAGE, LAB], ids=lambda root: root.name)
+def test_every_module_opens_with_its_idea(root):
     silent = [
-        str(p.relative_to(PACKAGE))
-        for p in MODULES
+        str(p.relative_to(root))
+        for p in _modules(root)
         if not ast.get_docstring(ast.parse(p.read_text()))
     ]
     assert not silent, f"modules without an opening docstring: {silent}"
@@ -46,3 +57,10 @@ def test_ops_never_import_vllm():
     ops = [p for p in (PACKAGE / "ops").rglob("*.py") if "__pycache__" not in p.parts]
     offenders = [str(p.relative_to(PACKAGE)) for p in ops if "vllm" in _imported_roots(p)]
     assert not offenders, f"ops/ must not import vllm: {offenders}"
+
+
+def test_the_package_never_imports_the_lab():
+    """benchmarks/ is not in the wheel: an installed plugin importing it would fail."""
+    modules = [p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts]
+    offenders = [str(p.relative_to(PACKAGE)) for p in modules if "benchmarks" in _imported_roots(p)]
+    assert not offenders, f"the package imports benchmarks/: {offenders}"

@@ -1,6 +1,5 @@
 """The parts table: owners from the seams' shapes, ratios from data, the docs built from both."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -109,15 +108,6 @@ def test_summary_names_the_owners():
     assert "upstream: " in summary and "rejection sampling" in summary
 
 
-def test_record_writes_a_measurement(tmp_path):
-    path = tmp_path / "m.json"
-    measurements.record("0.29", "rejection sampling", "1.1x", "bench upstream, H100", path)
-    measurements.record("0.21", "n-gram speculator", "2x", "", path)
-    data = json.loads(path.read_text())
-    assert list(data) == ["0.21", "0.29"]
-    assert data["0.29"]["rejection sampling"] == {"ratio": "1.1x", "source": "bench upstream, H100"}
-
-
 @pytest.mark.parametrize(
     "found, line",
     [("0.20.2", "0.20"), ("0.21.0", "0.21"), ("0.26.0", "0.26"), ("0.32.3rc1", "0.32"),
@@ -138,17 +128,3 @@ def test_compatibility_doc_holds_the_rendered_table():
     begin = text.index("<!-- parts table: begin -->\n") + len("<!-- parts table: begin -->\n")
     end = text.index("<!-- parts table: end -->")
     assert text[begin:end].strip() == compatibility_markdown().strip()
-
-
-def test_bench_upstream_records_a_reports_ratios(tmp_path):
-    pytest.importorskip("vllm")
-    from vllm_sampling_plugin.bench.upstream import record_ratios
-
-    report = json.loads((DOC.parent / "bench-data" / "upstream-0.33-rep9-h100.json").read_text())
-    path = tmp_path / "measurements.json"
-    record_ratios(report, path)
-    recorded = json.loads(path.read_text())["0.33"]
-    assert set(recorded) >= {"Gumbel-max sampling (no top-k/top-p)", "top-k/top-p, batches FlashInfer may not take"}
-    gumbel = recorded["Gumbel-max sampling (no top-k/top-p)"]
-    assert gumbel["ratio"].startswith("upstream/plugin: ")
-    assert gumbel["source"] == "bench upstream, NVIDIA H100 80GB HBM3, vLLM 0.33.0"

@@ -1,19 +1,14 @@
-"""``vllm-sampling-plugin``: inspect the installation, run benchmarks, try the ops.
+"""``vllm-sampling-plugin``: inspect the installation, try the ops.
 
     vllm-sampling-plugin info                 versions, registration, settings, parts
     vllm-sampling-plugin info --markdown      the release x part table of docs/compatibility.md
     vllm-sampling-plugin demo                 sample a few tokens with the functional API
                                               (no GPU needed)
-    vllm-sampling-plugin bench AREA [ARGS]    a CUDA GPU benchmark; AREA: sampler, topk_topp,
-                                              rejection, ngram, e2e, upstream (the plugin's
-                                              ops against vLLM 0.32's or 0.33's)
-    vllm-sampling-plugin soak [ARGS]          a bounded mixed load against a `vllm serve`
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -21,7 +16,6 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from vllm_sampling_plugin import __version__, config
 
-BENCH_AREAS = ("sampler", "topk_topp", "rejection", "ngram", "e2e", "upstream")
 ENTRY_POINT_NAME = "vllm_sampling_plugin"
 
 
@@ -151,15 +145,6 @@ def demo() -> int:
     return 0
 
 
-BENCH_DESCRIPTION = """\
-Time the plugin's kernels against stock vLLM's. Every area needs a CUDA GPU and
-says so in one line without one (`bench upstream --device cpu --small` is the
-exception: it checks its plumbing through Triton's interpreter). Options of an
-area: vllm-sampling-plugin bench AREA --help. Results and what each area
-measures: docs/benchmarks.md.
-"""
-
-
 def _run(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="vllm-sampling-plugin", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,29 +155,11 @@ def _run(argv: list[str] | None) -> int:
         "--markdown", action="store_true",
         help="print the release x part table of docs/compatibility.md instead",
     )
-    bench = sub.add_parser("bench", help="run a benchmark (needs a CUDA GPU)",
-                           description=BENCH_DESCRIPTION,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    bench.add_argument("area", choices=BENCH_AREAS)
-    bench.add_argument("args", nargs=argparse.REMAINDER,
-                       help="the area's options (bench AREA --help lists them)")
     sub.add_parser("demo", help="sample a few tokens with the functional API (no GPU needed)")
-    # Its own parser reads every argument, --help included.
-    sub.add_parser("soak", help="a bounded mixed load against a vllm serve (soak --help)",
-                   add_help=False)
-    args, soak_args = parser.parse_known_args(argv)
-    if args.command == "soak":
-        from vllm_sampling_plugin.soak.command import main as soak_main
-
-        return soak_main(soak_args)
-    if soak_args:
-        parser.error(f"unrecognized arguments: {' '.join(soak_args)}")
+    args = parser.parse_args(argv)
     if args.command == "info":
         return markdown() if args.markdown else info()
-    if args.command == "demo":
-        return demo()
-    module = importlib.import_module(f"vllm_sampling_plugin.bench.{args.area}")
-    return module.main(args.args) or 0
+    return demo()
 
 
 # What a shell reports for a command that SIGPIPE ended (`yes | head -1`).

@@ -2,10 +2,10 @@
 
 ``data/measurements.json`` maps a release line and a part
 (integration/parts.py's names) to ``{"ratio": ..., "source": ...}``: what a
-GPU run measured, plugin against upstream on that line, and which run. The
-bench commands write it (:func:`record`); ``info``, the register log line and
-docs/compatibility.md read it. A line or part without an entry reads as
-"not measured".
+GPU run measured, plugin against upstream on that line, and which run. Only
+the lab in the checkout's ``benchmarks/`` writes it (benchmarks/measurements.py);
+``info``, the register log line and docs/compatibility.md read it. A line or
+part without an entry reads as "not measured".
 """
 
 from __future__ import annotations
@@ -28,13 +28,3 @@ def ratio_text(line: str, part: str, measured: dict | None = None) -> str:
         return NOT_MEASURED
     return f"{entry['ratio']} ({entry['source']})" if entry["source"] else entry["ratio"]
 
-
-def record(line: str, part: str, ratio: str, source: str, path: Path = PATH) -> None:
-    """Store (or replace) one measurement; the file stays sorted and readable."""
-    measured = load(path) if path.exists() else {}
-    measured.setdefault(line, {})[part] = {"ratio": ratio, "source": source}
-    ordered = {
-        key: measured[key]
-        for key in sorted(measured, key=lambda line: tuple(map(int, line.split("."))))
-    }
-    path.write_text(json.dumps(ordered, indent=2) + "\n")

@@ -597,7 +597,7 @@ def test_bench_e2e_plugin_engine_kwargs_reach_the_model_config(tmp_path):
     out = run_python(
         f"""
         import pickle
-        from vllm_sampling_plugin.bench.e2e.engine import EngineSpec
+        from benchmarks.e2e.engine import EngineSpec
         from vllm.engine.arg_utils import EngineArgs
         for policy in ("adaptive", "fixed"):
             spec = EngineSpec(role="plugin", model={model!r}, max_num_seqs=8,

@@ -24,7 +24,7 @@ class GumbelTuning:
     programs_per_sm: int
 
 
-# Keyed by ``use_fp64``. Replace an entry to tune (bench/sampler.py --tune
+# Keyed by ``use_fp64``. Replace an entry to tune (benchmarks/sampler.py --tune
 # sweeps these); tokens are identical for every setting.
 TUNING: dict[bool, GumbelTuning] = {
     False: GumbelTuning(

@@ -36,7 +36,7 @@ class RejectionTuning:
 
 
 # Keyed by ``use_fp64``. To tune, run ``python3 -m
-# vllm_sampling_plugin.bench.rejection --tune`` on the GPU and paste its
+# benchmarks.rejection --tune`` from a checkout on the GPU and paste its
 # "best" lines here; tokens are identical for every setting. Measured on an
 # H100 at B=256, K=3 (CUDA-graph replay, docs/benchmarks.md): 8192-token
 # blocks beat 4096 (each block also reads the row's tile statistics once a

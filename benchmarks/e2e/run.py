@@ -1,0 +1,843 @@
+"""``python3 -m benchmarks e2e``: the benchmark's driver (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from benchmarks.e2e import checkpoint, copying, report, workload
+from benchmarks.e2e.engine import Engine, EngineSpec
+from benchmarks.harness import require_gpu
+from benchmarks.report import read_json_argument
+from vllm_sampling_plugin.config import FIXED as FIXED_POLICY
+from vllm_sampling_plugin.config import NGRAM_METHODS
+from vllm_sampling_plugin.config import SPECULATION_POLICIES as SPEC_POLICIES
+from vllm_sampling_plugin.integration.version import (
+    LINE_0_20,
+    LINE_0_32,
+    LINE_0_33,
+    installed_vllm_version,
+    release_line,
+)
+
+PEAKEDNESS_PROMPTS = 64
+# Whose speculation the ngram cells measure (--spec-engines), and the name
+# the cells give upstream's own (no plugin policy: every request verifies k).
+SPEC_ENGINES = ("plugin", "stock")
+UPSTREAM_POLICY = "upstream"
+# --spec-verification: who verifies the plugin engines' drafts (0.32/0.33's
+# --plugin-verification); "both" measures each policy with plugin, then
+# upstream verification. Engine names: "<policy>+verify-<owner>".
+SPEC_VERIFICATIONS = ("default", "plugin", "upstream", "both")
+PEAKEDNESS_TOKENS = 32
+WARMUP_TOKENS = 16
+# The GPU memory share that engines up at once may claim together
+# (--control-alongside): vLLM's default for one engine, 0.9, leaves the rest
+# to the CUDA context and allocations outside its budget; 0.95 keeps 4 GB of
+# an 80 GB card free for three contexts.
+MAX_GPU_MEMORY_UTILIZATION = 0.95
+
+
+def _model_list(text: str) -> list[tuple[str, int]]:
+    models = []
+    for item in text.split(","):
+        shape, _, vocab = item.partition(":")
+        if shape not in checkpoint.SHAPES or not vocab.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected SHAPE:VOCAB with SHAPE in {sorted(checkpoint.SHAPES)}")
+        models.append((shape, int(vocab)))
+    return models
+
+
+def _choice_list(kind: str, known: tuple[str, ...]):
+    """An argparse type: a comma list of names from ``known``."""
+    def parse(text: str) -> list[str]:
+        values = text.split(",")
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {kind} {unknown}; known: {known}")
+        return values
+    return parse
+
+
+def _mix_list(text: str) -> list[str]:
+    """Mixes, or none at all with ``none``."""
+    return [] if text == "none" else _choice_list("mixes", workload.NAMED_MIXES)(text)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected integers separated by commas")
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: values must be positive")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python3 -m benchmarks e2e", usage="%(prog)s [OPTION ...]",
+        description="Real vLLM engines, stock against the plugin, interleaved on one GPU "
+                    "(what and how: the docstring of benchmarks/e2e/__init__.py).")
+    runs = parser.add_argument_group("what to run")
+    runs.add_argument("--models", type=_model_list, default=_model_list("1b:128256"),
+                      help="SHAPE:VOCAB list, SHAPE in 1b, 8b (tiny for smoke tests); "
+                           "default 1b:128256")
+    runs.add_argument("--mixes", type=_mix_list, default=list(workload.MIXES),
+                      help=f"comma list of {','.join(workload.NAMED_MIXES)} (default "
+                           f"{','.join(workload.MIXES)})")
+    runs.add_argument("--pairs", type=int, default=3,
+                      help="stock/plugin pairs per cell (default 3)")
+    runs.add_argument("--num-requests", type=int, default=1024,
+                      help="requests per timed run (default 1024)")
+    runs.add_argument("--min-run-s", type=float, default=0.0, metavar="SECONDS",
+                      help="send more requests per timed run where --num-requests would last "
+                           "less than this (default 0: --num-requests always)")
+    runs.add_argument("--prompt-len", type=int, default=64, help="prompt tokens (default 64)")
+    runs.add_argument("--output-len", type=int, default=256,
+                      help="tokens every request generates (default 256)")
+    runs.add_argument("--max-num-seqs", type=_int_list, default=[64, 256],
+                      help="batch sizes (requests in flight), comma list; default 64,256")
+    runs.add_argument("--breakdown-mixes", type=_mix_list, default=["topk_topp", "ngram"],
+                      help="mixes whose steps are timed inside the engine ('none': skip); "
+                           "default topk_topp,ngram")
+    runs.add_argument("--breakdown-output-len", type=int, default=64,
+                      help="tokens per request of the step breakdown (default 64)")
+    runs.add_argument("--profile-mixes", type=_mix_list, default=[],
+                      help="mixes to run once per engine and batch size under torch.profiler; "
+                           "default none")
+    runs.add_argument("--control", action="store_true",
+                      help="A/A run: a second engine of the same kind takes the plugin's or "
+                           "the speculating variant's place (ratios near 1)")
+    runs.add_argument("--control-alongside", action="store_true",
+                      help="with --control, the ngram cells' A/A twin runs in the same window "
+                           "as the variant (three engines up at once)")
+    spec = parser.add_argument_group("speculation (the ngram cells)")
+    spec.add_argument("--ngram-k", type=_int_list, default=[3],
+                      help="draft tokens per step, comma list, each with its own engines "
+                           "(default 3)")
+    spec.add_argument("--ngram-method", choices=NGRAM_METHODS, default=NGRAM_METHODS[0],
+                      help="speculative method of the n-gram engines (default ngram; "
+                           "ngram_gpu: stock vLLM 0.32 schedules it asynchronously, as the "
+                           "plugin does both)")
+    spec.add_argument("--spec-draft", choices=sorted(checkpoint.SHAPES), default=None,
+                      metavar="SHAPE",
+                      help="speculate with a draft model of this shape instead of n-gram "
+                           "(vLLM 0.33; with --spec-policies fixed)")
+    spec.add_argument("--spec-engines", choices=SPEC_ENGINES, default="plugin",
+                      help="whose speculation is measured: the plugin's (default) or stock "
+                           "vLLM's (VLLM_PLUGINS=none)")
+    spec.add_argument("--spec-verification", choices=SPEC_VERIFICATIONS, default="default",
+                      help="who verifies the plugin engines' drafts on vLLM 0.32/0.33; 'both' "
+                           "compares the two; default: the release's default")
+    spec.add_argument("--spec-mixes", type=_choice_list("mixes", workload.NAMED_MIXES),
+                      default=["ngram"],
+                      help="sampling mixes, comma list (default ngram: greedy)")
+    spec.add_argument("--spec-workloads", type=_choice_list("workloads", copying.SPEC_WORKLOADS),
+                      default=list(copying.SPEC_WORKLOADS),
+                      help=f"comma list of {','.join(copying.SPEC_WORKLOADS)} (default all)")
+    spec.add_argument("--spec-policies", type=_choice_list("policies", SPEC_POLICIES),
+                      default=list(SPEC_POLICIES),
+                      help="the first against no speculation, then against each other one "
+                           "(default adaptive,fixed)")
+    spec.add_argument("--spec-against-none", action=argparse.BooleanOptionalAction,
+                      default=True,
+                      help="measure the first policy against no speculation (default on)")
+    spec.add_argument("--spec-against-stock", action="store_true",
+                      help="then measure the first policy against stock vLLM speculating with "
+                           "the same k (vLLM 0.32/0.33)")
+    spec.add_argument("--identity-requests", type=int, default=256,
+                      help="greedy (and seeded) requests compared with and without speculation "
+                           "(default 256)")
+    spec.add_argument("--seeded-rerun", action="store_true",
+                      help="ask for the seeded tokens again with logprobs in every cell, not "
+                           "only where they differ")
+    engines = parser.add_argument_group("engines")
+    engines.add_argument("--gpu-memory-utilization", type=float, default=0.4,
+                         help="per engine; two engines share the GPU (default 0.4)")
+    engines.add_argument("--kv-cache-gib", type=float, default=None, metavar="GIB",
+                         help="every engine's KV cache in GiB, in place of vLLM's sizing")
+    engines.add_argument("--start-together", action="store_true",
+                         help="start a comparison's engines at once rather than one after "
+                              "another (needs --kv-cache-gib)")
+    engines.add_argument("--attention-backend", default=None,
+                         help="vLLM attention backend (default: vLLM's choice)")
+    engines.add_argument("--cudagraph-mode", default=None,
+                         choices=["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY",
+                                  "FULL_AND_PIECEWISE"],
+                         help="vLLM's CUDA-graph mode (default: vLLM's)")
+    engines.add_argument("--max-cudagraph-capture-size", type=int, default=None,
+                         help="largest CUDA-graph batch (default: vLLM's)")
+    engines.add_argument("--use-fp64-gumbel", action="store_true",
+                         help="FP64 Gumbel noise in every engine (stock vLLM 0.20 always "
+                              "draws FP64)")
+    engines.add_argument("--checkpoint-dir", default="/tmp/e2e-checkpoints",
+                         help="where the random checkpoints are written and reused (an 8B one "
+                              "takes about 16 GB); default /tmp/e2e-checkpoints")
+    output = parser.add_argument_group("output")
+    output.add_argument("--out", default="bench-results/e2e",
+                        help="output directory (e2e.json, e2e.png); default bench-results/e2e")
+    output.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="start no new cell after this many seconds; default: no limit")
+    output.add_argument("--render", metavar="JSON", type=read_json_argument,
+                        help="print the markdown tables of an e2e.json and exit (no GPU needed)")
+    output.add_argument("--ratios", metavar="FILE", type=read_json_argument,
+                        help="print the info ratios of an e2e.json and exit (no GPU needed)")
+    output.add_argument("--record", action="store_true",
+                        help="write those ratios (of this run, or of --ratios FILE) into "
+                             "vllm_sampling_plugin/data/measurements.json, which info reads")
+    args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
+    if args.control_alongside:
+        if not args.control:
+            parser.error("--control-alongside places the --control twin beside the pair; "
+                         "add --control")
+        if 3 * args.gpu_memory_utilization > MAX_GPU_MEMORY_UTILIZATION:
+            parser.error(f"--control-alongside: three engines of --gpu-memory-utilization "
+                         f"{args.gpu_memory_utilization} do not fit one GPU (at most "
+                         f"{math.floor(100 * MAX_GPU_MEMORY_UTILIZATION / 3) / 100} each)")
+    if args.start_together and not args.kv_cache_gib:
+        parser.error("--start-together: vLLM sizes each engine's KV cache from the GPU "
+                     "memory left after its profiling, which the engines starting beside "
+                     "it take; name the size with --kv-cache-gib")
+    if args.record and args.render and not args.ratios:
+        parser.error("--record writes the ratios of a run or of --ratios FILE, not of --render")
+    if args.spec_engines == "stock" and release_line(installed_vllm_version()) == LINE_0_20:
+        parser.error("--spec-engines stock: stock vLLM 0.20's V2 model runner has no n-gram "
+                     "proposer (the plugin brings one); use a vLLM >= 0.32 or --spec-engines "
+                     "plugin")
+    if not args.spec_against_none and len(spec_variants(args)) < 2:
+        parser.error("--no-spec-against-none: name a second policy (--spec-policies "
+                     "adaptive,fixed), --spec-verification both, --spec-against-stock or "
+                     "--control, or there is nothing to measure")
+    on_0_32_or_0_33 = release_line(installed_vllm_version()) in (LINE_0_32, LINE_0_33)
+    if args.spec_against_stock and (args.spec_engines == "stock" or not on_0_32_or_0_33):
+        parser.error("--spec-against-stock: the plugin's engines against stock vLLM's n-gram "
+                     "speculation, which exists on vLLM 0.32/0.33 only, with --spec-engines "
+                     "plugin")
+    if args.spec_draft:
+        if release_line(installed_vllm_version()) != LINE_0_33:
+            parser.error("--spec-draft: the V2 model runner's draft-model speculator "
+                         "(StandaloneARSpeculator) is vLLM 0.33's; install vLLM 0.33")
+        if args.spec_policies != [FIXED_POLICY]:
+            parser.error("--spec-draft: the adaptive policy applies to n-gram drafts "
+                         "only; use --spec-policies fixed")
+    if args.spec_verification != "default":
+        if args.spec_engines == "stock":
+            parser.error("--spec-verification: stock engines (VLLM_PLUGINS=none) verify "
+                         "upstream's way; use --spec-engines plugin")
+        if not on_0_32_or_0_33:
+            parser.error("--spec-verification: plugin_verification exists on vLLM 0.32/0.33 only")
+    return args
+
+
+def requests_for_run(min_run_s: float, tok_s: float, output_len: int) -> int:
+    """Requests of ``output_len`` tokens that keep an engine generating
+    ``tok_s`` busy for ``min_run_s`` seconds (0 when no minimum is asked)."""
+    return math.ceil(min_run_s * tok_s / output_len) if min_run_s > 0 else 0
+
+
+def kv_cache_bytes(args: argparse.Namespace) -> int | None:
+    """Every engine's KV cache in bytes (``--kv-cache-gib``), or None."""
+    return int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None
+
+
+def spec_variants(args: argparse.Namespace) -> list[str]:
+    """The speculating engines' names, in order: policies, each with the
+    verification owners of ``--spec-verification``, then, with
+    ``--spec-against-stock``, stock vLLM's speculation (``UPSTREAM_POLICY``),
+    then, with ``--control``, the first one's A/A twin (``report.CONTROL_SUFFIX``)."""
+    if args.spec_engines == "stock":
+        variants = [UPSTREAM_POLICY]
+    else:
+        owners = {"default": [None], "both": ["plugin", "upstream"]}.get(
+            args.spec_verification, [args.spec_verification])
+        variants = [p if owner is None else f"{p}+verify-{owner}"
+                    for p in args.spec_policies for owner in owners]
+        variants += [UPSTREAM_POLICY] if args.spec_against_stock else []
+    return variants + ([variants[0] + report.CONTROL_SUFFIX] if args.control else [])
+
+
+def original_variant(name: str) -> str:
+    """The engine name an A/A twin of :func:`spec_variants` copies; any
+    other name is its own."""
+    return name.removesuffix(report.CONTROL_SUFFIX)
+
+
+def split_variant(name: str) -> tuple[str | None, str | None]:
+    """``(speculation_policy, plugin_verification)`` of an engine name of
+    :func:`spec_variants` (None: the engine's default); a twin's are its
+    original's."""
+    policy, _, owner = original_variant(name).partition("+verify-")
+    return (None if policy == UPSTREAM_POLICY else policy), (owner or None)
+
+
+def fp64_kwarg(args: argparse.Namespace, role: str) -> bool:
+    """Whether ``role``'s engine gets ``use_fp64_gumbel=True``: with
+    ``--use-fp64-gumbel``, every engine but a stock one on vLLM 0.20 (whose
+    EngineArgs has no such field: the plugin adds it; stock always draws FP64)."""
+    if not args.use_fp64_gumbel:
+        return False
+    return role == "plugin" or release_line(installed_vllm_version()) != LINE_0_20
+
+
+def capture_size(args: argparse.Namespace, ngram_k: int) -> int | None:
+    """The engine's largest CUDA-graph batch, in tokens (None: vLLM's default).
+
+    A verification step of an n-gram engine runs max_num_seqs x (k + 1)
+    tokens; vLLM's default stops capturing at 512, so at max_num_seqs 256 and
+    k = 3 every such step would run without CUDA graphs (H100: 1.34x instead
+    of the speed-up graphs give, docs/benchmarks.md).
+    """
+    if not ngram_k:
+        return args.max_cudagraph_capture_size
+    return max(args.max_cudagraph_capture_size or 0, max(args.max_num_seqs) * (ngram_k + 1))
+
+
+def model_name(shape: str, vocab: int, kind: str = "peaked") -> str:
+    return f"{shape}-v{vocab}" + ("" if kind == "peaked" else f"-{kind}")
+
+
+def ensure_checkpoint(directory: str, shape: str, vocab: int, kind: str = "peaked") -> str:
+    """Write the checkpoint in a separate process, so its GPU memory is
+    returned before any engine profiles the GPU (the copy kind is also
+    checked there, see ``checkpoint.check_copying``)."""
+    path = os.path.join(directory, model_name(shape, vocab, kind))
+    checked = kind != "copy" or os.path.exists(os.path.join(path, copying.CHECK_FILE))
+    if not (checkpoint.is_written(path, shape, vocab, kind) and checked):
+        subprocess.run([sys.executable, "-m", "benchmarks.e2e.checkpoint",
+                        "--shape", shape, "--vocab", str(vocab), "--kind", kind,
+                        "--out", path], check=True)
+    return path
+
+
+class Run:
+    """State of one benchmark run: the arguments, the results so far, the clock."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.start = time.perf_counter()
+        saved = {k: v for k, v in vars(args).items() if k not in ("render", "ratios")}
+        self.results = report.new_results(saved)
+        # The engine each stock engine is paired with.
+        self.second = "control" if args.control else "plugin"
+
+    def say(self, text: str) -> None:
+        print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
+
+    def budget_left(self) -> float:
+        """Seconds of ``--time-budget`` left (infinite without one)."""
+        if self.args.time_budget is None:
+            return math.inf
+        return self.args.time_budget - (time.perf_counter() - self.start)
+
+    def out_of_time(self, cell: str, starts_engine: bool = False) -> bool:
+        """True (and says so) when ``--time-budget`` leaves no time for
+        ``cell``. A cell that ``starts_engine`` also needs as long as the last
+        engine took to start: an engine that would be up only after the budget
+        is never started (on vLLM 0.33 a 1B engine takes 100-140 s, and a
+        lent machine's call is 10 minutes)."""
+        budget = self.args.time_budget
+        if budget is None:
+            return False
+        elapsed = time.perf_counter() - self.start
+        started = self.results["engines"]
+        needed = started[-1]["startup_s"] if starts_engine and started else 0.0
+        if elapsed + needed < budget:
+            return False
+        if elapsed < budget:
+            self.say(f"time budget of {budget:.0f} s: {budget - elapsed:.0f} s left, less than "
+                     f"the last engine's start ({needed:.0f} s): skipping {cell}")
+        else:
+            self.say(f"time budget of {budget:.0f} s spent: skipping {cell}")
+        return True
+
+    def save(self) -> None:
+        report.write_json(self.results, self.args.out)
+
+    def start_engines(self, specs: list[EngineSpec], model: str) -> list[Engine]:
+        """Engines for ``specs``, in order: one after another, or with
+        ``--start-together`` (and more than one) all launched, then awaited.
+        Where one fails to start, the others are closed (an engine process
+        left running would hold its GPU memory and keep the bench from
+        exiting) and the error raised."""
+        together = self.args.start_together and len(specs) > 1
+        if together:
+            self.say(f"starting {', '.join(s.label for s in specs)} engines together "
+                     f"for {model}")
+        started: list[Engine] = []
+        try:
+            for spec in specs:
+                started.append(Engine(spec) if together else self.start_engine(spec, model))
+            if together:
+                for engine in started:
+                    self.engine_up(engine, model, together=True)
+        except BaseException:
+            for engine in started:
+                engine.close()
+            raise
+        return started
+
+    def start_engine(self, spec: EngineSpec, model: str) -> Engine:
+        self.say(f"starting {spec.label} engine for {model}")
+        return self.engine_up(Engine(spec), model)
+
+    def engine_up(self, engine: Engine, model: str, together: bool = False) -> Engine:
+        """Wait for ``engine`` to be up; record and say its start."""
+        spec, info = engine.spec, engine.info
+        self.results.update(gpu=info["gpu"], vllm=info["vllm"], torch=info["torch"])
+        self.results["engines"].append({"model": model, "role": spec.label,
+                                        "sampler": info["sampler"],
+                                        "startup_s": info["startup_s"],
+                                        "started_together": together})
+        cold = info["cold_start"]
+        self.results["cold_start"].append({
+            "model": model, "role": spec.label, **cold,
+            "ratio": cold["ttft_ms"][0] / cold["warm_ttft_ms"]})
+        firsts = ", ".join(f"{mix} {ms:.1f}" for mix, ms in zip(cold["order"], cold["ttft_ms"]))
+        self.say(f"{spec.label} up in {info['startup_s']:.0f} s; first requests' TTFT ms: "
+                 f"{firsts}; warm top-k/top-p {cold['warm_ttft_ms']:.1f}")
+        self.save()
+        return engine
+
+    def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, ...], mix: str,
+                      prompts_for: Callable[[int], list[list[int]]], wave: int,
+                      continuous: bool = False) -> tuple[list, dict, list[list[int]], dict]:
+        """Warm the engines on this cell, then the interleaved pairs (rotations
+        of ``roles``), on ``prompts_for(count)``: ``--num-requests`` prompts,
+        or more where ``--min-run-s`` asks runs to last longer than that many
+        would at the fastest engine's throughput. Returns the orders, each
+        role's tok/s, the prompts it ran and each role's host use per run
+        (:func:`report.host_use`). A rotation that ``--time-budget`` no longer
+        has the last rotation's time for is not started: the cell keeps the
+        pairs it has."""
+        a = self.args
+        prompts = prompts_for(a.num_requests)
+        for engine in engines.values():
+            engine.call("throughput", mix=mix, prompts=prompts[:wave],
+                        output_len=min(WARMUP_TOKENS, a.output_len), wave=wave)
+        if a.min_run_s > 0:
+            # One untimed run of the --num-requests prompts per engine sets the
+            # count: a single short warm-up wave is mostly prefill and ramp, and
+            # its rate (a quarter of the 1B engines' on 2026-11-27) made runs of
+            # "--min-run-s 8" last 2 s.
+            full_tok_s = [
+                engine.call("throughput", mix=mix, prompts=prompts, output_len=a.output_len,
+                            wave=wave, continuous=continuous)["tok_s"]
+                for engine in engines.values()
+            ]
+            count = requests_for_run(a.min_run_s, max(full_tok_s), a.output_len)
+        else:
+            count = 0
+        if count > len(prompts):
+            prompts = prompts_for(count)
+        orders = workload.pair_orders(a.pairs, roles)
+        tok_s: dict[str, list[float]] = {role: [] for role in roles}
+        host: dict[str, list[dict]] = {role: [] for role in roles}
+        rotation_s = 0.0
+        for done, order in enumerate(orders):
+            if done and self.budget_left() < rotation_s:
+                # The cell keeps the pairs it has rather than lose them all to
+                # the call's hard limit (three 1B engines on 0.33 left one call
+                # 41 s for its first cell, 2026-11-29).
+                self.say(f"time budget: {self.budget_left():.0f} s left, less than a "
+                         f"rotation ({rotation_s:.0f} s): {done} of {len(orders)} pairs")
+                orders = orders[:done]
+                break
+            started = time.perf_counter()
+            for role in order:
+                result = engines[role].call("throughput", mix=mix, prompts=prompts,
+                                            output_len=a.output_len, wave=wave,
+                                            continuous=continuous)
+                tok_s[role].append(result["tok_s"])
+                host[role].append(report.host_use(result))
+            rotation_s = time.perf_counter() - started
+        return orders, tok_s, prompts, host
+
+    def plain_cells(self, model: str, vocab: int, engines: dict[str, Engine],
+                    mixes: list[str]) -> None:
+        a = self.args
+        for mix in mixes:
+            for wave in a.max_num_seqs:
+                if self.out_of_time(f"{model} {mix} B={wave}"):
+                    return
+                orders, tok_s, prompts, host = self.measure_pairs(
+                    engines, ("stock", self.second), mix,
+                    lambda n: workload.random_prompts(n, a.prompt_len, vocab, seed=wave), wave)
+                cell = report.pair_cell(model, mix, wave, orders, tok_s["stock"],
+                                        tok_s[self.second], against=self.second)
+                cell["requests"] = len(prompts)
+                cell["host"] = {"stock": host["stock"], "plugin": host[self.second]}
+                self.results["cells"].append(cell)
+                self.save()
+                self.say(f"{model} {mix} B={wave}: stock {cell['stock']['median']:.0f} "
+                         f"{self.second} {cell['plugin']['median']:.0f} tok/s, "
+                         f"ratio of medians {cell['ratio']:.3f}, median of pair ratios "
+                         f"{cell['paired']['median']:.3f} [{cell['paired']['min']:.3f}, "
+                         f"{cell['paired']['max']:.3f}]")
+
+    def breakdowns(self, model: str, vocab: int, engines: dict[str, Engine],
+                   mixes: list[str], waves: list[int] | None = None,
+                   prompts: list[list[int]] | None = None, continuous: bool = False) -> None:
+        """One instrumented wave per engine, mix and batch size (on ``prompts``,
+        by default random ones), ``--breakdown-output-len`` tokens a request;
+        with ``continuous``, every one of ``prompts`` at ``--output-len``
+        tokens, ``wave`` of them in flight: the regime a speculation cell
+        times."""
+        self._instrumented_passes("breakdown", model, vocab, engines, mixes, waves, prompts,
+                                  continuous)
+
+    def profiles(self, model: str, vocab: int, engines: dict[str, Engine],
+                 mixes: list[str], waves: list[int] | None = None,
+                 prompts: list[list[int]] | None = None) -> None:
+        """One wave per engine, mix and batch size under torch.profiler (on
+        ``prompts``, by default random ones)."""
+        self._instrumented_passes("profile", model, vocab, engines, mixes, waves, prompts)
+
+    def _instrumented_passes(self, command: str, model: str, vocab: int,
+                             engines: dict[str, Engine], mixes: list[str],
+                             waves: list[int] | None, prompts: list[list[int]] | None,
+                             continuous: bool = False) -> None:
+        """``breakdowns`` and ``profiles``: the engine server's ``command``
+        per engine, mix and batch size, each result saved under the command's
+        key of the report and said in one line."""
+        a = self.args
+        key = {"breakdown": "breakdown", "profile": "profiles"}[command]
+        for mix in mixes:
+            for wave in waves or a.max_num_seqs:
+                if self.out_of_time(f"{model} {mix} B={wave} {command}"):
+                    return
+                wave_prompts = prompts or workload.random_prompts(
+                    wave, a.prompt_len, vocab, seed=wave)
+                if not continuous:
+                    wave_prompts = wave_prompts[:wave]
+                # Only a continuous pass says so: the engine's default is waves.
+                regime = ({"output_len": a.output_len, "continuous": True} if continuous
+                          else {"output_len": a.breakdown_output_len})
+                for role, engine in engines.items():
+                    result = engine.call(command, mix=mix, prompts=wave_prompts, wave=wave,
+                                         **regime)
+                    self.results[key].append(
+                        {"model": model, "mix": mix, "max_num_seqs": wave, "role": role,
+                         **result})
+                    self.say(f"{model} {mix} B={wave} {role} per step: {result}"
+                             if command == "breakdown" else
+                             f"{model} {mix} B={wave} {role} profiled over "
+                             f"{result['steps']} steps")
+                self.save()
+
+    def peakedness(self, model: str, vocab: int, engine: Engine) -> None:
+        """Top-1 probability of greedy tokens on random prompts, in the engine."""
+        prompts = workload.random_prompts(PEAKEDNESS_PROMPTS, self.args.prompt_len, vocab,
+                                          seed=99)
+        result = engine.call("greedy_tokens", prompts=prompts, output_len=PEAKEDNESS_TOKENS,
+                             with_probabilities=True)
+        summary = report.quantiles(result["top1_probability"])
+        self.results["models"][model]["top1_probability"] = summary
+        self.save()
+        self.say(f"{model} greedy top-1 probability p10/p50/p90: "
+                 f"{summary.get('p10', 0):.3f}/{summary.get('p50', 0):.3f}/"
+                 f"{summary.get('p90', 0):.3f}")
+
+    def identity(self, engines: dict[str, Engine], baseline: str, policy: str,
+                 prompts: list[list[int]],
+                 drafted: dict | None = None) -> tuple[dict, dict | None, dict]:
+        """Greedy tokens of both engines compared (differences probed for near
+        ties) and, against no speculation, seeded tokens compared as well
+        (``workload.IDENTITY_SEEDED_MIX``: temperature 1, so that the
+        comparison sees the draws, not only the argmax). Returns those and the
+        policy engine's greedy result (its tokens and spec-decode counters
+        over the call), which a later comparison on the same prompts passes
+        back as ``drafted`` instead of generating it again."""
+        a = self.args
+        base = engines[baseline].call("greedy_tokens", prompts=prompts, output_len=a.output_len)
+        if drafted is None:
+            drafted = engines[policy].call("greedy_tokens", prompts=prompts,
+                                           output_len=a.output_len)
+        differing = [(p, b, report.first_difference(b, d))
+                     for p, b, d in zip(prompts, base["tokens"], drafted["tokens"])]
+        probes = [p + b[:pos] for p, b, pos in differing if pos is not None]
+        top2 = {role: engines[role].call("top2_logits", prompts=probes)["top2"]
+                for role in (baseline, policy)} if probes else {baseline: None, policy: None}
+        greedy = report.identity_report(base["tokens"], drafted["tokens"],
+                                        top2[baseline], top2[policy])
+        seeded = None
+        if baseline == "nospec":
+            runs = [engines[role].call("greedy_tokens", prompts=prompts, output_len=a.output_len,
+                                       mix=workload.IDENTITY_SEEDED_MIX)["tokens"]
+                    for role in (baseline, policy)]
+            seeded = report.identity_report(*runs)
+            if seeded["differences"] or a.seeded_rerun:
+                seeded["rerun"] = self.seeded_rerun(engines, baseline, policy, prompts, runs)
+        return greedy, seeded, drafted
+
+    def seeded_rerun(self, engines: dict[str, Engine], baseline: str, policy: str,
+                     prompts: list[list[int]], first: list[list[list[int]]]) -> dict:
+        """Seeded tokens that differed, asked again of both engines with the
+        raw logprob of every sampled token: does each engine repeat its own
+        tokens, and are the two engines' logits the same bit for bit where
+        their tokens agree (a seeded draw at temperature 1 can flip on a
+        rounding-level logit difference; ``report.seeded_rerun``)."""
+        again = [engines[role].call("greedy_tokens", prompts=prompts,
+                                    output_len=self.args.output_len,
+                                    mix=workload.IDENTITY_SEEDED_MIX, with_probabilities=True)
+                 for role in (baseline, policy)]
+        rerun = report.seeded_rerun(first, [r["tokens"] for r in again],
+                                    [r["token_logprobs"] for r in again])
+        self.say(f"  seeded rerun: {report.seeded_rerun_text(rerun)}")
+        return rerun
+
+    def ngram_cells(self, model: str, vocab: int, engines: dict[str, Engine], policy: str,
+                    baseline: str, k: int, twin: str | None = None) -> None:
+        """Every workload and batch size: the ``policy`` engine against the
+        ``baseline`` one (no speculation or another policy), both speculating
+        with ``k`` drafts, interleaved pairs, then greedy (and seeded) identity
+        and the spec-decode counters. With ``twin`` (``--control-alongside``)
+        each pair is a rotation of three runs, and a second cell puts the
+        policy against its twin over the same window."""
+        a = self.args
+        pair = {baseline: engines[baseline], policy: engines[policy]}
+        rotation = {**pair, twin: engines[twin]} if twin else pair
+        cells = [(w, mix) for w in a.spec_workloads for mix in a.spec_mixes]
+        for workload_name, mix in cells:
+            name = workload_name if mix == "ngram" else f"{workload_name}/{mix}"
+            for wave in a.max_num_seqs:
+                if self.out_of_time(f"{model} {name} k={k} {policy} vs {baseline} B={wave}"):
+                    return
+                # Continuous batching: a request that speculation finishes
+                # early frees its place, as in a server (lock-step waves would
+                # wait for the wave's slowest request).
+                orders, tok_s, prompts, host = self.measure_pairs(
+                    rotation, tuple(rotation), mix,
+                    lambda n: copying.workload_prompts(workload_name, n, a.prompt_len, vocab,
+                                                       seed=wave),
+                    wave, continuous=True)
+                drafted = None
+                for against in [baseline] + ([twin] if twin else []):
+                    greedy, seeded, drafted = self.identity(
+                        rotation, against, policy, prompts[:a.identity_requests], drafted)
+                    cell = report.speculation_cell(model, name, wave, k, policy, against,
+                                                   orders, tok_s[against], tok_s[policy],
+                                                   drafted["spec"], greedy, seeded)
+                    cell["requests"] = len(prompts)
+                    cell["host"] = {"base": host[against], "spec": host[policy]}
+                    self.results["speculation"].append(cell)
+                    self.save()
+                    self.say_cell(model, name, wave, k, cell)
+                # "ngram" in --breakdown-mixes / --profile-mixes: each
+                # speculation cell's pair, in the cell's own sampling mix.
+                if "ngram" in a.breakdown_mixes:
+                    self.breakdowns(model, vocab, pair, [mix], waves=[wave], prompts=prompts,
+                                    continuous=True)
+                if "ngram" in a.profile_mixes:
+                    self.profiles(model, vocab, pair, [mix], waves=[wave], prompts=prompts)
+
+    def say_cell(self, model: str, name: str, wave: int, k: int, cell: dict) -> None:
+        """One line per speculation cell: tok/s, pairs, drafts, identity."""
+        paired, acc = cell["paired"], cell["acceptance"]
+        greedy, seeded = cell["identity"], cell["seeded_identity"]
+        self.say(f"{model} {name} B={wave} k={k}: {cell['against']} "
+                 f"{cell['base']['median']:.0f} -> {cell['policy']} "
+                 f"{cell['spec']['median']:.0f} tok/s, pairs {paired['median']:.3f} "
+                 f"[{paired['min']:.3f}, {paired['max']:.3f}]; verified {acc['drafted']}, "
+                 f"accepted {acc['accepted']}; greedy identical {greedy['identical']}/"
+                 f"{greedy['requests']}"
+                 + (f", seeded {seeded['identical']}/{seeded['requests']}" if seeded else ""))
+        if cell.get("host"):
+            self.say(f"  host: {cell['against']} {report.host_text(cell['host']['base'])} | "
+                     f"{cell['policy']} {report.host_text(cell['host']['spec'])}")
+
+    def checkpoint(self, shape: str, vocab: int, kind: str) -> tuple[str, str]:
+        """Name and path of a written (and, for the copy kind, checked) checkpoint."""
+        name = model_name(shape, vocab, kind)
+        path = ensure_checkpoint(self.args.checkpoint_dir, shape, vocab, kind)
+        entry = {"shape": shape, "vocab": vocab, "kind": kind, "path": path}
+        if kind == "copy":
+            with open(os.path.join(path, copying.CHECK_FILE)) as f:
+                entry["copy_check"] = json.load(f)
+        self.results["models"][name] = entry
+        self.say(f"checkpoint {path} ready")
+        return name, path
+
+    def model(self, shape: str, vocab: int) -> None:
+        """The sampling mixes, stock against plugin, on the peaked checkpoint;
+        then n-gram speculation on the copy one (``speculation``). Every
+        engine times its first greedy, top-k/top-p and seeded top-p requests
+        (cold start)."""
+        a = self.args
+        plain = [m for m in a.mixes if m != "ngram"]
+        max_model_len = a.prompt_len + a.output_len + max(a.ngram_k) + 16
+
+        def spec_for(role: str, path: str, ngram_k: int = 0,
+                     cold_start_first: str = "greedy",
+                     speculation_policy: str | None = None,
+                     plugin_verification: str | None = None,
+                     draft_model: str | None = None) -> EngineSpec:
+            return EngineSpec(role=role, model=path, max_num_seqs=max(a.max_num_seqs),
+                              gpu_memory_utilization=a.gpu_memory_utilization,
+                              max_model_len=max_model_len, ngram_k=ngram_k,
+                              attention_backend=a.attention_backend,
+                              max_cudagraph_capture_size=capture_size(a, ngram_k),
+                              cudagraph_mode=a.cudagraph_mode,
+                              cold_start_first=cold_start_first,
+                              use_fp64_gumbel=fp64_kwarg(a, role),
+                              speculation_policy=speculation_policy,
+                              plugin_verification=plugin_verification,
+                              draft_model=draft_model, ngram_method=a.ngram_method,
+                              kv_cache_memory_bytes=kv_cache_bytes(a))
+
+        engines: dict[str, Engine] = {}
+        try:
+            if plain:
+                name, path = self.checkpoint(shape, vocab, "peaked")
+                # One after the other (vLLM's memory profiling must not see the
+                # other engine's start-up allocations come and go), or at once
+                # with --start-together, whose KV caches have a set size.
+                roles = ["stock", self.second]
+                engines.update(zip(roles, self.start_engines(
+                    [spec_for(role, path) for role in roles], name)))
+                self.peakedness(name, vocab, engines[self.second])
+                self.plain_cells(name, vocab, engines, plain)
+                self.breakdowns(name, vocab, engines,
+                                [m for m in a.breakdown_mixes if m in plain])
+                self.profiles(name, vocab, engines,
+                              [m for m in a.profile_mixes if m in plain])
+            if "ngram" in a.mixes and not self.out_of_time(f"{shape} ngram engines",
+                                                            starts_engine=True):
+                while engines:
+                    engines.popitem()[1].close()
+                self.speculation(shape, vocab, engines, spec_for)
+        finally:
+            for engine in engines.values():
+                engine.close()
+
+    def speculation(self, shape: str, vocab: int, engines: dict[str, Engine],
+                    spec_for) -> None:
+        """n-gram speculation on the copy checkpoint, for each k of
+        ``--ngram-k``: the first policy of ``--spec-policies`` against no
+        speculation, then against each other policy, and with
+        ``--spec-against-stock`` against a stock engine speculating with the
+        same k (with ``--spec-engines stock``: upstream's speculation against
+        no speculation, every engine stock); last, with ``--control``, against
+        its A/A twin, a second engine started with the same settings. Two
+        engines at a time (three 8B engines do not fit one GPU with room for
+        256 sequences each): each other engine takes the place of the
+        previous baseline, and the engine without
+        speculation is started again for the next k. With
+        ``--control-alongside`` the twin starts right after the first policy
+        and runs in each of its cells, three engines at a time. With
+        ``--no-spec-against-none`` no engine without speculation starts: the
+        first policy is measured against the others only. With
+        ``--start-together`` the engines up before the first cell start at
+        once, the first policy's first baseline among them.
+
+        Cold start: the engine without speculation sends top-k/top-p first,
+        the others greedy, so a full run shows whether a first request's cost
+        is the engine's or the sampling route's without an extra engine.
+        """
+        a = self.args
+        name, path = self.checkpoint(shape, vocab, "copy")
+        # The draft shares the target's token cycles (they depend on the
+        # vocabulary only), so it drafts what the target emits greedily.
+        draft = self.checkpoint(a.spec_draft, vocab, "copy")[1] if a.spec_draft else None
+        role = a.spec_engines
+        policy, *others = spec_variants(a)
+        # --control-alongside: the twin (last of the variants) stays up beside
+        # every pair of this k instead of taking a baseline's place at the end;
+        # where it is the only engine to measure against, it stays that.
+        beside = a.control_alongside and (a.spec_against_none or len(others) > 1)
+        twin = others.pop() if beside else None
+
+        def spec_of(k: int, variant: str) -> EngineSpec:
+            chosen, owner = split_variant(variant)
+            # Upstream's speculation (or its twin) runs in a stock engine,
+            # whatever the role.
+            engine_role = "stock" if original_variant(variant) == UPSTREAM_POLICY else role
+            return spec_for(engine_role, path, k, speculation_policy=chosen,
+                            plugin_verification=owner, draft_model=draft)
+
+        for k in a.ngram_k:
+            if self.out_of_time(f"{name} k={k} engines", starts_engine=True):
+                return
+            # The engines up before the first cell: the one without
+            # speculation (once), the first policy and its twin, and with
+            # --start-together the policy's first baseline as well.
+            first = ([("nospec", spec_for(role, path, cold_start_first="topk_topp"))]
+                     if a.spec_against_none and "nospec" not in engines else [])
+            first += [(v, spec_of(k, v)) for v in [policy] + ([twin] if twin else [])]
+            if a.start_together and others and not a.spec_against_none:
+                first.append((others[0], spec_of(k, others[0])))
+            engines.update(zip([n for n, _ in first],
+                               self.start_engines([spec for _, spec in first], name)))
+            if first[0][0] == "nospec" or not a.spec_against_none:
+                self.peakedness(name, vocab, engines[first[0][0]])
+            baseline = None
+            if a.spec_against_none:
+                self.ngram_cells(name, vocab, engines, policy, "nospec", k, twin)
+                baseline = "nospec"
+            for other in others:
+                if other not in engines:
+                    if self.out_of_time(f"{name} k={k} {policy} vs {other}",
+                                        starts_engine=True):
+                        return
+                    if baseline is not None:
+                        engines.pop(baseline).close()
+                    engines[other] = self.start_engine(spec_of(k, other), name)
+                self.ngram_cells(name, vocab, engines, policy, other, k, twin)
+                baseline = other
+            for engine_name in [n for n in engines if n != "nospec"]:
+                engines.pop(engine_name).close()
+
+    def finish(self) -> None:
+        self.save()
+        png = report.plot(self.results, os.path.join(self.args.out, "e2e.png"))
+        print(report.render_markdown(self.results), flush=True)
+        self.say(f"wrote {os.path.join(self.args.out, 'e2e.json')}"
+                 + (f" and {png}" if png else ""))
+
+
+def record(results: dict) -> None:
+    """``--record``: the run's ratios into data/measurements.json, each
+    written entry printed; a file of an unsupported vLLM line exits in one line."""
+    try:
+        written = report.record_ratios(results)
+    except ValueError as exc:
+        raise SystemExit(f"bench e2e --record: {exc}") from None
+    line = report.results_line(results)
+    if not written:
+        print(f"bench e2e --record: no stock-vs-plugin cell of "
+              f"{', '.join(report.PART_OF_MIX)}: nothing recorded for vLLM {line}")
+    for part, entry in written.items():
+        print(f"recorded for vLLM {line}: {part}: {entry['ratio']} ({entry['source']})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        print(report.render_markdown(args.render))
+        return 0
+    if args.ratios:
+        for name, text in report.parts_ratios(args.ratios).items():
+            print(f"{name}: {text}")
+        if args.record:
+            record(args.ratios)
+        return 0
+    # Before any checkpoint is written: an 8B one takes minutes and many GB.
+    require_gpu("e2e")
+    run = Run(args)
+    try:
+        for shape, vocab in args.models:
+            run.model(shape, vocab)
+    finally:
+        run.finish()
+    if args.record:
+        record(run.results)
+    return 0
