@@ -152,10 +152,12 @@ def _turn(tokenizer: Tokenizer, rng: random.Random, step: Step, done: list[Step]
     notes, room = rng.choice(INTROS[step.kind]), trace_length - len(call_ids)
     restated = [line for line in _output_lines(done) if rng.random() < 0.8]
     restated += [f"- tool {json.dumps(tool)}" for tool in TOOLS]
+    tokens = len(tokenizer.encode(notes).ids)
     for line in restated:
-        if len(tokenizer.encode(notes).ids) >= room:
+        if tokens >= room:
             break
         notes += "\n" + line
+        tokens += len(tokenizer.encode("\n" + line).ids)
     return (tokenizer.encode(notes).ids[: max(room, 0)] + call_ids)[:trace_length]
 
 
@@ -184,11 +186,11 @@ def build(corpus: Corpus, tokenizer: Tokenizer, rng: random.Random, count: int,
             if len(requests) == count:
                 break
             done = steps[task][:turn]
-            elided = 0
-            while (elided < len(done) and
-                   len(tokenizer.encode(_prompt(task, done, elided)).ids) > lengths.prompt_max):
+            elided, prompt = 0, _prompt(task, done, 0)
+            while elided < len(done) and len(tokenizer.encode(prompt).ids) > lengths.prompt_max:
                 elided += 1
+                prompt = _prompt(task, done, elided)
             trace_ids = _turn(tokenizer, rng, step, done, lengths.draw_trace_length(rng))
-            requests.append(make_request(tokenizer, NAME, len(requests), _prompt(task, done, elided),
+            requests.append(make_request(tokenizer, NAME, len(requests), prompt,
                                          trace_ids, len(trace_ids), lengths))
     return requests

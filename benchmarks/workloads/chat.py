@@ -50,7 +50,7 @@ def _question(rng: random.Random, document: Document) -> str:
 
 def build(corpus: Corpus, tokenizer: Tokenizer, rng: random.Random, count: int,
           lengths: Lengths) -> list[Request]:
-    replies = _Replies(corpus.prose(), rng)
+    replies = _Replies(list(corpus.prose), rng)
     requests = []
     while len(requests) < count:
         trace_length = lengths.draw_trace_length(rng)

@@ -4,7 +4,9 @@ in those sources, always read in the same order, so that one interpreter always
 gives the same text (stats.json records which interpreter and a hash of it)."""
 
 import ast
+import functools
 import hashlib
+import os
 import platform
 import sysconfig
 from dataclasses import dataclass
@@ -57,26 +59,32 @@ class Corpus:
             total += size
         return texts
 
-    def prose(self) -> list[Document]:
+    @functools.cached_property
+    def prose(self) -> tuple[Document, ...]:
         """Documents to summarise and answer from: the topics, then long docstrings."""
         found = list(self.topics)
         for source in self.sources[::DOCSTRING_FILE_STRIDE]:
             found += docstrings(source, DOCSTRING_CHARS)
-        return found
+        return tuple(found)
 
 
-def _is_skipped(relative: Path) -> bool:
-    return any(part in SKIPPED_DIRS or part.startswith(SKIPPED_PREFIXES) for part in relative.parts)
+def _is_skipped(name: str) -> bool:
+    return name in SKIPPED_DIRS or name.startswith(SKIPPED_PREFIXES)
 
 
 def load() -> Corpus:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
+    found = []
+    for folder, folders, files in os.walk(stdlib):
+        folders[:] = [name for name in folders if not _is_skipped(name)]  # not walked into
+        relative = Path(folder).relative_to(stdlib)
+        found += [(relative / name).as_posix() for name in files
+                  if name.endswith(".py") and not _is_skipped(name)]
     sources = []
-    for path in sorted(stdlib.rglob("*.py"), key=lambda p: p.relative_to(stdlib).as_posix()):
-        relative = path.relative_to(stdlib)
-        if _is_skipped(relative) or not SOURCE_BYTES[0] <= path.stat().st_size <= SOURCE_BYTES[1]:
-            continue
-        sources.append(Document(relative.as_posix(), path.read_text(encoding="utf-8")))
+    for name in sorted(found):
+        path = stdlib / name
+        if SOURCE_BYTES[0] <= path.stat().st_size <= SOURCE_BYTES[1]:
+            sources.append(Document(name, path.read_text(encoding="utf-8")))
     from pydoc_data.topics import topics  # the running interpreter's own, like the sources
 
     return Corpus(
@@ -87,12 +95,19 @@ def load() -> Corpus:
 
 
 def docstrings(source: Document, min_chars: int) -> list[Document]:
-    """The module's, classes' and functions' docstrings of at least min_chars, in source order."""
+    """The docstrings of at least min_chars of the module, then of its classes and functions,
+    then of their methods (functions nested in functions are not looked into: walking every
+    node took most of the time)."""
     found = []
-    for node in ast.walk(ast.parse(source.text)):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            text = ast.get_docstring(node)
-            if text and len(text) >= min_chars:
-                owner = getattr(node, "name", "")
-                found.append(Document(f"doc:{source.name}:{owner}".rstrip(":"), text))
+    tree = ast.parse(source.text)
+    nodes = [tree]
+    while nodes:
+        node = nodes.pop(0)
+        text = ast.get_docstring(node)
+        if text and len(text) >= min_chars:
+            owner = getattr(node, "name", "")
+            found.append(Document(f"doc:{source.name}:{owner}".rstrip(":"), text))
+        if isinstance(node, (ast.Module, ast.ClassDef)):
+            nodes += [child for child in node.body
+                      if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
     return found

@@ -18,11 +18,13 @@ CONNECTIVES = ("", "", "In short, ", "Note that ", "The document also says: ", "
                "As a result, ")
 INSTRUCTION = "Summarise the following documentation for a newcomer to Python, quoting its key sentences.\n\n"
 INSTRUCTION_ALLOWANCE = 48
+# Sentences counted one by one may merge into fewer tokens when joined.
+SLACK_TOKENS = 16
 
 
 def build(corpus: Corpus, tokenizer: Tokenizer, rng: random.Random, count: int,
           lengths: Lengths) -> list[Request]:
-    pool = corpus.prose()
+    pool = list(corpus.prose)
     documents = [d for d in pool if len(d.text) >= DOCUMENT_CHARS]
     requests = []
     while len(requests) < count:
@@ -37,17 +39,20 @@ def build(corpus: Corpus, tokenizer: Tokenizer, rng: random.Random, count: int,
         source = prose.sentences(Document(document.name, text))
         others = [d for d in pool if d.name != document.name]
         new = prose.sentences(rng.choice(others))
-        summary, copied, written = [], 0, 0
-        while len(tokenizer.encode(" ".join(summary)).ids) < trace_length:
+        summary, copied, written, tokens = [], 0, 0, 0
+        # Each sentence is counted alone; the final encoding of the summary is checked in make_request.
+        while tokens < trace_length + SLACK_TOKENS:
             if copied < len(source) and (rng.random() < COPY_SHARE or written >= len(new)):
-                summary.append(source[copied])
+                sentence = source[copied]
                 copied += 1 + rng.choice((0, 0, 1, 2))  # a summary skips sentences
             elif written < len(new):
-                summary.append(rng.choice(CONNECTIVES) + new[written])
+                sentence = rng.choice(CONNECTIVES) + new[written]
                 written += 1
             else:
-                new = prose.sentences(rng.choice(others))
-                written = 0
+                new, written = prose.sentences(rng.choice(others)), 0
+                continue
+            summary.append(sentence)
+            tokens += len(tokenizer.encode(sentence).ids)
         trace_ids = tokenizer.encode(" ".join(summary)).ids
         requests.append(make_request(tokenizer, NAME, len(requests), INSTRUCTION + text,
                                      trace_ids, trace_length, lengths))
