@@ -23,25 +23,39 @@ EARLIER_REPLY_TOKENS = (48, 320)
 
 
 class _Replies:
-    """The documentation's paragraphs, document after document in a shuffled order, handed out
-    in stretches; the pass starts over (reshuffled) only once every paragraph has been used."""
+    """The documentation's paragraphs, document after document in a shuffled order, each
+    paragraph once (the topics repeat each other: "compound" holds "for", "with", ...),
+    handed out in stretches of tokens: a stretch goes on where the last one stopped. The
+    pass starts over, reshuffled, only once every paragraph has been used."""
 
     def __init__(self, pool: list[Document], rng: random.Random):
-        self._pool, self._rng, self._queue = pool, rng, []
+        self._pool, self._rng = pool, rng
+        self._paragraphs: list[tuple[Document, str]] = []
+        self._pending: list[int] = []  # what the last stretch left of its paragraph
+        self._pending_document: Document | None = None
 
     def _next_paragraph(self) -> tuple[Document, str]:
-        if not self._queue:
-            order = self._rng.sample(self._pool, len(self._pool))
-            self._queue = [(d, p) for d in order for p in d.text.split("\n\n") if p.strip()][::-1]
-        return self._queue.pop()
+        if not self._paragraphs:
+            seen, order = set(), self._rng.sample(self._pool, len(self._pool))
+            for document in order:
+                for paragraph in document.text.split("\n\n"):
+                    if paragraph.strip() and paragraph not in seen:
+                        seen.add(paragraph)
+                        self._paragraphs.append((document, paragraph))
+            self._paragraphs.reverse()
+        return self._paragraphs.pop()
 
     def take(self, tokenizer: Tokenizer, tokens: int) -> tuple[Document, list[int]]:
-        """The next stretch of at least `tokens` tokens, and the document it starts in."""
-        document, text = self._next_paragraph()
-        ids = tokenizer.encode(text).ids
+        """The next `tokens` tokens, and the document they start in."""
+        if not self._pending:
+            self._pending_document, text = self._next_paragraph()
+            self._pending = tokenizer.encode(text).ids
+        document, ids = self._pending_document, self._pending
         while len(ids) < tokens:
-            ids += tokenizer.encode("\n\n" + self._next_paragraph()[1]).ids
-        return document, ids
+            self._pending_document, text = self._next_paragraph()
+            ids = ids + tokenizer.encode("\n\n" + text).ids
+        self._pending = ids[tokens:]
+        return document, ids[:tokens]
 
 
 def _question(rng: random.Random, document: Document) -> str:
@@ -58,7 +72,7 @@ def build(corpus: Corpus, tokenizer: Tokenizer, rng: random.Random, count: int,
         for _ in range(rng.randint(*EARLIER_TURNS)):
             length = rng.randint(*EARLIER_REPLY_TOKENS)
             document, ids = replies.take(tokenizer, length)
-            prompt += f"<|user|>{_question(rng, document)}\n<|assistant|>{tokenizer.decode(ids[:length])}\n"
+            prompt += f"<|user|>{_question(rng, document)}\n<|assistant|>{tokenizer.decode(ids)}\n"
         document, trace_ids = replies.take(tokenizer, trace_length)
         prompt += f"<|user|>{_question(rng, document)}\n<|assistant|>"
         if len(tokenizer.encode(prompt).ids) > lengths.prompt_max:

@@ -24,9 +24,6 @@ SKIPPED_PREFIXES = ("_sysconfigdata", "config-")
 # Below this a file is too short to edit in a request; above it (decimal's
 # pure-Python twin, for one) it is one outlier that would dominate the training text.
 SOURCE_BYTES = (2_000, 200_000)
-# Parsing every source for its docstrings took 6 s on a busy machine; every
-# fourth file gives a few hundred documents, enough for the prose workloads.
-DOCSTRING_FILE_STRIDE = 4
 DOCSTRING_CHARS = 400
 
 
@@ -63,7 +60,7 @@ class Corpus:
     def prose(self) -> tuple[Document, ...]:
         """Documents to summarise and answer from: the topics, then long docstrings."""
         found = list(self.topics)
-        for source in self.sources[::DOCSTRING_FILE_STRIDE]:
+        for source in self.sources:
             found += docstrings(source, DOCSTRING_CHARS)
         return tuple(found)
 
