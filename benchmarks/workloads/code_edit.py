@@ -25,12 +25,7 @@ RENAME_SUFFIXES = ("_value", "_item", "_result", "_data", "_info")
 INSTRUCTION_ALLOWANCE = 160
 
 
-@dataclass
-class Edit:
-    instruction: str  # one sentence of the request
-
-
-def _rename(lines: list[str], rng: random.Random) -> Edit | None:
+def _rename(lines: list[str], rng: random.Random) -> str | None:
     counts: dict[str, int] = {}
     for name in IDENTIFIER.findall("".join(lines)):
         if name not in RESERVED:
@@ -42,7 +37,7 @@ def _rename(lines: list[str], rng: random.Random) -> Edit | None:
     new = old + rng.choice(RENAME_SUFFIXES)
     pattern = re.compile(rf"\b{re.escape(old)}\b")
     lines[:] = [pattern.sub(new, line) for line in lines]
-    return Edit(f"Rename `{old}` to `{new}`.")
+    return f"Rename `{old}` to `{new}`."
 
 
 def body_start(lines: list[str], def_index: int) -> int:
@@ -89,17 +84,17 @@ def check_lines(body_line: str, argument: str) -> list[str]:
             f'{indent}    raise ValueError("{argument} must not be None")\n']
 
 
-def _add_check(lines: list[str], rng: random.Random) -> Edit | None:
+def _add_check(lines: list[str], rng: random.Random) -> str | None:
     options = checkable_functions(lines)
     if not options:
         return None
     chosen = rng.choice(options)
     argument = rng.choice(chosen.arguments)
     lines[chosen.body:chosen.body] = check_lines(lines[chosen.body], argument)
-    return Edit(f"In `{chosen.function}`, raise ValueError when `{argument}` is None.")
+    return f"In `{chosen.function}`, raise ValueError when `{argument}` is None."
 
 
-def _change_literal(lines: list[str], rng: random.Random) -> Edit | None:
+def _change_literal(lines: list[str], rng: random.Random) -> str | None:
     spots = [(i, m) for i, line in enumerate(lines) if not line.lstrip().startswith("#")
              for m in INTEGER.finditer(line)]
     if not spots:
@@ -109,10 +104,10 @@ def _change_literal(lines: list[str], rng: random.Random) -> Edit | None:
     new = old * 2 if old > 1 else old + 1
     line = lines[index]
     lines[index] = line[: match.start()] + str(new) + line[match.end():]
-    return Edit(f"On the line `{line.strip()}`, change {old} to {new}.")
+    return f"On the line `{line.strip()}`, change {old} to {new}."
 
 
-def _swap_blocks(lines: list[str], rng: random.Random) -> Edit | None:
+def _swap_blocks(lines: list[str], rng: random.Random) -> str | None:
     """Two neighbouring blocks (runs of lines between blank lines) of one indentation trade places."""
     blocks, start = [], 0
     for index in range(len(lines) + 1):
@@ -133,8 +128,8 @@ def _swap_blocks(lines: list[str], rng: random.Random) -> Edit | None:
     (a_start, a_end), (b_start, b_end) = rng.choice(pairs)
     first, gap, second = lines[a_start:a_end], lines[a_end:b_start], lines[b_start:b_end]
     lines[a_start:b_end] = second + gap + first
-    return Edit(f"Move the block that starts with `{first[0].strip()}` below the block "
-                f"that starts with `{second[0].strip()}`.")
+    return (f"Move the block that starts with `{first[0].strip()}` below the block "
+            f"that starts with `{second[0].strip()}`.")
 
 
 EDITS = (_rename, _add_check, _change_literal, _swap_blocks)
@@ -162,10 +157,11 @@ def build(corpus: Corpus, tokenizer: Tokenizer, rng: random.Random, count: int,
         if count_tokens(tokenizer, excerpt) < trace_length + 32 or not edited_part:
             continue  # a short file: the excerpt cannot carry the trace
         lines = edited_part.splitlines(keepends=True)
-        edits = [edit for edit in (e(lines, rng) for e in rng.sample(EDITS, len(EDITS))[:3]) if edit]
-        if len(edits) < 2:
+        # Each edit changes the lines in place and returns its sentence of the instruction.
+        sentences = [s for s in (edit(lines, rng) for edit in rng.sample(EDITS, len(EDITS))[:3]) if s]
+        if len(sentences) < 2:
             continue
-        instruction = " ".join(edit.instruction for edit in edits)
+        instruction = " ".join(sentences)
         prompt = (f"Edit `{source.name}`. {instruction} Reply with the whole excerpt, edited.\n\n"
                   f"```python\n{excerpt}```\n")
         trace = "".join(lines) + excerpt[len(edited_part):]
