@@ -6,7 +6,7 @@
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
 #        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | e2e-vs-stock | e2e-draft |
 #        line-check | spec-step-breakdown | compile-ahead | verification-dtype | spec-features |
-#        verify-ops
+#        verify-ops | e2e-spec-methods
 #        (upstream ... e2e-vs-stock, spec-features, verify-ops: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
 #        between 0.21 and 0.31)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others;
@@ -200,6 +200,20 @@ print(defaults.default_speculation_policy())')
         --max-num-seqs 64,256 --pairs 3 --num-requests 256 --output-len 128 \
         --identity-requests 32 --breakdown-mixes none --gpu-memory-utilization 0.42 \
         ${E2E_ARGS:-} --time-budget $((limit - 60)) --out "$out/$step-k${SPEC_K:-3}" ;;
+    e2e-spec-methods)
+      # vLLM 0.34: the plugin's adaptive policy over SPEC_METHOD (suffix or
+      # ngram) against stock speculating with the same k (VLLM_PLUGINS=none)
+      # and against no speculation, on text that does not repeat and text
+      # that accepts, 8B, greedy, three engines started together.
+      build_flashinfer_sampling_in_background
+      run "$step-${SPEC_METHOD:-suffix}-k${SPEC_K:-3}" python3 -m benchmarks e2e \
+        --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \
+        --spec-against-stock --ngram-method "${SPEC_METHOD:-suffix}" --ngram-k "${SPEC_K:-3}" \
+        --spec-workloads nonrepeating,accepting --spec-mixes ngram --max-num-seqs 256 \
+        --pairs 2 --num-requests 512 --output-len 128 --identity-requests 32 \
+        --breakdown-mixes none --gpu-memory-utilization 0.28 --start-together \
+        --kv-cache-gib 12 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
+        --out "$out/$step-${SPEC_METHOD:-suffix}-k${SPEC_K:-3}" ;;
     e2e-draft)
       # Issue 25 for drafts with draft probabilities: a 1B copy checkpoint
       # speculating with a tiny copy checkpoint of the same vocabulary and

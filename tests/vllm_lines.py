@@ -22,11 +22,11 @@ def needs_vllm_line(*lines: str, why: str = "") -> pytest.MarkDecorator:
     return pytest.mark.skipif(INSTALLED_LINE not in lines, reason=reason)
 
 
-def skip_module_unless_line(line: str) -> None:
-    """Call at the top of a test module, before it imports one line's vLLM
+def skip_module_unless_line(*lines: str) -> None:
+    """Call at the top of a test module, before it imports some lines' vLLM
     internals, so that on another line the module is skipped, not an error."""
-    if INSTALLED_LINE != line:
-        pytest.skip(_needs((line,)), allow_module_level=True)
+    if INSTALLED_LINE not in lines:
+        pytest.skip(_needs(lines), allow_module_level=True)
 
 
 def needs_seam(seam: str, *shapes: str) -> pytest.MarkDecorator:

@@ -129,8 +129,9 @@ class EngineSpec:
         elif self.ngram_k:
             kwargs["speculative_config"] = {
                 "method": self.ngram_method, "num_speculative_tokens": self.ngram_k,
-                "prompt_lookup_min": 2, "prompt_lookup_max": 4,
             }
+            if self.ngram_method != "suffix":
+                kwargs["speculative_config"].update(prompt_lookup_min=2, prompt_lookup_max=4)
             # The adaptive policy is n-gram's (run.py refuses it with a draft model).
             if self.speculation_policy:
                 kwargs["speculation_policy"] = self.speculation_policy

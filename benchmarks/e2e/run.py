@@ -22,6 +22,7 @@ from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
     LINE_0_32,
     LINE_0_33,
+    LINE_0_34,
     installed_vllm_version,
     release_line,
 )
@@ -30,6 +31,8 @@ PEAKEDNESS_PROMPTS = 64
 # Whose speculation the ngram cells measure (--spec-engines), and the name
 # the cells give upstream's own (no plugin policy: every request verifies k).
 SPEC_ENGINES = ("plugin", "stock")
+# The proposers without a draft model: n-gram, and vLLM 0.34's suffix decoding.
+PROPOSER_METHODS = (*NGRAM_METHODS, "suffix")
 UPSTREAM_POLICY = "upstream"
 # --spec-verification: who verifies the plugin engines' drafts (0.32/0.33's
 # --plugin-verification); "both" measures each policy with plugin, then
@@ -123,10 +126,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     spec.add_argument("--ngram-k", type=_int_list, default=[3],
                       help="draft tokens per step, comma list, each with its own engines "
                            "(default 3)")
-    spec.add_argument("--ngram-method", choices=NGRAM_METHODS, default=NGRAM_METHODS[0],
-                      help="speculative method of the n-gram engines (default ngram; "
+    spec.add_argument("--ngram-method", choices=PROPOSER_METHODS, default=NGRAM_METHODS[0],
+                      help="speculative method of the speculating engines (default ngram; "
                            "ngram_gpu: stock vLLM 0.32 schedules it asynchronously, as the "
-                           "plugin does both)")
+                           "plugin does both; suffix: vLLM 0.34's GPU suffix decoding)")
     spec.add_argument("--spec-draft", choices=sorted(checkpoint.SHAPES), default=None,
                       metavar="SHAPE",
                       help="speculate with a draft model of this shape instead of n-gram "
@@ -218,7 +221,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--no-spec-against-none: name a second policy (--spec-policies "
                      "adaptive,fixed), --spec-verification both, --spec-against-stock or "
                      "--control, or there is nothing to measure")
-    on_0_32_or_0_33 = release_line(installed_vllm_version()) in (LINE_0_32, LINE_0_33)
+    on_0_32_or_0_33 = release_line(installed_vllm_version()) in (LINE_0_32, LINE_0_33, LINE_0_34)
     if args.spec_against_stock and (args.spec_engines == "stock" or not on_0_32_or_0_33):
         parser.error("--spec-against-stock: the plugin's engines against stock vLLM's n-gram "
                      "speculation, which exists on vLLM 0.32/0.33 only, with --spec-engines "

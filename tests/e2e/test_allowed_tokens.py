@@ -57,7 +57,7 @@ from tests.integration.helpers import QUIET_ENV, REPO_ROOT, run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
 
-pytestmark = [pytest.mark.gpu, needs_vllm_line("0.20", "0.32", "0.33")]
+pytestmark = [pytest.mark.gpu, needs_vllm_line("0.20", "0.32", "0.33", "0.34")]
 
 ALLOWED = list(range(40, 48))
 # Levels 0.4 apart: target probabilities 0.021 .. 0.344 (ratio e^2.8). Listed

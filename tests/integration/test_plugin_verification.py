@@ -38,7 +38,7 @@ INTERPRET = {"TRITON_INTERPRET": "1"}
 PRELUDE = (
     CPU_DEVICE_SHIM
     + """
-import importlib, inspect, types
+import importlib, importlib.util, inspect, types
 import numpy as np
 import torch
 import vllm.v1.worker.gpu.buffer_utils as buffer_utils
@@ -60,7 +60,11 @@ def real_triton_for_upstreams_rejection_kernels():
     import vllm.v1.worker.gpu.sample.gumbel as gumbel
     import vllm.v1.worker.gpu.sample.watermark as watermark
     import vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils as utils
-    for module in (gumbel, watermark, utils):
+    # 0.34's kernels find a request's cached draft logits through a helper of its own module.
+    helpers = [importlib.import_module(name) for name in (
+        "vllm.v1.worker.gpu.sample.batch_shard", "vllm.v1.worker.gpu.spec_decode.draft_logits",
+    ) if importlib.util.find_spec(name) is not None]
+    for module in (*helpers, gumbel, watermark, utils):
         importlib.reload(module)
     rejection.rejection_sample = utils.rejection_sample
 

@@ -21,7 +21,7 @@ from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
 from vllm_sampling_plugin.integration.defaults import default_speculation_policy
 from vllm_sampling_plugin.integration.speculation_policy import PROBE_INTERVAL
 
-pytestmark = needs_vllm_line("0.20", "0.32", "0.33")
+pytestmark = needs_vllm_line("0.20", "0.32", "0.33", "0.34")
 
 K = 3
 

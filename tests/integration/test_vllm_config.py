@@ -12,7 +12,7 @@ from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
 
 ON_0_20 = needs_vllm_line("0.20")
-WITH_UPSTREAM_NGRAM = needs_vllm_line("0.32", "0.33", why="the V2 runner's own n-gram speculator")
+WITH_UPSTREAM_NGRAM = needs_vllm_line("0.32", "0.33", "0.34", why="the V2 runner's own n-gram speculator")
 
 # The async-scheduling decision of real engine configs, for "ngram" and
 # "ngram_gpu", with the V2 runner and (VLLM_USE_V2_MODEL_RUNNER=0) without.

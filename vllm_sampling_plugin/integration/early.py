@@ -69,7 +69,7 @@ def line_keywords(line: str) -> tuple[str, ...]:
         keywords.append(cfg.FP64_ATTR)
     if seams[shapes.SPECULATOR]:
         keywords.append(cfg.SPECULATION_POLICY_ATTR)
-    if seams[shapes.REJECTION] == shapes.VERIFY_STEP_OVER_UPSTREAM:
+    if seams[shapes.REJECTION] in shapes.VERIFY_STEPS:
         keywords.append(cfg.VERIFICATION_ATTR)
     return tuple(keywords)
 

@@ -89,14 +89,14 @@ class Setting(typing.NamedTuple):
     upstream_value: str
 
 
-_VERIFICATION_SETTING = Setting((shapes.VERIFY_STEP_OVER_UPSTREAM,), cfg.VERIFICATION_ATTR,
+_VERIFICATION_SETTING = Setting(shapes.VERIFY_STEPS, cfg.VERIFICATION_ATTR,
                                 "--plugin-verification", cfg.PLUGIN, cfg.UPSTREAM)
 # Which value an engine that names none gets is the line's (integration/defaults.py).
 SETTING_PARTS = {
     VERIFICATION: _VERIFICATION_SETTING,
     REJECTION: _VERIFICATION_SETTING,
     SPECULATION_POLICY: Setting(
-        (shapes.NGRAM_BEFORE_REQUEST_STATE, shapes.POLICY_OVER_UPSTREAM_NGRAM),
+        (shapes.NGRAM_BEFORE_REQUEST_STATE, *shapes.POLICY_OVER_UPSTREAM),
         cfg.SPECULATION_POLICY_ATTR, "--speculation-policy", cfg.ADAPTIVE, cfg.FIXED),
 }
 

@@ -23,11 +23,15 @@ VERIFY_STEP_OVER_UPSTREAM = "upstream's RejectionSampler, its _verify step on --
 VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE = (
     "upstream's RejectionSampler (DraftLogitsCache, trace replay), its _verify step on --plugin-verification plugin"
 )
+# The shapes in which upstream's RejectionSampler keeps its class and the
+# plugin verifies through its verify step (--plugin-verification).
+VERIFY_STEPS = (VERIFY_STEP_OVER_UPSTREAM, VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE)
 # speculator.py
 NGRAM_BEFORE_REQUEST_STATE = "init_speculator(vllm_config, device), n-gram added"
 POLICY_OVER_UPSTREAM_NGRAM = "upstream's NgramGPUSpeculator, proposal counts added"
 POLICY_OVER_UPSTREAM_NGRAM_AND_SUFFIX = (
     "upstream's NgramGPUSpeculator and SuffixSpeculator, proposal counts added"
 )
+POLICY_OVER_UPSTREAM = (POLICY_OVER_UPSTREAM_NGRAM, POLICY_OVER_UPSTREAM_NGRAM_AND_SUFFIX)
 # warmup.py
 AFTER_DUMMY_SAMPLER_RUN = "after GPUModelRunner._dummy_sampler_run(hidden_states)"
