@@ -128,7 +128,7 @@ class PluginSettings:
     """Resolved settings, as every worker sees them."""
 
     use_fp64_gumbel: bool = False
-    # None: unset (FlashInfer where supported); True/False: set explicitly.
+    # None: unset (the plugin's fused kernel takes FlashInfer's batches); True/False: set explicitly.
     flashinfer_sampler: bool | None = None
     speculation_policy: str = ADAPTIVE
     plugin_verification: str = UPSTREAM

@@ -308,16 +308,18 @@ def compatibility_markdown() -> str:
 
 # What the README's table says the plugin does on a line, by the parts it owns.
 _WHAT_IT_DOES = (
-    (NGRAM, "everything: the draw, rejection sampling, a GPU n-gram speculator, the settings"),
-    (SPECULATION_POLICY, "the draw, verification of speculative drafts, the adaptive speculation "
-     "policy over vLLM's n-gram proposer"),
-    (GUMBEL, "the draw (Gumbel-max and top-k/top-p)"),
+    (GUMBEL, "the draw (Gumbel-max, top-k/top-p)"),
+    (ALLOWED_BIAS_MIN_TOKENS, "race-free allowed ids and logit bias"),
+    (VERIFICATION, "verification of speculative drafts"),
+    (NGRAM, "a GPU n-gram speculator"),
+    (SPECULATION_POLICY, "the adaptive speculation policy"),
+    (FP64_SETTING, "its settings"),
 )
 
 
 def what_it_does(found: dict[str, Found], line: str) -> str:
     """The README's words for what the plugin does on ``line``."""
-    return next(words for part, words in _WHAT_IT_DOES if plugin_takes(part, found, line))
+    return ", ".join(words for part, words in _WHAT_IT_DOES if plugin_takes(part, found, line))
 
 
 def readme_markdown() -> str:
