@@ -198,6 +198,7 @@ def test_info_says_active_and_prints_the_parts_of_the_installed_line():
         assert row[0].endswith(ratio)
         assert why not in proc.stdout  # behind --verbose
     assert len(lines) <= INFO_MAX_LINES
+    assert max(len(line) for line in lines) <= INFO_MAX_WIDTH
 
 
 def test_info_verbose_adds_the_seams_and_why_each_part_is_whose():
