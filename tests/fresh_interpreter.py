@@ -25,7 +25,7 @@ aside). ``TRITON_INTERPRET`` is one of those others: Triton decorates its own
 library's kernels (``triton.language.standard``) when it is imported, as
 interpreted or compiled functions. For the same reason a snippet whose code
 names ``TRITON_INTERPRET`` (it sets the variable before importing Triton, as
-the README's functional-API example does) runs in a plain new process,
+docs/api.md's examples do) runs in a plain new process,
 unless all it does is set ``"1"`` where the environment already has it.
 ``PLUGIN_TESTS_NEW_PROCESSES=1`` runs every snippet in a plain new process
 instead.

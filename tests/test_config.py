@@ -9,14 +9,14 @@ from vllm_sampling_plugin import config
 
 @pytest.mark.parametrize(
     "environ, expected",
-    [({}, None), ({"VLLM_USE_FLASHINFER_SAMPLER": ""}, None),
-     ({"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True), ({"VLLM_USE_FLASHINFER_SAMPLER": " 0 "}, False)],
+    [({}, None), ({"VLLM_USE_FLASHINFER_SAMPLER": "1"}, True), ({"VLLM_USE_FLASHINFER_SAMPLER": " 0 "}, False)],
 )
 def test_flashinfer_env_tri_state(environ, expected):
     assert config.parse_flashinfer_env(environ) is expected
 
 
-@pytest.mark.parametrize("bad", ["yes", "2", "-1", "on", "1.0"])
+# Empty fails too: vLLM's own reading of the variable, int(""), does.
+@pytest.mark.parametrize("bad", ["yes", "2", "-1", "on", "1.0", "", " "])
 def test_flashinfer_env_malformed(bad):
     with pytest.raises(ValueError, match="VLLM_USE_FLASHINFER_SAMPLER"):
         config.parse_flashinfer_env({"VLLM_USE_FLASHINFER_SAMPLER": bad})

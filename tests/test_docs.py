@@ -193,11 +193,10 @@ def test_package_summary_is_the_readmes():
     assert summary in readme
 
 
-def test_install_steps_name_the_extra_that_draws_the_plots():
+def test_benchmarks_doc_names_the_extra_that_draws_the_plots():
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     assert "matplotlib" in pyproject["project"]["optional-dependencies"]["bench"]
-    install = (REPO_ROOT / "README.md").read_text().split("## Install", 1)[1].split("\n## ")[0]
-    assert "[bench]" in install
+    assert '".[bench]"' in (REPO_ROOT / "docs" / "benchmarks.md").read_text()
 
 
 def test_no_doc_sends_users_to_vllm_serve_help():
@@ -205,3 +204,202 @@ def test_no_doc_sends_users_to_vllm_serve_help():
     offenders = [str(path.relative_to(REPO_ROOT)) for path in DOCUMENTS
                  if "serve --help" in path.read_text()]
     assert offenders == []
+
+
+# Links: [text](path#anchor) in every document (outside code), and the
+# bench-data files a document names in backticks.
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+CODE_SPAN = re.compile(r"`[^`\n]+`")
+DATA_PATH = re.compile(r"`((?:\.\./)*(?:docs/)?(?:lab/)?bench-data/[^`\s]+\.(?:json|png))`")
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a document's headings: lower case, spaces to
+    hyphens, punctuation dropped, a repeated one numbered."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", path.read_text()), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        candidate, n = slug, 0
+        while candidate in anchors:
+            n += 1
+            candidate = f"{slug}-{n}"
+        anchors.add(candidate)
+    return anchors
+
+
+def broken_links(path: Path) -> list[str]:
+    text = FENCE.sub("", path.read_text())
+    broken = []
+    for target in LINK.findall(CODE_SPAN.sub("", text)):
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.exists():
+            broken.append(target)
+        elif anchor and resolved.suffix == ".md" and anchor not in heading_anchors(resolved):
+            broken.append(target)
+    for named in DATA_PATH.findall(text):
+        if re.search(r"[*{]", named):  # a pattern, not a file
+            continue
+        if not ((path.parent / named).exists() or (REPO_ROOT / named).exists()):
+            broken.append(named)
+    return broken
+
+
+def test_heading_anchors_are_githubs(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("# Title\n## vLLM 0.33: k = 7, the A/A twin (issue 25)\n## Title\n")
+    assert heading_anchors(doc) == {"title", "vllm-033-k--7-the-aa-twin-issue-25", "title-1"}
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_link_and_named_data_file_exists(path):
+    """Files and anchors that links point at, and bench-data files named in
+    backticks (relative to the document or to the repository root)."""
+    assert broken_links(path) == []
+
+
+# What a newcomer reads first (issues 60 and 61).
+README = REPO_ROOT / "README.md"
+README_MAX_LINES = 110
+PARAGRAPH_MAX_WORDS = 100
+BENCHMARKS_MAX_LINES = 600
+
+
+def readme_sections() -> dict[str, str]:
+    """README.md's ``## `` sections by heading."""
+    parts = re.split(r"^## (.+)$", README.read_text(), flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_readme_is_short_and_its_paragraphs_too():
+    text = README.read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES
+    # Prose only: tables and comments are not paragraphs.
+    prose = "\n".join(line for line in FENCE.sub("", text).splitlines()
+                      if not line.startswith(("|", "<!--")))
+    long = [p[:60] for p in re.split(r"\n\s*\n", prose) if len(p.split()) > PARAGRAPH_MAX_WORDS]
+    assert long == []
+
+
+def test_readme_table_is_the_rendered_one():
+    """The README's "your vLLM -> what it does -> measured gain" table reads
+    data/measurements.json through parts.readme_markdown(), as info does."""
+    from vllm_sampling_plugin.integration.parts import readme_markdown
+
+    text = README.read_text()
+    begin = text.index("<!-- vllm table: begin -->\n") + len("<!-- vllm table: begin -->\n")
+    assert text[begin:text.index("<!-- vllm table: end -->")].strip() == readme_markdown()
+
+
+def test_the_first_install_command_installs_the_checkout():
+    """Item 1: the package is not on a registry; the first `pip install` a
+    reader meets installs the directory they cloned."""
+    installs = re.findall(r"^(?:python3 -m )?pip install (\S+)", README.read_text(), re.MULTILINE)
+    assert installs and installs[0] == "."
+    assert "vllm-sampling-plugin" not in " ".join(installs)
+
+
+def test_readme_says_which_vllm_the_test_extra_installs_and_why():
+    """Item 8: the extra's pin and the README's words agree."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    vllm = next(Requirement(r) for r in pyproject["project"]["optional-dependencies"]["test"]
+                if Requirement(r).name == "vllm")
+    assert vllm.specifier.contains(Version("0.20.2")) and not vllm.specifier.contains(Version("0.21.0"))
+    test = " ".join(readme_sections()["Test"].split())
+    assert "The test extra installs vLLM 0.20.x because" in test
+
+
+QUICK = REPO_ROOT / "tests" / "quick.txt"
+
+
+def test_readme_quick_tests_exist_and_say_how_long_they_take():
+    """Item 2: the quick command reads tests/quick.txt (pytest's @file), whose
+    paths exist and leave out the slow statistical tests; the README gives
+    its time and the full suite's."""
+    assert "python3 -m pytest @tests/quick.txt" in readme_sections()["Test"]
+    paths = QUICK.read_text().split()
+    assert paths and all((REPO_ROOT / p).is_file() for p in paths), paths
+    slow = [p for p in paths
+            if re.search(r"^\s*@pytest\.mark\.slow\b", (REPO_ROOT / p).read_text(), re.MULTILINE)]
+    assert slow == []
+    test = " ".join(readme_sections()["Test"].split())
+    assert re.search(r"The quick command above passes in about \d+ minutes on a 2-core machine "
+                     r"without a GPU", test)
+    assert "The full suite, `python3 -m pytest tests`, takes about an hour" in test
+
+
+def test_flashinfer_values_are_said_in_one_sentence_everywhere():
+    """Item 6: the README, docs/configuration.md and `info` (tests/test_cli.py)
+    give config.FLASHINFER_VALUES, and nothing says FlashInfer is on "where
+    supported" beside it."""
+    from vllm_sampling_plugin import config
+
+    for path in (README, REPO_ROOT / "docs" / "configuration.md"):
+        text = " ".join(path.read_text().split())
+        assert config.FLASHINFER_VALUES in text, path
+        assert "on where supported" not in text, path
+
+
+def test_speculation_policy_defaults_are_the_codes_everywhere():
+    """Item 6: the lines where adaptive is the default, as integration/defaults.py
+    answers, are the ones the README and docs/configuration.md name."""
+    from vllm_sampling_plugin import config
+    from vllm_sampling_plugin.integration.defaults import default_speculation_policy
+    from vllm_sampling_plugin.integration.version import SUPPORTED_LINES
+
+    adaptive = [line for line in SUPPORTED_LINES
+                if default_speculation_policy(line) == config.ADAPTIVE]
+    said = f"{', '.join(adaptive[:-1])} and {adaptive[-1]}"
+    configuration = " ".join((REPO_ROOT / "docs" / "configuration.md").read_text().split())
+    assert f"| default | `adaptive` on vLLM {said}," in configuration
+    assert "keeps upstream's fixed k" not in configuration
+    assert f"| adaptive on {', '.join(adaptive)} |" in README.read_text()
+
+
+# A measured ratio as the documents write it: 1.07x, 0.992-1.058x.
+FIGURE = re.compile(r"(?<![\w.])\d+\.\d+(?:-\d+\.\d+)?x\b")
+
+
+def test_a_figure_in_two_documents_comes_from_the_one_source():
+    """Item 6 and issue 60: a ratio that the README, docs/compatibility.md or
+    docs/configuration.md share with another of them is in
+    data/measurements.json (which `info` prints) or in docs/benchmarks.md's
+    summary, so two documents cannot quote one cell differently from it."""
+    from vllm_sampling_plugin import measurements
+
+    sources = measurements.PATH.read_text() + (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    where: dict[str, set[str]] = {}
+    for name in ("README.md", "docs/compatibility.md", "docs/configuration.md"):
+        for figure in FIGURE.findall((REPO_ROOT / name).read_text()):
+            where.setdefault(figure, set()).add(name)
+    shared = {figure for figure, names in where.items() if len(names) > 1}
+    assert shared, "the check reads no figure: FIGURE no longer matches the documents"
+    assert sorted(shared - set(FIGURE.findall(sources))) == []
+
+
+def test_readme_describes_benchmarks_md_as_it_is():
+    """Item 6: the GPUs and vLLM lines docs/benchmarks.md measured are the ones
+    the README's documentation list names."""
+    summary = (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    bullet = next(line for line in README.read_text().splitlines()
+                  if line.startswith("- [docs/benchmarks.md]"))
+    for gpu in sorted(set(re.findall(r"\bH[12]00\b", summary))):
+        assert gpu in bullet
+    for line in sorted(set(re.findall(r"^\| (0\.\d\d) \|", summary, re.MULTILINE))):
+        assert line in bullet
+
+
+def test_benchmarks_md_is_a_summary():
+    """Issue 60: at most 600 lines; every question's table names its GPU."""
+    text = (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    assert len(text.splitlines()) <= BENCHMARKS_MAX_LINES
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    assert len(sections) >= 5
+    for section in sections:
+        if "|---" in section:
+            assert re.search(r"\bH[12]00\b", section), section.splitlines()[0]

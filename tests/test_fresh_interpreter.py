@@ -58,7 +58,7 @@ STANDARD_KIND = "import triton.language.standard as s\nprint(type(s.cdiv).__name
 def test_tritons_library_is_what_triton_interpret_makes_it(interpret):
     expected = "InterpretedFunction\n" if interpret else "JITFunction\n"
     assert run(["-c", STANDARD_KIND], TRITON_INTERPRET=interpret).stdout == expected
-    # Set in the snippet before Triton's import, as the README's example does.
+    # Set in the snippet before Triton's import, as docs/api.md's examples do.
     sets_it = f"import os\nos.environ['TRITON_INTERPRET'] = '1'\n{STANDARD_KIND}"
     assert run(["-c", sets_it], TRITON_INTERPRET=interpret).stdout == "InterpretedFunction\n"
 

@@ -1,14 +1,19 @@
 """The installed distribution's requirements never replace a user's vLLM,
-and the wheel holds the product only: the lab (benchmarks/) stays in the checkout."""
+the wheel holds the product only (the lab, benchmarks/, stays in the
+checkout), and the package's metadata: license, classifiers."""
 
+import hashlib
 import json
 import subprocess
 import sys
+import tomllib
 from importlib.metadata import requires
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from tests.integration.helpers import REPO_ROOT
 
 
 def _runtime_requirements() -> dict[str, Requirement]:
@@ -38,7 +43,7 @@ def test_test_extra_installs_the_tested_release_line():
     assert not any(r.specifier.contains(Version("0.21.0")) for r in vllm)
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 PACKAGE = "vllm_sampling_plugin"
 # Issue 60: what the wheel ships stays small enough to read.
 MOST_PYTHON_LINES = 13_000
@@ -85,3 +90,32 @@ def test_the_wheel_holds_at_most_13000_lines_of_python():
     _, files = _wheel_files()
     lines = sum(len(path.read_text().splitlines()) for path in files if path.suffix == ".py")
     assert lines <= MOST_PYTHON_LINES
+# The metadata a package index and `pip show` read (issue 61 item 8), from
+# pyproject.toml: the installed distribution may be another checkout's.
+PROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+# sha256 of the Apache License 2.0's standard text, as apache.org serves it.
+APACHE_2_0_SHA256 = "c71d239df91726fc519c6eb72d318ec65820627232b2f796219e87dcf35d0ab4"
+
+
+def test_license_is_apache_2_0_in_spdx_form_with_its_standard_text():
+    assert PROJECT["license"] == "Apache-2.0"
+    assert PROJECT["license-files"] == ["LICENSE"]
+    text = (REPO_ROOT / "LICENSE").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == APACHE_2_0_SHA256
+
+
+def test_classifiers_say_what_the_package_runs_on_and_no_license_classifier():
+    """PEP 639: with a license expression, a License :: classifier is an error."""
+    classifiers = PROJECT["classifiers"]
+    assert "Environment :: GPU :: NVIDIA CUDA" in classifiers
+    assert "Operating System :: POSIX :: Linux" in classifiers
+    assert not [c for c in classifiers if c.startswith("License ::")]
+
+
+def test_the_build_backend_reads_the_spdx_license():
+    """setuptools reads `license = "..."` and `license-files` from 77 on."""
+    build = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["build-system"]
+    setuptools = next(Requirement(r) for r in build["requires"]
+                      if Requirement(r).name == "setuptools")
+    assert not setuptools.specifier.contains(Version("76.1"))
+    assert setuptools.specifier.contains(Version("77.0.0"))

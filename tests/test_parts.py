@@ -1,12 +1,20 @@
 """The parts table: owners from the seams' shapes, ratios from data, the docs built from both."""
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
 from vllm_sampling_plugin import measurements
 from vllm_sampling_plugin.integration.parts import (
+    END_TO_END,
     PARTS,
+    WHY_PLUGIN,
+    WHY_PLUGIN_BY_SETTING,
+    WHY_UPSTREAM,
+    WHY_UPSTREAM_IN_SHAPE,
+    WHY_UPSTREAM_PART,
     SEAM_OF_PART,
     Owner,
     compatibility_markdown,
@@ -99,7 +107,29 @@ def test_newer_line_ratios_name_their_measurement(line):
     for part, entry in measurements.load()[line].items():
         source = entry["source"]
         assert "bench upstream" in source or "bench e2e" in source, part
-        assert "H100" in source or "H200" in source, part
+
+
+# What `info` prints of a measurement, beside the part's name and owner, on
+# one line of at most 200 characters (tests/test_cli.py).
+HEADLINE_MAX = 140
+
+
+def test_every_measurement_is_a_headline_that_names_its_gpu():
+    """issue 60: one small data file; the detail is docs/benchmarks.md's."""
+    for line, parts in measurements.load().items():
+        assert set(parts) <= {*PARTS, END_TO_END}, line
+        assert END_TO_END in parts, line
+        for part, entry in parts.items():
+            assert len(measurements.ratio_text(line, part)) <= HEADLINE_MAX, (line, part)
+            assert re.search(r"\bH[12]00\b", entry["source"]), (line, part)
+
+
+def test_no_measured_prose_in_the_parts_strings():
+    """issue 60: ratios, GPUs and dates live in data/measurements.json."""
+    for table in (WHY_PLUGIN, WHY_UPSTREAM, WHY_PLUGIN_BY_SETTING, WHY_UPSTREAM_IN_SHAPE,
+                  WHY_UPSTREAM_PART):
+        for key, why in table.items():
+            assert not re.search(r"\d\.\d+x\b|\bH[12]00\b|\b20\d\d-\d\d-\d\d\b", why), key
 
 
 def test_summary_names_the_owners():

@@ -1,10 +1,5 @@
-"""``vllm-sampling-plugin``: inspect the installation, try the ops.
-
-    vllm-sampling-plugin info                 versions, registration, settings, parts
-    vllm-sampling-plugin info --markdown      the release x part table of docs/compatibility.md
-    vllm-sampling-plugin demo                 sample a few tokens with the functional API
-                                              (no GPU needed)
-"""
+"""The vllm-sampling-plugin command: what the plugin does with the installed
+vLLM (``info``), and its ops on a few tokens (``demo``)."""
 
 from __future__ import annotations
 
@@ -12,11 +7,24 @@ import argparse
 import logging
 import os
 import sys
+import textwrap
 from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from vllm_sampling_plugin import __version__, config
 
+PROG = "vllm-sampling-plugin"
+DESCRIPTION = """\
+What vllm-sampling-plugin does with the installed vLLM, and its ops on a few tokens.
+
+  vllm-sampling-plugin info              versions, active or not and why, one line per part
+  vllm-sampling-plugin info --verbose    also the seams, the settings and why each part is whose
+  vllm-sampling-plugin info --markdown   the release x part table of docs/compatibility.md
+  vllm-sampling-plugin demo              sample a few tokens with the functional API (no GPU needed)
+"""
+
 ENTRY_POINT_NAME = "vllm_sampling_plugin"
+# The width `info --verbose` wraps its explanations to.
+WRAP = 100
 
 
 def _version_of(dist: str) -> str:
@@ -31,90 +39,114 @@ def _entry_point_registered() -> bool:
     return any(ep.name == ENTRY_POINT_NAME for ep in group)
 
 
+def _error(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
 def _plugin_status(found: dict | None) -> str:
-    """``found``: what the seams' adapters found (None: not a supported release)."""
+    """Active or not, and why. ``found``: what the seams' adapters found
+    (None: no supported release installed)."""
     from vllm_sampling_plugin.integration.version import SUPPORTED_RANGE
 
+    if _version_of("vllm") == "not installed":
+        return "inactive: vLLM is not installed"
     if not _entry_point_registered():
-        return "not registered (reinstall the package: the entry point is missing)"
+        return "inactive: not registered (reinstall the package: the entry point is missing)"
     allowed = os.environ.get("VLLM_PLUGINS")
     if allowed is not None and ENTRY_POINT_NAME not in allowed.split(","):
-        return f"registered but filtered out by VLLM_PLUGINS={allowed!r}"
+        return f"inactive: registered but filtered out by VLLM_PLUGINS={allowed!r}"
     if found is None:
-        return (
-            f"registered but inactive: vLLM {_version_of('vllm')} is outside "
-            f"{SUPPORTED_RANGE}"
-        )
-    taken = [f"{seam.seam} ({seam.shape})" for seam in found.values() if seam.is_taken]
+        return f"inactive: vLLM {_version_of('vllm')} is outside {SUPPORTED_RANGE}"
+    taken = [seam.seam for seam in found.values() if seam.is_taken]
     if not taken:
-        return "registered but inactive: no seam of this vLLM has a shape the plugin knows"
-    return f"registered and active (vLLM loads it in every process); seams: {', '.join(taken)}"
+        return "inactive: no seam of this vLLM has a shape the plugin knows"
+    return f"active (vLLM loads it in every process); seams taken: {', '.join(taken)}"
 
 
-def info() -> int:
-    from vllm_sampling_plugin.integration.seams import detect_seams, shapes
-    from vllm_sampling_plugin.integration.version import release_line
+def _route_vllm_logs_to_stderr() -> None:
+    """vLLM's logger writes to stdout unless told otherwise, and it reads this
+    when first imported: set before anything here imports vLLM, so that
+    stdout holds only the report (`info | head -1` is the plugin's line)."""
+    os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"
 
-    line = release_line(_version_of("vllm"))
-    # What register() would find and take in this vLLM (nothing is patched).
-    found = detect_seams() if line is not None else None
 
-    rows = [
-        ("vllm-sampling-plugin", __version__),
-        ("vllm", _version_of("vllm")),
-        ("torch", _version_of("torch")),
-        ("triton", _version_of("triton")),
-        ("flashinfer-python", _version_of("flashinfer-python")),
-        ("plugin", _plugin_status(found)),
-        (
-            "use_fp64_gumbel",
-            "off by default: FP32 Gumbel noise "
-            "(--use-fp64-gumbel / LLM(use_fp64_gumbel=True) selects FP64)",
-        ),
-    ]
-    status = 0
+def info(verbose: bool) -> int:
     try:
         setting = config.parse_flashinfer_env()
     except ValueError as e:
-        rows.append((config.FLASHINFER_ENV, f"INVALID: {e}"))
-        status = 1
-    else:
-        shown = {None: "unset (on where supported)", True: "1", False: "0"}[setting]
-        rows.append((config.FLASHINFER_ENV, shown))
-        if found is not None and found[shapes.SETTINGS].is_taken:
-            status = _flashinfer_decision(setting, rows)
-        elif line is not None:
-            rows.append((
-                "FlashInfer sampler",
-                f"decided by vLLM {line} at start-up; the plugin draws only the "
-                "batches vLLM does not send to FlashInfer",
-            ))
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
+        # Checked before vLLM is imported: the mistake is reported at once.
+        _error(str(e))
+        return 2
+    _route_vllm_logs_to_stderr()
+    from vllm_sampling_plugin.integration.seams import detect_seams
+    from vllm_sampling_plugin.integration.version import installed_vllm_version, release_line
+
+    line = release_line(installed_vllm_version())
+    # What register() would find and take in this vLLM (nothing is patched).
+    found = detect_seams() if line is not None else None
+
+    print(f"{PROG} {__version__}, vLLM {_version_of('vllm')}: {_plugin_status(found)}")
+    print(", ".join(f"{dist} {_version_of(dist)}"
+                    for dist in ("torch", "triton", "flashinfer-python")))
+    print("use_fp64_gumbel: off unless an engine sets it (FP32 noise; "
+          "--use-fp64-gumbel / LLM(use_fp64_gumbel=True) selects FP64)")
+    meaning = config.FLASHINFER_DRAWS if setting else config.PLUGIN_DRAWS
+    shown = {None: "unset", True: "1", False: "0"}[setting]
+    print(f"{config.FLASHINFER_ENV}={shown}: {meaning}")
+    status = 0
     if found is not None:
-        _print_parts(found, line)
+        status = _flashinfer_decision(setting, found, line, verbose)
+        _print_parts(found, line, verbose)
     return status
 
 
-def _flashinfer_decision(setting: bool | None, rows: list[tuple[str, str]]) -> int:
-    """The plugin's own FlashInfer decision (where it owns the setting); 1 if
-    start-up would fail."""
+def _flashinfer_decision(setting: bool | None, found: dict, line: str, verbose: bool) -> int:
+    """Where the settings seam is the plugin's, the plugin's own FlashInfer
+    decision on this machine; 1 if an engine's start-up would fail."""
+    from vllm_sampling_plugin.integration.seams import shapes
+
+    if not found[shapes.SETTINGS].is_taken:
+        if verbose:
+            _print_wrapped(f"FlashInfer sampler: decided by vLLM {line} at start-up; the "
+                           "plugin draws the batches described above")
+        return 0
     from vllm_sampling_plugin.ops.topk_topp.flashinfer import probe_flashinfer
     from vllm_sampling_plugin.selection import decide_flashinfer
 
     decision = decide_flashinfer(setting, probe_flashinfer)
-    rows.append(("FlashInfer sampler", "used" if decision.use else "not used"))
-    rows.append(("  because", decision.message))
-    return 1 if decision.level == logging.ERROR else 0
+    if decision.level == logging.ERROR:
+        print("FlashInfer sampler: an engine would fail at start-up here (stderr says why)")
+        _error(decision.message)
+        return 1
+    print(f"FlashInfer sampler: {'used' if decision.use else 'not used'} on this machine")
+    if verbose:
+        _print_wrapped(decision.message, indent="  ")
+    return 0
 
 
-def _print_parts(found: dict, line: str) -> None:
-    from vllm_sampling_plugin.integration.parts import parts_rows
+def _print_wrapped(text: str, indent: str = "") -> None:
+    # Whole words only: flags and paths stay searchable in the output.
+    print(textwrap.fill(text, WRAP, initial_indent=indent, subsequent_indent=indent + "  ",
+                        break_on_hyphens=False, break_long_words=False))
 
-    print(f"\nparts on vLLM {line}.x (part: owner; why; plugin vs upstream):")
-    for part, owner, why, ratio in parts_rows(found, line):
-        print(f"  {part}: {owner}; {why}; {ratio}")
+
+def _print_parts(found: dict, line: str, verbose: bool) -> None:
+    from vllm_sampling_plugin import measurements
+    from vllm_sampling_plugin.integration.parts import END_TO_END, SHORT_NAMES, parts_rows
+
+    print(f"measured on vLLM {line}: {measurements.ratio_text(line, END_TO_END)}")
+    if verbose:
+        for seam in found.values():
+            _print_wrapped(f"seam {seam.seam}: "
+                           + (f"taken ({seam.shape})" if seam.is_taken else seam.reason))
+    print(f"parts on vLLM {line} (part, owner, measured gain):")
+    width = max(len(name) for name in SHORT_NAMES.values())
+    rows = parts_rows(found, line)
+    owner_width = max(len(owner) for _, owner, _, _ in rows)
+    for part, owner, why, ratio in rows:
+        print(f"  {SHORT_NAMES[part]:<{width}}  {owner:<{owner_width}}  {ratio}")
+        if verbose:
+            _print_wrapped(why, indent="      ")
 
 
 def markdown() -> int:
@@ -145,20 +177,35 @@ def demo() -> int:
     return 0
 
 
-def _run(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="vllm-sampling-plugin", description=__doc__,
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each command's, by name (an unknown option
+    is reported with the usage of the command it was given to)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    info_parser = sub.add_parser("info", help="versions, registration, settings, parts")
-    info_parser.add_argument(
-        "--markdown", action="store_true",
-        help="print the release x part table of docs/compatibility.md instead",
-    )
-    sub.add_parser("demo", help="sample a few tokens with the functional API (no GPU needed)")
-    args = parser.parse_args(argv)
+    # Not required=True: argparse would then report a missing command before
+    # an unknown option (`vllm-sampling-plugin --frob`); _run reports both.
+    sub = parser.add_subparsers(dest="command", metavar="{info,demo}")
+    info_parser = sub.add_parser("info", help="versions, active or not and why, the parts")
+    info_parser.add_argument("--verbose", action="store_true",
+                             help="also the seams, the settings and why each part is whose")
+    info_parser.add_argument("--markdown", action="store_true",
+                             help="print the release x part table of docs/compatibility.md instead")
+    demo_parser = sub.add_parser("demo", help="sample a few tokens with the functional API "
+                                 "(no GPU needed)")
+    return parser, {"info": info_parser, "demo": demo_parser}
+
+
+def _run(argv: list[str] | None) -> int:
+    parser, commands = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        (commands[args.command] if args.command else parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error("name a command: info or demo")
     if args.command == "info":
-        return markdown() if args.markdown else info()
+        return markdown() if args.markdown else info(args.verbose)
     return demo()
 
 

@@ -9,9 +9,8 @@ Two settings steer the plugin:
     token.
 
 ``VLLM_USE_FLASHINFER_SAMPLER`` (environment)
-    Tri-state: ``1`` forces FlashInfer's top-k/top-p sampler on (start-up fails
-    if the GPU cannot run it), ``0`` turns it off, unset means "on where
-    supported". Any other value is an error.
+    Read as :data:`FLASHINFER_VALUES` says. The empty string is an error,
+    as in vLLM's own reading of the variable (``int("")``).
 
 ``speculation_policy`` (``--speculation-policy`` / ``LLM(speculation_policy=...)``)
     How many n-gram draft tokens a request verifies each step. ``adaptive``
@@ -48,6 +47,17 @@ import os
 from dataclasses import dataclass
 
 FLASHINFER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"
+# The one sentence the README, docs/configuration.md and `info` give for it
+# (tests/test_docs.py).
+PLUGIN_DRAWS = "the plugin's fused kernel draws every top-k/top-p batch"
+FLASHINFER_DRAWS = (
+    "FlashInfer draws the top-k/top-p batches it can honour "
+    "(start-up fails where the GPU cannot run it)"
+)
+FLASHINFER_VALUES = (
+    f"unset or 0: {PLUGIN_DRAWS}; 1: {FLASHINFER_DRAWS}; any other value, empty "
+    "included, fails at start-up"
+)
 
 # Attribute names on vLLM's ModelConfig (class defaults plus instance values).
 FP64_ATTR = "use_fp64_gumbel"
@@ -118,7 +128,7 @@ class PluginSettings:
     """Resolved settings, as every worker sees them."""
 
     use_fp64_gumbel: bool = False
-    # None: unset (FlashInfer where supported); True/False: set explicitly.
+    # None: unset (the plugin's fused kernel takes FlashInfer's batches); True/False: set explicitly.
     flashinfer_sampler: bool | None = None
     speculation_policy: str = ADAPTIVE
     plugin_verification: str = UPSTREAM
@@ -126,10 +136,11 @@ class PluginSettings:
 
 def parse_flashinfer_env(environ: dict[str, str] | None = None) -> bool | None:
     """Read ``VLLM_USE_FLASHINFER_SAMPLER``: ``"1"`` -> True, ``"0"`` -> False,
-    unset or empty -> None. Anything else raises ValueError naming the variable.
+    unset -> None. Anything else, the empty string included, raises ValueError
+    naming the variable.
     """
     raw = (os.environ if environ is None else environ).get(FLASHINFER_ENV)
-    if raw is None or raw.strip() == "":
+    if raw is None:
         return None
     value = raw.strip()
     if value == "1":
@@ -137,9 +148,9 @@ def parse_flashinfer_env(environ: dict[str, str] | None = None) -> bool | None:
     if value == "0":
         return False
     raise ValueError(
-        f"{FLASHINFER_ENV}={raw!r} is not valid: use 1 (force FlashInfer's "
-        f"top-k/top-p sampler on), 0 (off), or leave it unset (on where the "
-        f"GPU supports it)."
+        f"{FLASHINFER_ENV}={raw!r} is not valid: use 1 (FlashInfer draws the "
+        f"top-k/top-p batches it can honour), 0 or leave it unset (the plugin's "
+        f"fused kernel draws them)."
     )
 
 

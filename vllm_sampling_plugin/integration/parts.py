@@ -26,8 +26,11 @@ class Owner(enum.Enum):
     UPSTREAM = "upstream"
     # Upstream's unless the engine opts in (a setting of SETTING_PARTS whose
     # default on the line is upstream's).
-    OPT_IN = "upstream by default, plugin opt-in"
+    OPT_IN = "upstream (plugin opt-in)"
 
+
+# The whole engine's gain on a line (data/measurements.json), beside the parts'.
+END_TO_END = "end to end"
 
 # The parts, in the order a decode step reaches them.
 ALLOWED_BIAS_MIN_TOKENS = "allowed ids, logit bias, min-tokens masking"
@@ -104,7 +107,7 @@ SETTING_PARTS = {
 WHY_PLUGIN = {
     ALLOWED_BIAS_MIN_TOKENS: "upstream's bias kernel (until 0.25) saves the allowed "
     "logits, stores -inf over the row and restores them with no barrier between "
-    "threads, so the row can end all -inf and every token be id 0 (issue 27); the "
+    "threads, so the row can end all -inf and every token be id 0 (docs/troubleshooting.md); the "
     "plugin's kernel decides each logit in one thread, for the sampler and for "
     "speculative verification; min_tokens masks stop ids for exactly min_tokens "
     "outputs (upstream 0.20: one more)",
@@ -124,16 +127,12 @@ WHY_PLUGIN = {
     NGRAM: "upstream's V2 runner has no n-gram speculator; the plugin's GPU proposer",
     SPECULATION_POLICY: "the scheduler verifies only the drafts the n-gram proposer "
     "found (counts sent back with each output, no sync; full decode graphs for "
-    "one-token steps); the default on 0.20, 0.32 and 0.33, where engine runs measured "
-    "it (0.33, 8B: 0.99x / 1.00x of no speculation on non-repeating text, 1.11x of fixed "
-    "k on half-repeating text, 1.00x on accepting text; 1B accepting text 0.95x of "
-    "fixed k inside its A/A twin's 0.93x; 0.32, 8B: 0.98x / 0.99x of no speculation on "
-    "non-repeating text, fixed k 0.98x / 1.02x of it on accepting text; "
-    "docs/benchmarks.md); --speculation-policy fixed verifies k drafts for every "
-    "request every step, as vLLM does",
+    "one-token steps), so text that does not repeat costs little; the default where "
+    "engine runs measured it (integration/defaults.py); --speculation-policy fixed "
+    "verifies k drafts for every request every step, as vLLM does",
     FP64_SETTING: "upstream has no such setting; the plugin adds --use-fp64-gumbel",
-    FLASHINFER_SETTING: "read once in the front-end, tri-state (1 forces, 0 off, unset "
-    "where supported), carried to workers on ModelConfig",
+    FLASHINFER_SETTING: "read once in the front-end, carried to workers on ModelConfig; "
+    + cfg.FLASHINFER_VALUES,
 }
 
 # Why a seam stays upstream's on a line where the plugin knows that (the
@@ -153,12 +152,9 @@ WHY_UPSTREAM = {
 WHY_PLUGIN_BY_SETTING = {
     VERIFICATION: "the plugin's fused kernel verifies the standard method's batches "
     "whose requests use only temperature, min_p, top-k and top-p (no float32 "
-    "[B*(k+1), V] canvas; 3.3-4.9x upstream's verification op; 8B engine 0.995-1.056x "
-    "of upstream's verification in every mix on 0.33, 0.992-1.058x of stock with the "
-    "same k = 3 on 0.32 and at k = 7 0.994-1.060x, docs/benchmarks.md), "
-    "and, on upstream's canvas for the logits processors and "
-    "thinking budget, the batches with them that use top-k/top-p (1.79-1.87x "
-    "upstream's op); batches of greedy requests by matching the Sampler's argmax of "
+    "[B*(k+1), V] canvas), and, on upstream's canvas for the logits processors and "
+    "thinking budget, the batches with them that use top-k/top-p; "
+    "batches of greedy requests by matching the Sampler's argmax of "
     "every logit (one pass over all rows); other methods, adaptive verification, watermarks, sampling masks, "
     "processor batches without top-k/top-p, processed logprobs and draft vocabularies "
     "narrower than the target's stay upstream's; --plugin-verification upstream keeps "
@@ -171,8 +167,7 @@ WHY_PLUGIN_BY_SETTING = {
 # Why a part stays upstream's in a shape of its seam that the plugin takes.
 WHY_UPSTREAM_IN_SHAPE = {
     VERIFICATION: "upstream's RejectionSampler by default on this line (until an engine "
-    "run here; on 0.32 and 0.33 the plugin's verification is the default, measured "
-    "0.992-1.058x of upstream's at 8B); --plugin-verification plugin verifies the standard "
+    "run measures the plugin's here); --plugin-verification plugin verifies the standard "
     "method's batches whose requests use only temperature, min_p, top-k and top-p "
     "with the plugin's fused kernel (no float32 [B*(k+1), V] canvas)",
     REJECTION: "upstream's kernels by default on this line; with --plugin-verification "
@@ -193,8 +188,7 @@ WHY_UPSTREAM_PART = {
     "allowed and biased, a biased or allowed stop token under min_tokens; "
     "docs/troubleshooting.md)",
     FLASHINFER_SETTING: "upstream's (flashinfer_sampler_supported, where its V2 sampler "
-    "uses FlashInfer); the plugin reads only whether it is set: unset, it takes "
-    "FlashInfer's batches; 1 keeps them FlashInfer's",
+    "uses FlashInfer); the plugin reads it the same way: " + cfg.FLASHINFER_VALUES,
 }
 
 
@@ -310,3 +304,38 @@ def compatibility_markdown() -> str:
             f"{', '.join(theirs) or '-'} | {ratios or measurements.NOT_MEASURED} |"
         )
     return "\n".join(out)
+
+
+# What the README's table says the plugin does on a line, by the parts it owns.
+_WHAT_IT_DOES = (
+    (GUMBEL, "the draw (Gumbel-max, top-k/top-p)"),
+    (ALLOWED_BIAS_MIN_TOKENS, "race-free allowed ids and logit bias"),
+    (VERIFICATION, "verification of speculative drafts"),
+    (NGRAM, "a GPU n-gram speculator"),
+    (SPECULATION_POLICY, "the adaptive speculation policy"),
+    (FP64_SETTING, "its settings"),
+)
+
+
+def what_it_does(found: dict[str, Found], line: str) -> str:
+    """The README's words for what the plugin does on ``line``."""
+    return ", ".join(words for part, words in _WHAT_IT_DOES if plugin_takes(part, found, line))
+
+
+def readme_markdown() -> str:
+    """README.md's table: one row per run of lines where the plugin does the
+    same and measured the same, the headline gain from data/measurements.json."""
+    measured = measurements.load()
+    rows: list[list[str]] = []
+    for line in LINE_SEAMS:
+        does = what_it_does(line_found(line), line)
+        gain = measurements.ratio_text(line, END_TO_END, measured)
+        if rows and rows[-1][1:] == [does, gain]:
+            rows[-1][0] = f"{rows[-1][0].split('-')[0]}-{line}"
+        else:
+            rows.append([line, does, gain])
+    out = ["| your vLLM | what the plugin does there | measured gain (plugin against stock) |",
+           "|---|---|---|"]
+    out += [f"| {lines} | {does} | {gain} |" for lines, does, gain in rows]
+    return "\n".join(out)
+
