@@ -3,9 +3,6 @@ the wheel holds the product only (the lab, benchmarks/, stays in the
 checkout), and the package's metadata: license, classifiers."""
 
 import hashlib
-import json
-import subprocess
-import sys
 import tomllib
 from importlib.metadata import requires
 from pathlib import Path
@@ -48,31 +45,22 @@ PACKAGE = "vllm_sampling_plugin"
 # Issue 60: what the wheel ships stays small enough to read.
 MOST_PYTHON_LINES = 13_000
 
-# What setuptools packs, read from pyproject.toml by setuptools itself (the
-# same discovery a wheel build runs, without building one).
-WHEEL_LAYOUT = """
-import json, warnings
-from setuptools.config.pyprojecttoml import apply_configuration
-from setuptools.dist import Distribution
-warnings.simplefilter("ignore")
-dist = apply_configuration(Distribution(), "pyproject.toml")
-print(json.dumps({"packages": dist.packages, "package_data": dist.package_data}))
-"""
-
-
 def _wheel_files() -> tuple[list[str], list[Path]]:
-    """The wheel's packages and the checkout's files they ship."""
-    proc = subprocess.run([sys.executable, "-c", WHEEL_LAYOUT], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    layout = json.loads(proc.stdout)
+    """The wheel's packages and the checkout's files they ship: setuptools'
+    package discovery over pyproject.toml's include patterns and package data
+    (the discovery a wheel build runs, without building one, and without the
+    installed setuptools validating metadata it may be too old to read)."""
+    from setuptools import find_packages
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = find_packages(where=str(ROOT), include=tool["packages"]["find"]["include"])
     files = []
-    for package in layout["packages"]:
+    for package in packages:
         directory = ROOT / package.replace(".", "/")
         files += sorted(directory.glob("*.py"))
-        for pattern in layout["package_data"].get(package, []):
+        for pattern in tool.get("package-data", {}).get(package, []):
             files += sorted(directory.glob(pattern))
-    return layout["packages"], files
+    return packages, files
 
 
 def test_the_wheel_ships_the_product_and_no_lab():
@@ -90,6 +78,8 @@ def test_the_wheel_holds_at_most_13000_lines_of_python():
     _, files = _wheel_files()
     lines = sum(len(path.read_text().splitlines()) for path in files if path.suffix == ".py")
     assert lines <= MOST_PYTHON_LINES
+
+
 # The metadata a package index and `pip show` read (issue 61 item 8), from
 # pyproject.toml: the installed distribution may be another checkout's.
 PROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]

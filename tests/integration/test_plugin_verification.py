@@ -592,7 +592,7 @@ add(sampler, n, temperature=1.0, top_p=0.95)
 # draw's warm-up: matching draws every logit (of n-gram drafts when seeded,
 # of any drafts when greedy).
 assert rs.warm_up_verification(n, CPU, (torch.float32,), (torch.int32,), None) == n * (k + 1)
-assert rs.warm_up_verification(n, CPU, (torch.float32,), (torch.int32,), torch.zeros(n, k, vocab)) == n * (k + 1)
+assert rs.warm_up_verification(n, CPU, (torch.float32,), (torch.int32,), as_drafter_passes(torch.zeros(n, k, vocab))) == n * (k + 1)
 sampled, num = verify(rs, b)
 emitted = [sampled[r, : num[r]].tolist() for r in range(n)]
 # Without speculation every position is a step of its own: one row per
@@ -707,6 +707,59 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
                     assert rs.processed(b.idx_np) == ("extra_args" in params), params
                     missing = keys - warmed
                     assert not missing, (params, n, draft_logits is None, min(missing))
+        print("ok")
+        """,
+        prelude=PRELUDE,
+        env=INTERPRET,
+        timeout=900,
+    )
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+@needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_DRAFT_LOGITS_CACHE)
+def test_trace_replay_emits_the_trace_on_every_route_and_as_upstream_does():
+    """vLLM 0.34's trace replay (``SamplingParams.trace_decode_token_ids``):
+    whoever verifies and whichever route the batch takes (matching for greedy
+    and seeded batches, the fused kernel otherwise), a request emits the
+    trace's tokens from its step on, keeping each draft only while it equals
+    the trace. Request r's first r drafts follow its trace, the rest do not."""
+    out = run_python(
+        """
+        real_triton_for_upstreams_rejection_kernels()
+        import vllm.v1.worker.gpu.sample.trace_replay as trace_replay
+        importlib.reload(trace_replay)
+        n, k, vocab, prompt_len, step = 4, 3, 32, 10, 2
+        trace = [[(7 * r + 3 * i + 1) % vocab for i in range(12)] for r in range(n)]
+
+        def emitted(params, setting):
+            sampler = build_sampler(8, vocab, k, enable_trace_replay=True)
+            states = sampler.req_states
+            for slot in range(n):
+                sampler.add_request(
+                    slot, SamplingParams(trace_decode_token_ids=trace[slot], **params))
+                states.prompt_len.np[slot] = prompt_len
+                states.total_len.stage_write_elem(slot, prompt_len + step)
+            sampler.apply_staged_writes()
+            states.prompt_len.copy_to_uva()
+            states.total_len.apply_write()
+            rs = mr.RejectionSampler(sampler, spec_config(setting, k), CPU)
+            b = batch(n, k, vocab)
+            drafts = b.drafts.view(n, k + 1)
+            for r in range(n):
+                for i in range(k):
+                    token = trace[r][step + i]
+                    drafts[r, i + 1] = token if i < r else (token + 1) % vocab
+            sampled, num_sampled = verify(rs, b)
+            if setting == "plugin":
+                assert rs.batches == {"plugin": 1, "upstream": 0}, (params, rs.batches)
+            return [sampled[r, : num_sampled[r]].tolist() for r in range(n)]
+
+        expected = [trace[r][step : step + min(r, k) + 1] for r in range(n)]
+        for params in (dict(temperature=0.0), dict(temperature=1.0), dict(temperature=1.0, seed=5)):
+            for setting in ("plugin", "upstream"):
+                assert emitted(params, setting) == expected, (params, setting)
+        # Upstream's top-k/top-p and temperature kernels need a GPU; the plugin's folded ones do not.
+        assert emitted(dict(temperature=0.8, top_k=5, top_p=0.9), "plugin") == expected
         print("ok")
         """,
         prelude=PRELUDE,
