@@ -726,6 +726,10 @@ def test_trace_replay_emits_the_trace_on_every_route_and_as_upstream_does():
     out = run_python(
         """
         real_triton_for_upstreams_rejection_kernels()
+        # The trace's staged writes and replay are upstream kernels too.
+        importlib.reload(buffer_utils)
+        buffer_utils.is_uva_available = lambda: False
+        buffer_utils.is_pin_memory_available = lambda: False
         import vllm.v1.worker.gpu.sample.trace_replay as trace_replay
         importlib.reload(trace_replay)
         n, k, vocab, prompt_len, step = 4, 3, 32, 10, 2

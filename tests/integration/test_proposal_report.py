@@ -7,6 +7,7 @@ failed at its first warm-up step. The GPU stream path is exercised by the
 engine tests; here the output object and the synchronous path run on CPU.
 """
 
+import dataclasses
 import inspect
 import re
 from types import SimpleNamespace
@@ -25,7 +26,10 @@ from vllm_sampling_plugin.integration.proposal_report import (
 
 
 def _step_output(req_ids):
-    return ModelRunnerOutput(req_ids=list(req_ids), req_id_to_index={r: i for i, r in enumerate(req_ids)})
+    # Up to 0.33 the output also maps each request to its row.
+    fields = {f.name for f in dataclasses.fields(ModelRunnerOutput)}
+    index = {"req_id_to_index": {r: i for i, r in enumerate(req_ids)}} if "req_id_to_index" in fields else {}
+    return ModelRunnerOutput(req_ids=list(req_ids), **index)
 
 
 class _VllmAsyncOutput(AsyncModelRunnerOutput):

@@ -45,6 +45,13 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 from vllm_sampling_plugin.integration.proposal_report import PROPOSE_ATTR, PROPOSED_ATTR
 
+def index_of(req_ids):
+    # Up to 0.33 the runner's output also maps each request to its row.
+    import dataclasses
+    if "req_id_to_index" not in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+        return {}
+    return {"req_id_to_index": {r: i for i, r in enumerate(req_ids)}}
+
 def build(policy, async_scheduling):
     engine_args = EngineArgs(
         model=MODEL, load_format="dummy", max_model_len=256, max_num_seqs=8,
@@ -89,8 +96,7 @@ def drive(policy, async_scheduling, names, plan, steps):
             drafts = len(done.scheduled_spec_decode_tokens.get(r, ()))
             accepted = min(entry.get("accept", {}).get(r, drafts), drafts)
             sampled.append([7] * (1 + accepted))
-        out = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                sampled_token_ids=sampled)
+        out = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled, **index_of(req_ids))
         # A runner told not to propose after a step sends no report.
         if getattr(done, PROPOSE_ATTR, True):
             setattr(out, PROPOSED_ATTR, [entry.get("proposed", {}).get(r, 0) for r in req_ids])
