@@ -16,7 +16,7 @@ from vllm_sampling_plugin.integration.parts import (
     parts_rows,
     parts_summary,
 )
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import (
     LINE_0_20,
     LINE_0_32,

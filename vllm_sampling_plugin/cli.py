@@ -58,7 +58,8 @@ def _plugin_status(found: dict | None) -> str:
 
 
 def info() -> int:
-    from vllm_sampling_plugin.integration.seams import detect_seams, shapes
+    from vllm_sampling_plugin.integration.common import shapes
+    from vllm_sampling_plugin.integration.seams import detect_seams
     from vllm_sampling_plugin.integration.version import release_line
 
     line = release_line(_version_of("vllm"))

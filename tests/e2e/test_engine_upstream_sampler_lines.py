@@ -47,7 +47,7 @@ from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
 from vllm_sampling_plugin.integration.defaults import default_verification
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
 # Every line where the plugin keeps upstream's Sampler and replaces its draw

@@ -10,7 +10,7 @@ import pytest
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import needs_seam
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 
 pytestmark = needs_seam(shapes.SETTINGS, shapes.ENGINE_ARGS_WRAPPED)
 

@@ -8,7 +8,7 @@ processed ones); the plugin's kernels run in Triton's interpreter.
 
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.vllm_lines import needs_seam
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 
 pytestmark = needs_seam(shapes.DRAW, shapes.SAMPLE_SKIPPING_TOP_K_TOP_P)
 

@@ -20,7 +20,7 @@ from tests.integration.helpers import (
     run_python,
 )
 from tests.vllm_lines import needs_seam, needs_vllm_line
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 
 # 0.31 builds its Sampler and calls _sample_random as 0.32 does.
 pytestmark = needs_vllm_line("0.31", "0.32")
@@ -300,7 +300,7 @@ def test_warm_up_launches_every_compile_variant_of_the_draw(fp64):
     out = run_python(
         f"""
         import logging
-        from vllm_sampling_plugin.integration.compile_variants import (
+        from vllm_sampling_plugin.integration.common.compile_variants import (
             fused_top_k_top_p_variant, gumbel_variant, representatives)
         from vllm_sampling_plugin.integration.seams.warmup import warm_up_plugin_draw
         records = []

@@ -27,7 +27,7 @@ import pytest
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
 from vllm_sampling_plugin.integration.defaults import default_verification
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 
 pytestmark = needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
 

@@ -17,7 +17,7 @@ from vllm_sampling_plugin.integration.sampler import (  # noqa: E402
     Route,
 )
 from tests.vllm_lines import needs_seam  # noqa: E402
-from vllm_sampling_plugin.integration.seams import shapes  # noqa: E402
+from vllm_sampling_plugin.integration.common import shapes  # noqa: E402
 
 pytestmark = needs_seam(shapes.DRAW, shapes.SAMPLE)
 

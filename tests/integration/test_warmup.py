@@ -25,7 +25,7 @@ from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
 from vllm_sampling_plugin.integration.warmup import warm_up_sampling
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from tests.vllm_lines import needs_seam  # noqa: E402
-from vllm_sampling_plugin.integration.seams import shapes  # noqa: E402
+from vllm_sampling_plugin.integration.common import shapes  # noqa: E402
 
 pytestmark = needs_seam(shapes.DRAW, shapes.SAMPLE)
 

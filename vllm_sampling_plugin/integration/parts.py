@@ -16,8 +16,8 @@ import typing
 from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin import measurements
 from vllm_sampling_plugin.integration.defaults import defaults
-from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.found import Found
+from vllm_sampling_plugin.integration.common import shapes
+from vllm_sampling_plugin.integration.common.found import Found
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
 

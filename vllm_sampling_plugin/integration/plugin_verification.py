@@ -105,8 +105,8 @@ import torch
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as upstream
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.integration.compile_variants import rejection_variant, representatives
-from vllm_sampling_plugin.integration.log_once import log_once
+from vllm_sampling_plugin.integration.common.compile_variants import rejection_variant, representatives
+from vllm_sampling_plugin.integration.common.log_once import log_once
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from vllm_sampling_plugin.ops.rejection.launcher import rejection_sample_packed
 

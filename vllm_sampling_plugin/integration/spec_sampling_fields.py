@@ -22,7 +22,7 @@ import logging
 import vllm.envs as envs
 from vllm.sampling_params import SamplingParams
 
-from vllm_sampling_plugin.integration.log_once import log_once
+from vllm_sampling_plugin.integration.common.log_once import log_once
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 

@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from packaging.version import Version
 
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 
 
 

@@ -33,7 +33,7 @@ import vllm.envs as envs
 from vllm.config import CUDAGraphMode, VllmConfig
 
 from vllm_sampling_plugin.config import NGRAM_METHODS
-from vllm_sampling_plugin.integration.log_once import log_once
+from vllm_sampling_plugin.integration.common.log_once import log_once
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 # The warning with which upstream's __post_init__ turns async scheduling off

@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from vllm_sampling_plugin.integration.compile_variants import (
+from vllm_sampling_plugin.integration.common.compile_variants import (
     fused_top_k_top_p_variant,
     gumbel_variant,
     integer_class,

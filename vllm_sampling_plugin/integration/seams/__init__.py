@@ -19,8 +19,8 @@ from __future__ import annotations
 import importlib
 import logging
 
-from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.found import Found
+from vllm_sampling_plugin.integration.common import shapes
+from vllm_sampling_plugin.integration.common.found import Found
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 

@@ -48,15 +48,15 @@ import torch
 import vllm.v1.worker.gpu.sample.sampler as upstream
 from vllm.v1.worker.gpu.sample.states import SamplingStates
 
-from vllm_sampling_plugin.integration.seams.found import Found
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common.found import Found
+from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.seams.noise import (
     PLUGIN_FP32_STREAM,
     fp32_noise,
     upstream_sampler_instead,
     upstream_fp64_stream,
 )
-from vllm_sampling_plugin.integration.seams.shapes import (
+from vllm_sampling_plugin.integration.common.shapes import (
     SAMPLE,
     SAMPLE_SKIPPING_TOP_K_TOP_P,
     SAMPLE_RANDOM,

@@ -29,9 +29,9 @@ from __future__ import annotations
 import inspect
 import typing
 
-from vllm_sampling_plugin.integration.seams.found import Found
-from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.shapes import (
+from vllm_sampling_plugin.integration.common.found import Found
+from vllm_sampling_plugin.integration.common import shapes
+from vllm_sampling_plugin.integration.common.shapes import (
     SAMPLE,
     STRICT_PROBABILISTIC_SYNTHETIC,
     VERIFY_STEP_OVER_UPSTREAM,

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from vllm_sampling_plugin.integration.seams.found import Found
-from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.shapes import ENGINE_ARGS_WRAPPED
+from vllm_sampling_plugin.integration.common.found import Found
+from vllm_sampling_plugin.integration.common import shapes
+from vllm_sampling_plugin.integration.common.shapes import ENGINE_ARGS_WRAPPED
 
 NAME = shapes.SETTINGS
 # What integration/engine_args.py wraps.

@@ -34,9 +34,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 
-from vllm_sampling_plugin.integration.seams.found import Found
-from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.shapes import (
+from vllm_sampling_plugin.integration.common.found import Found
+from vllm_sampling_plugin.integration.common import shapes
+from vllm_sampling_plugin.integration.common.shapes import (
     NGRAM_BEFORE_REQUEST_STATE,
     POLICY_OVER_UPSTREAM_NGRAM,
 )

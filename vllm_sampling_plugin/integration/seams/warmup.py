@@ -16,7 +16,7 @@ vLLM 0.32 and an 8B model (FP64 noise), the first greedy request waited
 So the runner's dummy sampler run (part of vLLM's profile run, after which
 its memory is measured) is followed by one launch of the plugin's Gumbel-max
 and fused top-k/top-p kernels per compile variant of 1 .. max_num_reqs rows
-(integration/compile_variants.py), through the methods the step calls
+(integration/common/compile_variants.py), through the methods the step calls
 (``draw_gumbel``, ``draw_top_k_top_p``), in the engine's precision and noise
 stream, with the runner's dtypes (request slots in the dtype its steps use,
 :func:`step_slot_dtypes`; int64 positions; logits in float32 and in the
@@ -49,15 +49,15 @@ from typing import Any
 
 import torch
 
-from vllm_sampling_plugin.integration.compile_variants import (
+from vllm_sampling_plugin.integration.common.compile_variants import (
     fused_top_k_top_p_variant,
     gumbel_variant,
     representatives,
 )
 from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
-from vllm_sampling_plugin.integration.seams.found import Found
-from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.shapes import AFTER_DUMMY_SAMPLER_RUN
+from vllm_sampling_plugin.integration.common.found import Found
+from vllm_sampling_plugin.integration.common import shapes
+from vllm_sampling_plugin.integration.common.shapes import AFTER_DUMMY_SAMPLER_RUN
 from vllm_sampling_plugin.ops.compile_ahead import compile_ahead
 from vllm_sampling_plugin.ops.compile_ahead import supported as compile_ahead_supported
 

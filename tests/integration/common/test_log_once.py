@@ -1,8 +1,8 @@
-"""One log line per decision and process (integration/log_once.py)."""
+"""One log line per decision and process (integration/common/log_once.py)."""
 
 import logging
 
-from vllm_sampling_plugin.integration.log_once import log_once
+from vllm_sampling_plugin.integration.common.log_once import log_once
 
 
 def test_a_message_is_logged_the_first_time_only(plugin_records):
