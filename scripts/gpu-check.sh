@@ -87,7 +87,7 @@ for step in "$@"; do
       # on an H200 with vLLM 0.33, 199 s with 0.32 (2026-11-29, all passed);
       # STEP_TIMEOUT=480 leaves room for a slower start. The other policies
       # and methods are in the e2e step.
-      policy=$(python3 -c 'from vllm_sampling_plugin.integration import defaults
+      policy=$(python3 -c 'from vllm_sampling_plugin.integration.settings import defaults
 print(defaults.default_speculation_policy())')
       run spec-features python3 -m pytest -q -s -p no:cacheprovider \
         tests/e2e/test_engine_upstream_sampler_lines.py \

@@ -60,7 +60,7 @@ def test_upstream_sampler_lines_keep_upstream_settings(line):
 def test_a_setting_part_is_owned_as_the_lines_default_says(line):
     """The verify-step and policy shapes are the same on 0.32 and 0.33; who
     verifies an engine's drafts, and with which policy, when it names
-    nothing is the line's default (integration/defaults.py: the plugin's
+    nothing is the line's default (integration/settings/defaults.py: the plugin's
     verification and the adaptive policy on both), and the table names the
     flag that flips each."""
     owners = {part: o for part, o, _, _ in parts_rows(line_found(line), line)}

@@ -46,7 +46,7 @@ from tests.e2e.structured_checks import assert_structured_outputs
 from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
-from vllm_sampling_plugin.integration.defaults import default_verification
+from vllm_sampling_plugin.integration.settings.defaults import default_verification
 from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
@@ -84,7 +84,7 @@ PLUGIN_VERIFYING_REJECTION_SAMPLER = (
 )
 # What the runner holds for a standard-method engine that names no
 # plugin_verification: the plugin's verify-step takeover where that is the
-# line's default (0.32, 0.33: integration/defaults.py), upstream's object elsewhere.
+# line's default (0.32, 0.33: integration/settings/defaults.py), upstream's object elsewhere.
 DEFAULT_REJECTION_SAMPLER = (
     PLUGIN_VERIFYING_REJECTION_SAMPLER
     if default_verification(INSTALLED_LINE) == "plugin"
@@ -803,7 +803,7 @@ def test_watermarked_engine_keeps_upstreams_watermark_sampler(tiny_model):
 
 
 # ---------------------------------------------------------------------------
-# The plugin's verification (0.33's default, integration/defaults.py) keeps
+# The plugin's verification (0.33's default, integration/settings/defaults.py) keeps
 # what speculation offers upstream: every request kind verifies, the batches
 # the fused kernel does not carry go to upstream's code, and seeded requests
 # give the tokens they give without speculation.

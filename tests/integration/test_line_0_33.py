@@ -79,7 +79,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         # output and its plan, the scheduler, the target model's graph candidates, the
         # n-gram proposer's name and the line's default policy for
         # ModelConfigs built elsewhere (EngineArgs learned
-        # speculation_policy earlier, at platform discovery: integration/early.py).
+        # speculation_policy earlier, at platform discovery: integration/settings/early.py).
         assert changed == [
             "AsyncScheduler._update_after_schedule",
             "GPUModelRunner._dummy_sampler_run",
@@ -587,7 +587,7 @@ def test_upstream_ngram_proposer_reports_how_many_drafts_it_found():
 def test_bench_e2e_plugin_engine_kwargs_reach_the_model_config(tmp_path):
     """``bench e2e``'s plugin n-gram engines hand ``speculation_policy`` to
     ``LLM(...)``, which passes it to ``EngineArgs(...)`` before any general
-    plugin has loaded: the platform-plugin hook (integration/early.py) has
+    plugin has loaded: the platform-plugin hook (integration/settings/early.py) has
     taught EngineArgs the keyword by then, and the setting reaches the
     ModelConfig the workers receive, beside upstream's own use_fp64_gumbel."""
     from tests.tiny_model import write_tiny_llama

@@ -18,7 +18,7 @@ import pytest
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
-from vllm_sampling_plugin.integration.defaults import default_speculation_policy
+from vllm_sampling_plugin.integration.settings.defaults import default_speculation_policy
 from vllm_sampling_plugin.integration.speculation_policy import PROBE_INTERVAL
 
 pytestmark = needs_vllm_line("0.20", "0.32", "0.33")

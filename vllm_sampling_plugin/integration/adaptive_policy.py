@@ -30,7 +30,7 @@ def patch_adaptive_policy() -> None:
 
     from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration import decode_graphs
-    from vllm_sampling_plugin.integration.defaults import default_speculation_policy
+    from vllm_sampling_plugin.integration.settings.defaults import default_speculation_policy
     from vllm_sampling_plugin.integration.proposal_report import (
         following_the_plan,
         reporting_proposals,

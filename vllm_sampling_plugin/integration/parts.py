@@ -15,7 +15,7 @@ import typing
 
 from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin import measurements
-from vllm_sampling_plugin.integration.defaults import defaults
+from vllm_sampling_plugin.integration.settings.defaults import defaults
 from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.common.found import Found
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
@@ -83,7 +83,7 @@ class Setting(typing.NamedTuple):
     engine, in the seam shapes that offer the choice."""
 
     shapes: tuple[str, ...]
-    attr: str  # on ModelConfig, and the key of integration/defaults.py's answer
+    attr: str  # on ModelConfig, and the key of integration/settings/defaults.py's answer
     flag: str
     plugin_value: str
     upstream_value: str
@@ -91,7 +91,7 @@ class Setting(typing.NamedTuple):
 
 _VERIFICATION_SETTING = Setting((shapes.VERIFY_STEP_OVER_UPSTREAM,), cfg.VERIFICATION_ATTR,
                                 "--plugin-verification", cfg.PLUGIN, cfg.UPSTREAM)
-# Which value an engine that names none gets is the line's (integration/defaults.py).
+# Which value an engine that names none gets is the line's (integration/settings/defaults.py).
 SETTING_PARTS = {
     VERIFICATION: _VERIFICATION_SETTING,
     REJECTION: _VERIFICATION_SETTING,

@@ -88,7 +88,7 @@ applies the logits processors with the drafts as the rows' input ids, as
 upstream's verification does.
 
 Where the setting is ``upstream`` (named: both 0.32 and 0.33 default to
-``plugin``, integration/defaults.py), or an engine-level reason applies, the constructor
+``plugin``, integration/settings/defaults.py), or an engine-level reason applies, the constructor
 hands back upstream's own ``RejectionSampler``: the runner holds upstream's
 object and nothing of the plugin runs.
 """

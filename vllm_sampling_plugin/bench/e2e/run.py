@@ -156,7 +156,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "'both' (each policy with plugin verification against no "
                              "speculation, then against the same policy with upstream's "
                              "verification); 'default' passes nothing (the line's default, "
-                             "integration/defaults.py: the plugin's on 0.33). Needs "
+                             "integration/settings/defaults.py: the plugin's on 0.33). Needs "
                              "--spec-engines plugin")
     parser.add_argument("--spec-mixes", type=_choice_list("mixes", workload.NAMED_MIXES),
                         default=["ngram"],

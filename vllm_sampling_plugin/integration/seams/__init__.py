@@ -25,7 +25,7 @@ from vllm_sampling_plugin.integration.common.found import Found
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
 _MODULES = {
-    shapes.SETTINGS: "vllm_sampling_plugin.integration.seams.settings",
+    shapes.SETTINGS: "vllm_sampling_plugin.integration.settings",
     shapes.DRAW: "vllm_sampling_plugin.integration.seams.draw",
     shapes.REJECTION: "vllm_sampling_plugin.integration.seams.rejection",
     shapes.SPECULATOR: "vllm_sampling_plugin.integration.seams.speculator",

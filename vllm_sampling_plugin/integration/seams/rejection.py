@@ -19,7 +19,7 @@ verification and watermark keys the plugin's kernel does not handle.
   method's kernels. The seam binds integration/plugin_verification.py's
   subclass, which overrides only those two methods, and only on engines
   whose ``plugin_verification`` is ``plugin`` (the default on 0.32 and
-  0.33: integration/defaults.py): on the others its constructor returns
+  0.33: integration/settings/defaults.py): on the others its constructor returns
   upstream's own RejectionSampler. It also teaches EngineArgs the setting.
 * 0.21-0.31: rejection stays upstream's (other methods or signatures).
 """
@@ -143,8 +143,8 @@ def _apply_verify_step(model_runner) -> None:
     from vllm.config import ModelConfig
 
     from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration.defaults import default_verification
-    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
+    from vllm_sampling_plugin.integration.settings.defaults import default_verification
+    from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
     from vllm_sampling_plugin.integration.plugin_verification import (
         PluginVerifyingRejectionSampler,
     )

@@ -121,7 +121,7 @@ def apply(shape: str) -> None:
 
     from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration.adaptive_policy import patch_adaptive_policy
-    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
+    from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
 
     if shape == NGRAM_BEFORE_REQUEST_STATE:
         from vllm_sampling_plugin.integration.speculator import (

@@ -20,7 +20,7 @@ wrapped (each wrapper calls the original and adds one thing):
 Each seam that needs a keyword asks for it (:func:`patch_engine_args`): the
 settings seam for ``use_fp64_gumbel`` (and the FlashInfer setting it carries),
 the speculator seam for ``speculation_policy``, the rejection seam for
-``plugin_verification`` (0.32, 0.33); integration/early.py asks
+``plugin_verification`` (0.32, 0.33); integration/settings/early.py asks
 for those of the line's seams before any ``EngineArgs(...)``. Only keywords
 the installed ``EngineArgs`` lacks are added (:func:`plugin_keywords`): 0.22
 and later have their own ``use_fp64_gumbel`` field, flag and ModelConfig
@@ -35,7 +35,7 @@ import dataclasses
 import functools
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.integration.defaults import defaults as line_defaults
+from vllm_sampling_plugin.integration.settings.defaults import defaults as line_defaults
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 FP64_FLAG = "--use-fp64-gumbel"
@@ -63,7 +63,7 @@ def patch_engine_args(
     keywords = tuple(k for k in plugin_keywords(engine_args_cls, wanted) if k not in taught)
     if not keywords:
         return
-    # The installed line's defaults (integration/defaults.py).
+    # The installed line's defaults (integration/settings/defaults.py).
     defaults = line_defaults()
     if cfg.FP64_ATTR in keywords:
         engine_args_cls.use_fp64_gumbel = False

@@ -2,7 +2,7 @@
 from EngineArgs into ModelConfig, where the workers read them.
 
 Releases whose ModelConfig has no ``use_fp64_gumbel`` field (0.20, 0.21)
-get the plugin's flag and its FlashInfer setting (integration/engine_args.py;
+get the plugin's flag and its FlashInfer setting (integration/settings/engine_args.py;
 ``--speculation-policy`` is the speculator seam's); from 0.22 on both are
 upstream's, read by the plugin's sampler as the runner passes them, and
 nothing is patched.
@@ -17,7 +17,7 @@ from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.common.shapes import ENGINE_ARGS_WRAPPED
 
 NAME = shapes.SETTINGS
-# What integration/engine_args.py wraps.
+# What integration/settings/engine_args.py wraps.
 _ENGINE_ARGS_METHODS = ("__init__", "add_cli_args", "from_cli_args", "create_model_config")
 
 
@@ -38,7 +38,7 @@ def apply(shape: str) -> None:
     from vllm.config import ModelConfig
 
     from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration.engine_args import patch_engine_args
+    from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
 
     patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.FP64_ATTR,))
     # Class defaults: ModelConfigs built without the front-end wrapper (draft

@@ -35,7 +35,7 @@ import sys
 from types import ModuleType
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.integration.engine_args import patch_engine_args
+from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
 from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import (
     LINE_SEAMS,

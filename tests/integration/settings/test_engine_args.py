@@ -149,7 +149,7 @@ def test_malformed_flashinfer_env_fails_at_start_up(tiny_model, value):
 
 
 def test_defaults_are_the_plugins_only_where_an_engine_run_measured_them():
-    from vllm_sampling_plugin.integration.defaults import (
+    from vllm_sampling_plugin.integration.settings.defaults import (
         default_speculation_policy,
         default_verification,
         defaults,
