@@ -263,7 +263,7 @@ print(defaults.default_speculation_policy())')
       # Issue 14's engine checks (every sampling field with n-gram, structured
       # outputs FP32/FP64 with and without n-gram, preemption, slot reuse; TP=2
       # where two GPUs are visible) and the bad-words alignment test.
-      run robust python3 -m pytest -v -s -p no:cacheprovider tests/integration/test_spec_bad_words.py \
+      run robust python3 -m pytest -v -s -p no:cacheprovider tests/integration/draw/test_sample_bad_words.py \
         tests/e2e/test_serving_robustness.py ;;
     soak)
       # A bounded load against vllm serve (docs/troubleshooting.md, "Soak run")

@@ -13,7 +13,7 @@ import torch
 
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
 from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
-from vllm_sampling_plugin.integration.sampler import PluginSampler, PluginSamplingStates
+from vllm_sampling_plugin.integration.draw.sample import PluginSampler, PluginSamplingStates
 
 
 def state(values, dtype):

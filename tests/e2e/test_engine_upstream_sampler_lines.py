@@ -1,7 +1,7 @@
 """vLLM 0.32/0.33's V2 runner with the plugin, end to end, on a tiny random Llama.
 
 On these lines the plugin replaces only the Sampler's draw (``PluginSampler``
-of integration/seams/draw.py overrides ``_sample_random``); the rejection
+of integration/draw/ overrides ``_sample_random``); the rejection
 sampler, the n-gram proposer and ``use_fp64_gumbel`` stay upstream's
 (docs/design/vllm-0.32-integration.md), and FlashInfer keeps its batches only
 when ``VLLM_USE_FLASHINFER_SAMPLER=1`` asks for it. So these tests check
@@ -71,11 +71,11 @@ pytestmark = [
 ]
 
 PLUGIN_SAMPLER = (
-    "vllm_sampling_plugin.integration.seams.draw."
-    + ("PluginInlineDrawSampler"
+    "vllm_sampling_plugin.integration.draw."
+    + ("sample_skipping_top_k_top_p.PluginInlineDrawSampler"
        if INSTALLED_LINE in LINES
        and LINE_SEAMS[INSTALLED_LINE][shapes.DRAW] == shapes.SAMPLE_SKIPPING_TOP_K_TOP_P
-       else "PluginSampler")
+       else "sample_random.PluginRandomDrawSampler")
 )
 UPSTREAM_SAMPLER = "vllm.v1.worker.gpu.sample.sampler.Sampler"
 UPSTREAM_REJECTION_SAMPLER = "vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler"

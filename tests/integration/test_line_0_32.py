@@ -36,10 +36,10 @@ def test_registration_patches_the_sampler_name():
         from vllm.config import ModelConfig, VllmConfig
         from vllm.engine.arg_utils import EngineArgs
         from vllm_sampling_plugin.integration.register import registration_state
-        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
+        from vllm_sampling_plugin.integration.draw.sample_random import PluginRandomDrawSampler
 
         assert registration_state() == "active", registration_state()
-        assert mr.Sampler is PluginSampler, mr.Sampler
+        assert mr.Sampler is PluginRandomDrawSampler, mr.Sampler
         # The draw's kernels compile in the dummy sampler run (seams/warmup.py).
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
@@ -172,9 +172,9 @@ def draw(sampler, logits, slots, pos):
 def test_sampler_builds_from_upstream_arguments_and_keeps_their_settings(fp64):
     out = run_python(
         f"""
-        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
+        from vllm_sampling_plugin.integration.draw.sample_random import PluginRandomDrawSampler
         sampler = build_sampler(use_fp64_gumbel={fp64})
-        assert type(sampler) is PluginSampler
+        assert type(sampler) is PluginRandomDrawSampler
         assert sampler.use_fp64_gumbel is {fp64}
         # Upstream's own state, processors and FlashInfer decision are kept.
         assert [type(p).__name__ for p in sampler.logits_processors] == [
@@ -359,7 +359,7 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
     FlashInfer; ``1`` keeps them FlashInfer's. One log line says which."""
     out = run_python(
         f"""
-        import vllm_sampling_plugin.integration.seams.draw as draw_module
+        import vllm_sampling_plugin.integration.draw.plugin_draw as draw_module
         routes = []
         def fake_flashinfer(logits, top_k, top_p):
             routes.append("flashinfer")

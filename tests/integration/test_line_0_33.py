@@ -62,7 +62,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         load_general_plugins()
 
         from vllm_sampling_plugin.integration.register import registration_state
-        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
+        from vllm_sampling_plugin.integration.draw.sample_random import PluginRandomDrawSampler
         assert registration_state() == "active", registration_state()
 
         after = {m.__name__: dict(vars(m)) for m in modules}
@@ -100,17 +100,17 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             "vllm.v1.worker.gpu.spec_decode.ngram.speculator.NgramGPUSpeculator",
         ], changed
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
-        assert mr.Sampler is PluginSampler
-        assert issubclass(PluginSampler, upstream.Sampler)
+        assert mr.Sampler is PluginRandomDrawSampler
+        assert issubclass(PluginRandomDrawSampler, upstream.Sampler)
         assert issubclass(ngram.NgramGPUSpeculator, before[ngram.__name__]["NgramGPUSpeculator"])
         # Only the final draw is overridden (the mixin adds names; of
         # upstream's it replaces only __init__, which calls it and logs).
-        overridden = sorted(n for n in vars(PluginSampler) if n in vars(upstream.Sampler)
+        overridden = sorted(n for n in vars(PluginRandomDrawSampler) if n in vars(upstream.Sampler)
                             and not n.startswith("__"))
         assert overridden == ["_sample_random"], overridden
         # It takes upstream's positional call, whatever its arguments after top_p.
         upstream_args = list(inspect.signature(upstream.Sampler._sample_random).parameters)
-        inspect.signature(PluginSampler._sample_random).bind(*upstream_args)
+        inspect.signature(PluginRandomDrawSampler._sample_random).bind(*upstream_args)
         # Upstream's use_fp64_gumbel stays upstream's field; the plugin adds
         # only speculation_policy, and only as a keyword.
         fields = arg_utils.EngineArgs.__dataclass_fields__
@@ -181,8 +181,8 @@ SAMPLER_PRELUDE = (
     + """
 import inspect
 import vllm.v1.worker.gpu.sample.sampler as upstream
-import vllm_sampling_plugin.integration.seams.draw as draw_module
-from vllm_sampling_plugin.integration.seams.draw import PluginSampler
+import vllm_sampling_plugin.integration.draw.plugin_draw as draw_module
+from vllm_sampling_plugin.integration.draw.sample_random import PluginRandomDrawSampler
 
 CALLS = []  # (name, details) in call order
 
@@ -194,7 +194,7 @@ def spy(owner, name, record=lambda *a, **k: None):
     setattr(owner, name, wrapper)
 
 UPSTREAM_SIGNATURE = inspect.signature(upstream.Sampler._sample_random)
-spy(PluginSampler, "_sample_random",
+spy(PluginRandomDrawSampler, "_sample_random",
     lambda *a, **k: dict(UPSTREAM_SIGNATURE.bind(*a, **k).arguments))
 spy(draw_module, "gumbel_sample")
 spy(draw_module, "top_k_top_p_sample")
@@ -236,7 +236,7 @@ def test_sampler_builds_from_upstream_arguments_and_keeps_their_settings(fp64):
     out = run_python(
         f"""
         sampler = build_sampler(use_fp64_gumbel={fp64})
-        assert type(sampler) is PluginSampler
+        assert type(sampler) is PluginRandomDrawSampler
         assert sampler.use_fp64_gumbel is {fp64}
         # Upstream's own state, processors and FlashInfer decision are kept.
         assert [type(p).__name__ for p in sampler.logits_processors] == [

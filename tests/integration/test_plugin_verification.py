@@ -181,7 +181,7 @@ def test_default_and_engine_fallbacks_build_upstreams_rejection_sampler():
         assert type(rs) is rejection.RejectionSampler
         assert "return_sampling_mask" in records[0]
         # The engine-level decision the draw's noise follows (seams/noise.py).
-        from vllm_sampling_plugin.integration.seams import noise
+        from vllm_sampling_plugin.integration.draw import noise
         def engine(setting, method="standard"):
             return types.SimpleNamespace(
                 speculative_config=spec_config(setting, k, method),

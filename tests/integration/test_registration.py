@@ -10,7 +10,7 @@ pytestmark = needs_vllm_line("0.20")
 CHECK_PATCHED = """
 import vllm.v1.worker.gpu.model_runner as mr
 from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
-from vllm_sampling_plugin.integration.sampler import PluginSampler
+from vllm_sampling_plugin.integration.draw.sample import PluginSampler
 from vllm_sampling_plugin.integration import speculator
 assert mr.Sampler is PluginSampler, mr.Sampler
 assert mr.RejectionSampler is PluginRejectionSampler, mr.RejectionSampler

@@ -25,7 +25,7 @@ def test_register_binds_the_draw_seams_sampler():
         load_general_plugins()
         import vllm.v1.worker.gpu.model_runner as mr
         from vllm_sampling_plugin.integration.register import registration_state
-        from vllm_sampling_plugin.integration.seams import draw
+        from vllm_sampling_plugin.integration import draw
         from vllm_sampling_plugin.integration.version import LINE_SEAMS, installed_vllm_version, release_line
         shape = LINE_SEAMS[release_line(installed_vllm_version())]["draw"]
         assert mr.Sampler is draw.sampler_class(shape), mr.Sampler
@@ -55,7 +55,7 @@ def test_fp32_stream_of_an_engine_that_speculates_is_upstreams_where_the_plugin_
     out = run_python(
         """
         import types
-        from vllm_sampling_plugin.integration.seams import noise
+        from vllm_sampling_plugin.integration.draw import noise
 
         speculating = types.SimpleNamespace(speculative_config=object())
         plain = types.SimpleNamespace(speculative_config=None)
@@ -91,7 +91,7 @@ def test_engine_speculating_in_fp32_keeps_upstreams_draw_where_the_plugin_lacks_
         import types
         from vllm.plugins import load_general_plugins
         load_general_plugins()
-        from vllm_sampling_plugin.integration.seams import noise
+        from vllm_sampling_plugin.integration.draw import noise
 
         def engine(speculating, fp64):
             return types.SimpleNamespace(
@@ -121,8 +121,9 @@ def test_the_draw_seams_sampler_builds_upstreams_for_an_engine_that_keeps_its_dr
         """
         from vllm.plugins import load_general_plugins
         load_general_plugins()
-        from vllm_sampling_plugin.integration import sampler as whole_sample
-        from vllm_sampling_plugin.integration.seams import draw, noise
+        from vllm_sampling_plugin.integration.draw import sample as whole_sample
+        from vllm_sampling_plugin.integration import draw
+        from vllm_sampling_plugin.integration.draw import noise
 
         class UpstreamSampler:
             def __init__(self, *args, **kwargs):
@@ -153,7 +154,7 @@ STEP_SLOT_DTYPE = {
 # dtype, slot dtype, position dtype, rows, slots).
 RECORDING_DRAW = """
 import torch
-from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
+from vllm_sampling_plugin.integration.draw.plugin_draw import PluginDrawMixin
 
 class RecordingDraw(PluginDrawMixin):
     use_fp64_gumbel = False

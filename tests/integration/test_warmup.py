@@ -21,7 +21,7 @@ import torch
 pytest.importorskip("vllm")
 
 from vllm_sampling_plugin.integration import warmup
-from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
+from vllm_sampling_plugin.integration.draw.sample import PluginSampler, Route
 from vllm_sampling_plugin.integration.warmup import warm_up_sampling
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from tests.vllm_lines import needs_seam  # noqa: E402

@@ -300,14 +300,14 @@ def gumbel_cases(batch_sizes: Sequence[int], vocab_sizes: Sequence[int]) -> list
 
 
 def build_gumbel(variant: str, shape: dict, device: torch.device) -> Pair:
-    from vllm_sampling_plugin.integration.seams.draw import upstream_fp64_stream
+    from vllm_sampling_plugin.integration.draw.noise import upstream_fp64_stream
     from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
     use_fp64 = variant == "fp64"
     state = sampler_state(shape["B"], shape["V"], device)
     upstream = upstream_sample_random(state, use_fp64)
     return Pair(
-        # As the plugin's 0.32 sampler calls it (integration/seams/draw.py).
+        # As the plugin's 0.32 sampler calls it (integration/draw/).
         plugin=lambda: gumbel_sample(
             state.logits,
             state.idx_mapping,
@@ -336,7 +336,7 @@ def topk_cases(shapes: Shapes) -> list[tuple[str, dict]]:
 
 
 def build_topk_topp_seeded(variant: str, shape: dict, device: torch.device) -> Pair:
-    from vllm_sampling_plugin.integration.seams.draw import upstream_fp64_stream
+    from vllm_sampling_plugin.integration.draw.noise import upstream_fp64_stream
     from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
     use_fp64 = variant == "fp64"

@@ -67,7 +67,7 @@ SEAM_OF_PART = {
 }
 
 # Parts the plugin takes only in some of their seam's shapes: the race-free
-# bias step comes with the plugin's own Sampler (integration/sampler.py,
+# bias step comes with the plugin's own Sampler (integration/draw/sample.py,
 # logit_bias.py), which the sample() shape uses; the other shapes keep
 # upstream's processing. The n-gram proposer is the plugin's only where
 # upstream has none; over upstream's the plugin adds the policy alone.

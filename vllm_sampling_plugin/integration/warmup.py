@@ -60,7 +60,7 @@ from vllm_sampling_plugin.integration.common.compile_variants import (
 )
 from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
 from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
-from vllm_sampling_plugin.integration.sampler import PluginSampler, Route
+from vllm_sampling_plugin.integration.draw.sample import PluginSampler, Route
 from vllm_sampling_plugin.ops.ngram.launcher import scan_shape
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 

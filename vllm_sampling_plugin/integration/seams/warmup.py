@@ -54,7 +54,7 @@ from vllm_sampling_plugin.integration.common.compile_variants import (
     gumbel_variant,
     representatives,
 )
-from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
+from vllm_sampling_plugin.integration.draw.plugin_draw import PluginDrawMixin
 from vllm_sampling_plugin.integration.common.found import Found
 from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.common.shapes import AFTER_DUMMY_SAMPLER_RUN

@@ -21,7 +21,7 @@ skip_module_unless_line("0.20")
 
 from vllm.sampling_params import SamplingParams
 
-from vllm_sampling_plugin.integration.spec_bad_words import DraftAlignedBadWordsState
+from vllm_sampling_plugin.integration.draw.sample_bad_words import DraftAlignedBadWordsState
 
 VOCAB = 64
 PROMPT = [3, 4, 5]

@@ -68,7 +68,7 @@ def sample(sampler, logits, slots, pos):
 def test_sampler_is_the_inline_draw_shape_and_draws_seeded_batch_invariant():
     out = run_python(
         """
-        from vllm_sampling_plugin.integration.seams.draw import PluginInlineDrawSampler
+        from vllm_sampling_plugin.integration.draw import PluginInlineDrawSampler
         sampler = build_sampler()
         assert type(sampler) is PluginInlineDrawSampler
         sampler.sampling_states.add_request(0, SamplingParams(temperature=0.0))

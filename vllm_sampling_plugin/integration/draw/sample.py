@@ -28,13 +28,13 @@ from vllm.v1.worker.gpu.sample.sampler import Sampler
 from vllm.v1.worker.gpu.sample.states import NO_LOGPROBS, SamplingStates
 
 from vllm_sampling_plugin.config import PluginSettings, settings_from_model_config
-from vllm_sampling_plugin.integration.logit_bias import RaceFreeLogitBiasState
-from vllm_sampling_plugin.integration.seams.noise import (
+from vllm_sampling_plugin.integration.draw.sample_logit_bias import RaceFreeLogitBiasState
+from vllm_sampling_plugin.integration.draw.noise import (
     PLUGIN_FP32_STREAM,
     fp32_noise,
     upstream_sampler_instead,
 )
-from vllm_sampling_plugin.integration.spec_bad_words import DraftAlignedBadWordsState
+from vllm_sampling_plugin.integration.draw.sample_bad_words import DraftAlignedBadWordsState
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 from vllm_sampling_plugin.ops.masking import mask_top_k_top_p_
 from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample

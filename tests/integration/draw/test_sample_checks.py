@@ -12,8 +12,8 @@ from tests.vllm_lines import skip_module_unless_line  # noqa: E402
 
 skip_module_unless_line("0.20")  # the 0.20 line's PluginSampler
 
-from vllm_sampling_plugin.integration import sampler as sampler_module  # noqa: E402
-from vllm_sampling_plugin.integration.sampler import PluginSampler, Route  # noqa: E402
+from vllm_sampling_plugin.integration.draw import sample as sampler_module  # noqa: E402
+from vllm_sampling_plugin.integration.draw.sample import PluginSampler, Route  # noqa: E402
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from vllm_sampling_plugin.integration.sampler import (  # noqa: E402
+from vllm_sampling_plugin.integration.draw.sample import (  # noqa: E402
     PluginSampler,
     PluginSamplingStates,
     Route,

@@ -16,7 +16,7 @@ from vllm.entrypoints.utils import create_error_response
 from vllm.sampling_params import SamplingParams
 from vllm.v1.worker.gpu.sample import bad_words, logit_bias
 
-from vllm_sampling_plugin.integration import request_limits
+from vllm_sampling_plugin.integration.draw import sample_request_limits as request_limits
 
 VOCAB = 5000
 MODEL_CONFIG = SimpleNamespace(

@@ -53,10 +53,10 @@ from types import SimpleNamespace
 from vllm.sampling_params import SamplingParams
 from vllm.v1.worker.gpu.sample.logit_bias import LogitBiasState
 from vllm.v1.worker.gpu.states import RequestState
-import vllm_sampling_plugin.integration.logit_bias as integration
+import vllm_sampling_plugin.integration.draw.sample_logit_bias as integration
 from vllm_sampling_plugin.config import PluginSettings
 from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
-from vllm_sampling_plugin.integration.sampler import PluginSampler
+from vllm_sampling_plugin.integration.draw.sample import PluginSampler
 
 VOCAB, MAX_REQS, PROMPT_LEN, SPEC_STEPS = 3000, 6, 4, 3
 CPU = torch.device("cpu")
