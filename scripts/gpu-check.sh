@@ -68,7 +68,7 @@ for step in "$@"; do
   case $step in
     info) run info vllm-sampling-plugin info ;;
     ops) run ops python3 -m pytest -q -p no:cacheprovider tests/ops/test_gumbel.py tests/ops/test_sample.py tests/ops/test_masking.py tests/ops/test_flashinfer.py ;;
-    ngram) run ngram python3 -m pytest -q -p no:cacheprovider tests/ops/test_ngram.py tests/integration/test_ngram_speculator.py ;;
+    ngram) run ngram python3 -m pytest -q -p no:cacheprovider tests/ops/test_ngram.py tests/integration/speculator/test_ngram_proposer_0_20.py ;;
     rejection) run rejection python3 -m pytest -q -p no:cacheprovider tests/ops/test_rejection.py ;;
     topk) run topk python3 -m pytest -q -p no:cacheprovider tests/ops/test_topk_topp.py ;;
     e2e) run e2e python3 -m pytest -q -s -p no:cacheprovider tests/e2e ;;

@@ -44,15 +44,15 @@ FILTER_THRESHOLDS = (
 )
 
 PLAN_IN_SCHEDULER = (
-    "tests/integration/test_speculation_policy.py::"
+    "tests/integration/speculator/test_speculation_policy.py::"
     "test_a_batch_without_proposals_proposes_one_step_in_probe_interval"
 )
 MIXED_DECODE_GRAPHS = (
-    "tests/integration/test_mixed_decode_graphs.py::"
+    "tests/integration/speculator/test_mixed_decode_graphs.py::"
     "test_mixed_length_decode_steps_replay_full_graphs"
 )
 PLAN_ON_ITS_OWN = (
-    "tests/integration/test_adaptive_observe.py::"
+    "tests/integration/speculator/test_adaptive_observe.py::"
     "test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often"
 )
 
@@ -119,7 +119,7 @@ MUTANTS = [
         f"{PACKAGE}/integration/spec_sampling_fields.py",
         "if speculative_config is None or not plugin_verifies_drafts():",
         "if speculative_config is None or plugin_verifies_drafts():",
-        ("tests/integration/test_spec_sampling_fields.py",),
+        ("tests/integration/verification/test_spec_sampling_fields_0_20.py",),
     ),
     Mutant(
         "fp64_stream_swapped_for_fp32",

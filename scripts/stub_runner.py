@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
-from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
+from vllm_sampling_plugin.integration.speculator.ngram_proposer_0_20 import NgramProposerGPU
+from vllm_sampling_plugin.integration.verification.rejection_sampler_0_20 import PluginRejectionSampler
 from vllm_sampling_plugin.integration.draw.sample import PluginSampler, PluginSamplingStates
 
 

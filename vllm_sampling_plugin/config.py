@@ -29,7 +29,7 @@ Two settings steer the plugin:
     kernel, no ``[B * (k + 1), V]`` float32 canvas; batches with logits
     processors that use top-k/top-p on upstream's processed canvas) and
     leaves every other batch to upstream's code
-    (integration/plugin_verification.py). The
+    (integration/verification/verify_step.py). The
     default is ``plugin`` on 0.32 and 0.33, where engine runs measured no
     mix below 0.99x of upstream's (integration/settings/defaults.py).
 

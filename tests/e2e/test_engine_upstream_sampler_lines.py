@@ -80,7 +80,7 @@ PLUGIN_SAMPLER = (
 UPSTREAM_SAMPLER = "vllm.v1.worker.gpu.sample.sampler.Sampler"
 UPSTREAM_REJECTION_SAMPLER = "vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler"
 PLUGIN_VERIFYING_REJECTION_SAMPLER = (
-    "vllm_sampling_plugin.integration.plugin_verification.PluginVerifyingRejectionSampler"
+    "vllm_sampling_plugin.integration.verification.verify_step.PluginVerifyingRejectionSampler"
 )
 # What the runner holds for a standard-method engine that names no
 # plugin_verification: the plugin's verify-step takeover where that is the
@@ -91,8 +91,8 @@ DEFAULT_REJECTION_SAMPLER = (
     else UPSTREAM_REJECTION_SAMPLER
 )
 # Upstream's GPU n-gram proposer, subclassed by the plugin to report how many
-# drafts it found (integration/upstream_ngram.py) for the adaptive policy.
-REPORTING_NGRAM = "vllm_sampling_plugin.integration.upstream_ngram.ReportingNgramGPUSpeculator"
+# drafts it found (integration/speculator/upstream_ngram.py) for the adaptive policy.
+REPORTING_NGRAM = "vllm_sampling_plugin.integration.speculator.upstream_ngram.ReportingNgramGPUSpeculator"
 WATERMARK_SAMPLER = "vllm.v1.watermarking.gpu_sampler.GPUWatermarkSampler"
 
 # Upstream's rejection methods (config/speculative.py, RejectionSampleMethod)
@@ -108,7 +108,7 @@ REJECTION_METHODS = {
 }
 
 # "ngram_gpu": with "ngram" stock 0.32 turns async scheduling off (and refuses
-# it when asked for; the plugin lifts that, integration/vllm_config.py); both
+# it when asked for; the plugin lifts that, integration/speculator/vllm_config.py); both
 # build the same NgramGPUSpeculator in the V2 runner, and "ngram_gpu" asks for
 # async scheduling the same way with and without the plugin.
 NGRAM_GPU = {
@@ -528,7 +528,7 @@ def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling, pol
     policy: ``fixed`` (k drafts verified every step) and ``adaptive`` (the
     default on both lines: a request verifies only the drafts the proposer
     found; under async scheduling steps without drafts either side
-    run with the speculator out of sight, integration/proposal_report.py):
+    run with the speculator out of sight, integration/speculator/proposal_report.py):
     greedy outputs match the engine without speculation for at least 90% of
     the prompts (a verification step's batch shape may flip a near-tie) and
     drafts are accepted. The method is ``"ngram"``, which stock 0.32

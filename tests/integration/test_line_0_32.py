@@ -72,7 +72,7 @@ def test_registration_binds_the_verify_step_takeover():
         import vllm.v1.worker.gpu.model_runner as mr
         from vllm.config import ModelConfig
         from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
-        from vllm_sampling_plugin.integration.plugin_verification import (
+        from vllm_sampling_plugin.integration.verification.verify_step import (
             PluginVerifyingRejectionSampler,
         )
         assert mr.RejectionSampler is PluginVerifyingRejectionSampler

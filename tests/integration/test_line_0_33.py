@@ -126,7 +126,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             model="m", plugin_verification="upstream").plugin_verification == "upstream"
         # The verify-step takeover (seams/rejection.py) subclasses upstream's
         # RejectionSampler and overrides only the verify step.
-        from vllm_sampling_plugin.integration.plugin_verification import (
+        from vllm_sampling_plugin.integration.verification.verify_step import (
             PluginVerifyingRejectionSampler,
         )
         assert mr.RejectionSampler is PluginVerifyingRejectionSampler
@@ -471,7 +471,7 @@ def test_sampling_mask_request_gets_upstreams_mask_with_has_topp_only_rows():
 
 
 # Upstream's GPU n-gram proposer in Triton's interpreter, with the plugin's
-# proposal counts (integration/upstream_ngram.py). vLLM's triton_utils needs
+# proposal counts (integration/speculator/upstream_ngram.py). vLLM's triton_utils needs
 # CUDA_VISIBLE_DEVICES empty to give the real Triton (not a placeholder) on
 # a machine without a GPU. The history of each request is written straight
 # into RequestState's tensors, as add_request and postprocess leave it.

@@ -58,8 +58,8 @@ from vllm_sampling_plugin.integration.common.compile_variants import (
     rejection_variant,
     representatives,
 )
-from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
-from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
+from vllm_sampling_plugin.integration.speculator.ngram_proposer_0_20 import NgramProposerGPU
+from vllm_sampling_plugin.integration.verification.rejection_sampler_0_20 import PluginRejectionSampler
 from vllm_sampling_plugin.integration.draw.sample import PluginSampler, Route
 from vllm_sampling_plugin.ops.ngram.launcher import scan_shape
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts

@@ -55,7 +55,7 @@ from vllm.v1.worker.gpu.sample.logit_bias import LogitBiasState
 from vllm.v1.worker.gpu.states import RequestState
 import vllm_sampling_plugin.integration.draw.sample_logit_bias as integration
 from vllm_sampling_plugin.config import PluginSettings
-from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
+from vllm_sampling_plugin.integration.verification.rejection_sampler_0_20 import PluginRejectionSampler
 from vllm_sampling_plugin.integration.draw.sample import PluginSampler
 
 VOCAB, MAX_REQS, PROMPT_LEN, SPEC_STEPS = 3000, 6, 4, 3

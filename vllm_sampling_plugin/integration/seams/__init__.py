@@ -27,8 +27,8 @@ logger = logging.getLogger("vllm.vllm_sampling_plugin")
 _MODULES = {
     shapes.SETTINGS: "vllm_sampling_plugin.integration.settings",
     shapes.DRAW: "vllm_sampling_plugin.integration.draw",
-    shapes.REJECTION: "vllm_sampling_plugin.integration.seams.rejection",
-    shapes.SPECULATOR: "vllm_sampling_plugin.integration.seams.speculator",
+    shapes.REJECTION: "vllm_sampling_plugin.integration.verification",
+    shapes.SPECULATOR: "vllm_sampling_plugin.integration.speculator",
     shapes.WARM_UP: "vllm_sampling_plugin.integration.seams.warmup",
 }
 

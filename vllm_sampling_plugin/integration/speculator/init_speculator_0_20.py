@@ -24,7 +24,7 @@ from vllm.v1.worker.gpu.spec_decode import init_speculator as vllm_init_speculat
 
 from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
-from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
+from vllm_sampling_plugin.integration.speculator.ngram_proposer_0_20 import NgramProposerGPU
 from vllm_sampling_plugin.config import NGRAM_METHODS
 
 

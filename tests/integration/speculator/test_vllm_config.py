@@ -21,7 +21,7 @@ import json, logging
 from vllm.plugins import load_general_plugins
 load_general_plugins()
 from vllm.engine.arg_utils import EngineArgs
-from vllm_sampling_plugin.integration import vllm_config as vc
+from vllm_sampling_plugin.integration.speculator import vllm_config as vc
 
 lines = []
 def scheduled_async(method):
@@ -167,7 +167,7 @@ def test_one_warning_when_verification_steps_outgrow_the_graphs():
         import logging
         from types import SimpleNamespace
         from vllm.config import CUDAGraphMode
-        from vllm_sampling_plugin.integration import vllm_config as vc
+        from vllm_sampling_plugin.integration.speculator import vllm_config as vc
 
         records = []
         handler = logging.Handler()

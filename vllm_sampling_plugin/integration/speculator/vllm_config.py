@@ -109,7 +109,7 @@ def _keeping_async_for_ngram(post_init, plugin_proposer: bool):
             return post_init(self)
         if plugin_proposer:
             # Bad n-gram settings fail here, in the front-end, naming the field.
-            from vllm_sampling_plugin.integration.ngram_speculator import ngram_settings
+            from vllm_sampling_plugin.integration.speculator.ngram_proposer_0_20 import ngram_settings
 
             ngram_settings(self.speculative_config)
         if self.speculative_config.method == "ngram":

@@ -1,4 +1,4 @@
-"""The proposal report's wrapper around vLLM's step output (integration/proposal_report.py).
+"""The proposal report's wrapper around vLLM's step output (integration/speculator/proposal_report.py).
 
 Every installed line's ``AsyncModelRunnerOutput`` must accept the wrapper: on
 vLLM 0.33 the base class gained a second abstract method
@@ -15,7 +15,7 @@ import pytest
 import torch
 from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
 
-from vllm_sampling_plugin.integration.proposal_report import (
+from vllm_sampling_plugin.integration.speculator.proposal_report import (
     PROPOSE_ATTR,
     PROPOSED_ATTR,
     OutputWithProposals,

@@ -64,7 +64,7 @@ from typing import Any
 from vllm.config import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
-from vllm_sampling_plugin.integration.speculation_policy import is_adaptive
+from vllm_sampling_plugin.integration.speculator.speculation_policy import is_adaptive
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 

@@ -2,7 +2,7 @@
 
 The adaptive speculation policy sends the scheduler, with every output, how
 many drafts the proposer really found for each request
-(integration/proposal_report.py reads ``speculator.num_proposed(num_reqs)``
+(integration/speculator/proposal_report.py reads ``speculator.num_proposed(num_reqs)``
 when ``speculator.reports_proposals`` is set). On these lines the V2 runner
 builds upstream's ``NgramGPUSpeculator`` (``spec_decode/__init__.py:87-92`` of
 the 0.33.0 wheel, imported from ``spec_decode/ngram/speculator.py`` when the
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from vllm_sampling_plugin.integration.speculation_policy import is_adaptive
+from vllm_sampling_plugin.integration.speculator.speculation_policy import is_adaptive
 from vllm_sampling_plugin.ops.ngram import count_packed_matches_
 
 

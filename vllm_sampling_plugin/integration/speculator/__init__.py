@@ -6,20 +6,20 @@ Two shapes, told apart by what the installed V2 runner offers:
 * ``NGRAM_BEFORE_REQUEST_STATE`` (0.20): the runner has no n-gram
   speculator of its own and builds speculators as
   ``init_speculator(vllm_config, device)`` before its request state. The
-  plugin adds its GPU proposer (integration/speculator.py binds it
+  plugin adds its GPU proposer (integration/speculator/init_speculator_0_20.py binds it
   afterwards) and verifies the drafts (the rejection seam: n-gram drafts
   carry no draft logits, which upstream's 0.20 ``probabilistic`` path
   asserts on). With it come the V2 validation and async-scheduling checks
-  that must accept ``ngram`` (integration/vllm_config.py).
+  that must accept ``ngram`` (integration/speculator/vllm_config.py).
 * ``POLICY_OVER_UPSTREAM_NGRAM`` (0.32, 0.33): upstream's
   ``spec_decode/ngram`` has its own GPU proposer, ``NgramGPUSpeculator(
   vllm_config, device, req_states)``, whose scan leaves each block's best
   match in ``scratch``. The plugin keeps it and its rejection sampler and
   binds a subclass that also counts the drafts it found
-  (integration/upstream_ngram.py), for the policy. Where upstream's config
+  (integration/speculator/upstream_ngram.py), for the policy. Where upstream's config
   still turns async scheduling off for ``"ngram"`` though its V2 runner
   builds the same GPU speculator as for ``"ngram_gpu"`` (0.32), the plugin
-  schedules it as ``"ngram_gpu"`` (integration/vllm_config.py).
+  schedules it as ``"ngram_gpu"`` (integration/speculator/vllm_config.py).
 
 In both, the adaptive policy: ``--speculation-policy`` (engine_args.py,
 the keyword alone where upstream has ``use_fp64_gumbel``), proposal counts
@@ -120,15 +120,15 @@ def apply(shape: str) -> None:
     import vllm.v1.worker.gpu.model_runner as model_runner
 
     from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration.adaptive_policy import patch_adaptive_policy
+    from vllm_sampling_plugin.integration.speculator.adaptive_policy import patch_adaptive_policy
     from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
 
     if shape == NGRAM_BEFORE_REQUEST_STATE:
-        from vllm_sampling_plugin.integration.speculator import (
+        from vllm_sampling_plugin.integration.speculator.init_speculator_0_20 import (
             connecting_speculator,
             init_speculator,
         )
-        from vllm_sampling_plugin.integration.vllm_config import patch_vllm_config
+        from vllm_sampling_plugin.integration.speculator.vllm_config import patch_vllm_config
 
         patch_vllm_config()
         # The runner binds the name at import; patch it there.
@@ -136,8 +136,8 @@ def apply(shape: str) -> None:
         runner_cls = model_runner.GPUModelRunner
         runner_cls.__init__ = connecting_speculator(runner_cls.__init__)
     else:
-        from vllm_sampling_plugin.integration.upstream_ngram import patch_upstream_ngram
-        from vllm_sampling_plugin.integration.vllm_config import (
+        from vllm_sampling_plugin.integration.speculator.upstream_ngram import patch_upstream_ngram
+        from vllm_sampling_plugin.integration.speculator.vllm_config import (
             keep_async_scheduling_for_ngram,
         )
 

@@ -1,6 +1,6 @@
 """The rejection seam: who verifies speculative drafts.
 
-The plugin's RejectionSampler (integration/rejection_sampler.py) implements
+The plugin's RejectionSampler (integration/verification/rejection_sampler_0_20.py) implements
 0.20's methods (``strict``, ``probabilistic``, ``synthetic``) and verifies
 n-gram drafts by matching the plugin sampler's own draws, so it needs the
 draw seam in the ``sample()`` shape and a RejectionSampler built as
@@ -16,7 +16,7 @@ verification and watermark keys the plugin's kernel does not handle.
   pos, cu_num_logits, idx_mapping, idx_mapping_np, expanded_idx_mapping,
   expanded_local_pos, seq_lens_upper_bound_np, verify_draft_sampled)``, which
   builds the float32 canvas (``Sampler.apply_sampling_params``) and runs the
-  method's kernels. The seam binds integration/plugin_verification.py's
+  method's kernels. The seam binds integration/verification/verify_step.py's
   subclass, which overrides only those two methods, and only on engines
   whose ``plugin_verification`` is ``plugin`` (the default on 0.32 and
   0.33: integration/settings/defaults.py): on the others its constructor returns
@@ -126,8 +126,8 @@ def apply(shape: str) -> None:
         _apply_verify_step(model_runner)
         return
 
-    from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
-    from vllm_sampling_plugin.integration.spec_sampling_fields import (
+    from vllm_sampling_plugin.integration.verification.rejection_sampler_0_20 import PluginRejectionSampler
+    from vllm_sampling_plugin.integration.verification.spec_sampling_fields_0_20 import (
         patch_spec_decode_validation,
     )
 
@@ -145,7 +145,7 @@ def _apply_verify_step(model_runner) -> None:
     from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration.settings.defaults import default_verification
     from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
-    from vllm_sampling_plugin.integration.plugin_verification import (
+    from vllm_sampling_plugin.integration.verification.verify_step import (
         PluginVerifyingRejectionSampler,
     )
 

@@ -13,7 +13,7 @@ Under the ``adaptive`` policy a request verifies
     min(proposed, cap)
 
 draft tokens, where ``proposed`` is how many tokens the proposer found for
-it in the latest step whose output has arrived (integration/proposal_report.py)
+it in the latest step whose output has arrived (integration/speculator/proposal_report.py)
 and ``cap`` follows the request's acceptance: it doubles (up to k) after a
 step that accepted every verified draft and falls to one more than the
 accepted run after a step that rejected one. A request without a proposal therefore
@@ -65,7 +65,7 @@ import time
 from typing import Any
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.integration.proposal_report import PROPOSE_ATTR, PROPOSED_ATTR
+from vllm_sampling_plugin.integration.speculator.proposal_report import PROPOSE_ATTR, PROPOSED_ATTR
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 

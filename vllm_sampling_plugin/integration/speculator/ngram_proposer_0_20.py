@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from vllm_sampling_plugin.integration.speculation_policy import is_adaptive
+from vllm_sampling_plugin.integration.speculator.speculation_policy import is_adaptive
 from vllm_sampling_plugin.ops.ngram import ngram_propose_into, ngram_scratch
 from vllm_sampling_plugin.ops.ngram.launcher import NGRAM_MAX_N
 
@@ -69,7 +69,7 @@ class NgramProposerGPU:
             )
         self.min_n, self.max_n, self.k = ngram_settings(speculative_config)
         # Under the adaptive policy the runner sends num_proposed() to the
-        # scheduler with every output (integration/proposal_report.py).
+        # scheduler with every output (integration/speculator/proposal_report.py).
         self.reports_proposals = is_adaptive(vllm_config)
         # The scheduler's plan for the current step (proposal_report.py).
         self.propose_this_step = True

@@ -1,5 +1,5 @@
 """One-token and mixed-length decode steps under n-gram speculation dispatch
-to full CUDA graphs (integration/decode_graphs.py), against the real CUDA
+to full CUDA graphs (integration/speculator/decode_graphs.py), against the real CUDA
 graph manager of vLLM 0.32 / 0.33 on the CPU.
 
 The manager is vLLM's own ``ModelCudaGraphManager`` with its candidate table
@@ -30,7 +30,7 @@ from vllm.config import CUDAGraphMode
 from vllm.engine.arg_utils import EngineArgs
 from vllm.v1.attention.backend import AttentionCGSupport
 import vllm.v1.worker.gpu.cudagraph_utils as cg
-from vllm_sampling_plugin.integration import decode_graphs
+from vllm_sampling_plugin.integration.speculator import decode_graphs
 
 cg.get_pp_group = lambda: types.SimpleNamespace(is_first_rank=True, is_last_rank=True)
 cg.current_platform.get_global_graph_pool = lambda: None

@@ -29,13 +29,13 @@ def patch_adaptive_policy() -> None:
     from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 
     from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration import decode_graphs
+    from vllm_sampling_plugin.integration.speculator import decode_graphs
     from vllm_sampling_plugin.integration.settings.defaults import default_speculation_policy
-    from vllm_sampling_plugin.integration.proposal_report import (
+    from vllm_sampling_plugin.integration.speculator.proposal_report import (
         following_the_plan,
         reporting_proposals,
     )
-    from vllm_sampling_plugin.integration.speculation_policy import patch_scheduler
+    from vllm_sampling_plugin.integration.speculator.speculation_policy import patch_scheduler
 
     # ModelConfigs built without the front-end wrapper (tests, draft models)
     # answer with the line's default policy.

@@ -55,7 +55,7 @@ Noise: the plugin's kernel draws its acceptance uniforms and residual/bonus
 noise from its own Philox streams; upstream's acceptance uniform is
 Triton's ``tl.rand`` (10-round Philox), which no stream of the plugin
 reproduces, so the tokens follow upstream's law but are not upstream's
-tokens (tests/integration/test_plugin_verification.py checks the law with a
+tokens (tests/integration/verification/test_verify_step.py checks the law with a
 chi-square test, and greedy rows token for token).
 
 Greedy batches: a batch in which every request is greedy is verified by

@@ -1,6 +1,6 @@
 """Decode steps of mixed draft lengths under the adaptive policy replay full
 CUDA graphs where the target's attention replays any batch
-(integration/decode_graphs.py), against vLLM 0.20's own CUDA graph manager on
+(integration/speculator/decode_graphs.py), against vLLM 0.20's own CUDA graph manager on
 the CPU.
 
 The manager is vLLM's ``ModelCudaGraphManager`` with its candidate table built
@@ -30,7 +30,7 @@ from vllm.config import CUDAGraphMode
 from vllm.engine.arg_utils import EngineArgs
 from vllm.v1.attention.backend import AttentionCGSupport
 import vllm.v1.worker.gpu.cudagraph_utils as cg
-from vllm_sampling_plugin.integration import decode_graphs
+from vllm_sampling_plugin.integration.speculator import decode_graphs
 
 cg.get_pp_group = lambda: types.SimpleNamespace(is_first_rank=True, is_last_rank=True)
 cg.current_platform.get_global_graph_pool = lambda: None

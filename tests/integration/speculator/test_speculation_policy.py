@@ -5,7 +5,7 @@ A fresh interpreter loads the plugin through its entry point, builds vLLM's
 own Scheduler or AsyncScheduler for a tiny model with n-gram speculation
 (k = 3), runs requests through prefill and decode steps with hand-made
 ModelRunnerOutputs that carry the proposal counts a GPU runner would send
-(integration/proposal_report.py), and records how many draft tokens the
+(integration/speculator/proposal_report.py), and records how many draft tokens the
 scheduler gives each request. The property under test is what the policy
 promises: a request verifies what was proposed for it, never more than its
 acceptance cap, and ``fixed`` gives k to everyone.
@@ -19,7 +19,7 @@ from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
 from vllm_sampling_plugin.integration.settings.defaults import default_speculation_policy
-from vllm_sampling_plugin.integration.speculation_policy import PROBE_INTERVAL
+from vllm_sampling_plugin.integration.speculator.speculation_policy import PROBE_INTERVAL
 
 pytestmark = needs_vllm_line("0.20", "0.32", "0.33")
 
@@ -43,13 +43,13 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
-from vllm_sampling_plugin.integration.proposal_report import PROPOSE_ATTR, PROPOSED_ATTR
+from vllm_sampling_plugin.integration.speculator.proposal_report import PROPOSE_ATTR, PROPOSED_ATTR
 
 def build(policy, async_scheduling):
     engine_args = EngineArgs(
         model=MODEL, load_format="dummy", max_model_len=256, max_num_seqs=8,
         # "ngram", which stock vLLM 0.32 refuses with async scheduling and the
-        # plugin schedules as "ngram_gpu" (integration/vllm_config.py).
+        # plugin schedules as "ngram_gpu" (integration/speculator/vllm_config.py).
         speculative_config={"method": "ngram", "num_speculative_tokens": K,
                             "prompt_lookup_min": 2, "prompt_lookup_max": 3},
         async_scheduling=async_scheduling, speculation_policy=policy,

@@ -2,7 +2,7 @@
 n-gram proposer found for each request, sent back with the step's output.
 
 The scheduler decides how many draft tokens a request verifies
-(integration/speculation_policy.py), but the proposer runs on the GPU, after
+(integration/speculator/speculation_policy.py), but the proposer runs on the GPU, after
 the step's output copy has been queued (``GPUModelRunner.sample_tokens``:
 ``AsyncOutput``, then ``postprocess``, then ``propose``). A wrapper around
 ``sample_tokens`` queues one more device-to-host copy, of the proposer's

@@ -18,7 +18,7 @@ from vllm.v1.spec_decode.ngram_proposer import (  # noqa: E402
 )
 from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers  # noqa: E402
 
-from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU  # noqa: E402
+from vllm_sampling_plugin.integration.speculator.ngram_proposer_0_20 import NgramProposerGPU  # noqa: E402
 from tests.vllm_lines import needs_vllm_line  # noqa: E402
 
 pytestmark = needs_vllm_line("0.20")
@@ -221,7 +221,7 @@ def test_dummy_run_returns_buffer_without_reading_history(device):
 
 
 def test_step_planned_without_proposal_launches_nothing(device, monkeypatch):
-    import vllm_sampling_plugin.integration.ngram_speculator as module
+    import vllm_sampling_plugin.integration.speculator.ngram_proposer_0_20 as module
 
     def no_launch(*args, **kwargs):
         raise AssertionError("a step planned without proposal launched the proposer")

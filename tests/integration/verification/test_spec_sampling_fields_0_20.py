@@ -18,7 +18,7 @@ from vllm.entrypoints.utils import create_error_response
 from vllm.sampling_params import SamplingParams
 
 from tests.integration.helpers import run_python
-from vllm_sampling_plugin.integration import spec_sampling_fields
+from vllm_sampling_plugin.integration.verification import spec_sampling_fields_0_20 as spec_sampling_fields
 
 VOCAB = 1000
 MODEL_CONFIG = SimpleNamespace(
@@ -115,7 +115,7 @@ def test_register_installs_the_lift_once():
         from vllm.sampling_params import SamplingParams
         load_general_plugins()
         patched = SamplingParams._validate_spec_decode
-        from vllm_sampling_plugin.integration.spec_sampling_fields import (
+        from vllm_sampling_plugin.integration.verification.spec_sampling_fields_0_20 import (
             patch_spec_decode_validation,
         )
         patch_spec_decode_validation()

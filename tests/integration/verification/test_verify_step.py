@@ -1,5 +1,5 @@
 """``--plugin-verification plugin`` on vLLM 0.32/0.33 (the rejection seam's
-VERIFY_STEP_OVER_UPSTREAM shape; integration/plugin_verification.py), on the
+VERIFY_STEP_OVER_UPSTREAM shape; integration/verification/verify_step.py), on the
 CPU: upstream's own RejectionSampler and the plugin's subclass, built from the
 same real Sampler, verify the same inputs.
 
@@ -48,7 +48,7 @@ import vllm.v1.worker.gpu.spec_decode.rejection_sampler as rejection
 from vllm.config import VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.v1.worker.gpu.states import RequestState
-from vllm_sampling_plugin.integration import plugin_verification as pv
+from vllm_sampling_plugin.integration.verification import verify_step as pv
 
 def real_triton_for_upstreams_rejection_kernels():
     import triton, triton.language as tl, triton.language.extra.libdevice as tldevice
