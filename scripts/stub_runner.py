@@ -2,7 +2,7 @@
 vLLM request state, and the ops' kernels swapped for stand-ins that run nothing
 (``kernel_stubs.py``), on an H100's launch plans. Shared by
 ``profile_host_path.py`` (host time per step) and
-``tests/integration/test_warmup.py`` (what the warm-up compiles)."""
+``tests/integration/warmup/test_warmup.py`` (what the warm-up compiles)."""
 
 from __future__ import annotations
 

@@ -302,7 +302,7 @@ def test_warm_up_launches_every_compile_variant_of_the_draw(fp64):
         import logging
         from vllm_sampling_plugin.integration.common.compile_variants import (
             fused_top_k_top_p_variant, gumbel_variant, representatives)
-        from vllm_sampling_plugin.integration.seams.warmup import warm_up_plugin_draw
+        from vllm_sampling_plugin.integration.warmup import warm_up_plugin_draw
         records = []
         handler = logging.Handler()
         handler.emit = records.append

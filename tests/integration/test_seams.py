@@ -184,7 +184,7 @@ def test_warm_up_launches_the_draw_in_the_request_slot_dtype_of_the_runners_step
     steps do not use leaves the first requests to compile (0.26, H200)."""
     out = run_python(
         """
-        from vllm_sampling_plugin.integration.seams.warmup import step_slot_dtypes, warm_up_plugin_draw
+        from vllm_sampling_plugin.integration.warmup import step_slot_dtypes, warm_up_plugin_draw
 
         (slot_dtype,) = step_slot_dtypes()
         sampler = RecordingDraw()
@@ -208,7 +208,7 @@ def test_warm_up_draws_every_logit_a_matching_verifier_draws():
     out = run_python(
         """
         import types
-        from vllm_sampling_plugin.integration.seams import warmup
+        from vllm_sampling_plugin.integration import warmup
 
         # One launch at the largest batch the warm-up covers (on this CPU
         # every size is one compile variant).
@@ -248,7 +248,7 @@ def test_warm_up_covers_both_slot_dtypes_where_the_runner_has_no_source():
         """
         import inspect
         import vllm.v1.worker.gpu.model_runner  # imported first: its imports read sources
-        from vllm_sampling_plugin.integration.seams import warmup
+        from vllm_sampling_plugin.integration import warmup
 
         def no_source(obj):
             raise OSError("could not get source code")

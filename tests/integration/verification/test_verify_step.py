@@ -620,7 +620,7 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
         sys.path.insert(0, "scripts")
         from kernel_stubs import stub_ops
         from tests.compile_keys import Recorder
-        from vllm_sampling_plugin.integration.seams.warmup import warm_up_plugin_draw
+        from vllm_sampling_plugin.integration.warmup import warm_up_plugin_draw
         keys = set()
         stub_ops(lambda name, kernel: Recorder(name, kernel, keys))
         k, max_reqs, vocab = 3, 48, 151936

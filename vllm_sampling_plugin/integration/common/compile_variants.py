@@ -4,8 +4,8 @@ Triton compiles a kernel once per set of constexprs and integer
 specializations; the launchers derive both from the batch size through their
 plan functions. These helpers compute that part of a launch, so a warm-up can
 launch one batch size per compile variant (``representatives``). They import
-nothing of vLLM: integration/warmup.py (the sample() draw shape) and
-integration/seams/warmup.py (the other shapes) share them.
+nothing of vLLM: integration/warmup/sample.py (the sample() draw shape) and
+integration/warmup/ (the other shapes) share them.
 """
 
 from __future__ import annotations

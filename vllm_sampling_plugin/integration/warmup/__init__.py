@@ -3,7 +3,7 @@ sampler run (part of vLLM's profile run), never on a request.
 
 One wrapper around ``GPUModelRunner._dummy_sampler_run`` (present in every
 release from 0.20 to 0.33) warms up whatever the plugin took: with the
-``sample()`` draw shape, integration/warmup.py's warm-up of every route,
+``sample()`` draw shape, integration/warmup/sample.py's warm-up of every route,
 the rejection kernel and the n-gram scan; with the other shapes, the draw
 below.
 
@@ -149,7 +149,7 @@ def warm_up(runner: Any) -> None:
         compile_in_parallel(lambda: warm_up_draw(runner))
         warm_up_draw(runner)
     else:
-        from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+        from vllm_sampling_plugin.integration.warmup.sample import warm_up_sampling
 
         compile_in_parallel(lambda: warm_up_sampling(runner))
         warm_up_sampling(runner)

@@ -1,5 +1,5 @@
 """Compile every sampling kernel variant while the engine starts (the
-``sample()`` draw shape: integration/seams/warmup.py calls it).
+``sample()`` draw shape: integration/warmup/ calls it).
 
 Triton compiles a kernel on first use for each new set of constexprs and
 integer specializations (an int argument equal to 1 or divisible by 16 gets
@@ -18,7 +18,7 @@ compute, from the plan functions the launchers call, everything a launch
 derives from the batch size that reaches a compile key (constexprs, launch
 options, which kernels launch, integer arguments as Triton specializes
 them). Batch sizes with equal variants compile the same binaries, so one of
-them warms all; ``tests/integration/test_warmup.py`` records the real
+them warms all; ``tests/integration/warmup/test_warmup.py`` records the real
 launches' compile keys at every batch size and checks that. On an H100 at
 vocabulary 128256 that is 9 launches with n-gram speculation at
 max_num_seqs 64 and 11 at 256 (FP64: 14 and 15), instead of four per batch

@@ -20,16 +20,16 @@ import torch
 
 pytest.importorskip("vllm")
 
-from vllm_sampling_plugin.integration import warmup
+from vllm_sampling_plugin.integration.warmup import sample as warmup
 from vllm_sampling_plugin.integration.draw.sample import PluginSampler, Route
-from vllm_sampling_plugin.integration.warmup import warm_up_sampling
+from vllm_sampling_plugin.integration.warmup.sample import warm_up_sampling
 from vllm_sampling_plugin.ops.rejection import accept_matching_drafts
 from tests.vllm_lines import needs_seam  # noqa: E402
 from vllm_sampling_plugin.integration.common import shapes  # noqa: E402
 
 pytestmark = needs_seam(shapes.DRAW, shapes.SAMPLE)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
 from kernel_stubs import stub_ops
 from tests.compile_keys import Recorder
 from stub_runner import fake_ngram_speculator, fake_rejection_sampler, fake_sampler
@@ -180,7 +180,7 @@ def test_integer_class_follows_tritons_specialization():
 
 
 def test_wrapper_warms_up_after_vllms_dummy_sampler_run(monkeypatch):
-    from vllm_sampling_plugin.integration.seams import warmup as warmup_seam
+    from vllm_sampling_plugin.integration import warmup as warmup_seam
 
     calls = []
     monkeypatch.setattr(warmup_seam, "warm_up", lambda runner: calls.append(("warm", runner)))
@@ -195,12 +195,12 @@ def test_warm_up_skips_a_runner_without_the_plugin_sampler():
 
 
 def test_the_seam_compiles_every_variant_ahead_then_launches_them(compile_keys, monkeypatch):
-    """integration/seams/warmup.py: the launches run twice, first inside
+    """integration/warmup/: the launches run twice, first inside
     compile_ahead (with the plugin's log lines held back), then for real;
     one line says what compiling ahead did."""
     import logging
 
-    from vllm_sampling_plugin.integration.seams import warmup as seam
+    from vllm_sampling_plugin.integration import warmup as seam
 
     plugin_logger = logging.getLogger("vllm.vllm_sampling_plugin")
     lines = []

@@ -1,17 +1,18 @@
-"""The plugin's seams in vLLM's V2 runner, one module each, applied in order.
+"""The plugin's seams in vLLM's V2 runner, one folder each, applied in order.
 
-Each seam module has ``NAME``, ``detect(...) -> Found`` (reads the installed
-vLLM, patches nothing; a later seam gets what the seams it needs found) and
-``apply(shape)``. A seam whose shape the installed vLLM does not have stays
-upstream's, with one log line naming it and why; the others still apply.
+Each seam folder's ``__init__.py`` has ``NAME``, ``detect(...) -> Found``
+(reads the installed vLLM, patches nothing; a later seam gets what the seams
+it needs found) and ``apply(shape)``, and one module per vLLM shape it
+knows. A seam whose shape the installed vLLM does not have stays upstream's,
+with one log line naming it and why; the others still apply.
 
-| seam | module | parts (integration/parts.py) |
+| seam | folder | parts (integration/parts.py) |
 |---|---|---|
-| settings | settings.py | use_fp64_gumbel, VLLM_USE_FLASHINFER_SAMPLER |
-| draw | draw.py (its noise: noise.py) | Gumbel-max, top-k/top-p (both kinds of batches) |
-| rejection | rejection.py | rejection sampling |
-| speculator | speculator.py | n-gram speculator, adaptive speculation policy |
-| warm-up | warmup.py | (start-up cost of the above) |
+| settings | settings/ | use_fp64_gumbel, VLLM_USE_FLASHINFER_SAMPLER |
+| draw | draw/ | Gumbel-max, top-k/top-p (both kinds of batches) |
+| rejection | verification/ | rejection sampling |
+| speculator | speculator/ | n-gram speculator, adaptive speculation policy |
+| warm-up | warmup/ | (start-up cost of the above) |
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _MODULES = {
     shapes.DRAW: "vllm_sampling_plugin.integration.draw",
     shapes.REJECTION: "vllm_sampling_plugin.integration.verification",
     shapes.SPECULATOR: "vllm_sampling_plugin.integration.speculator",
-    shapes.WARM_UP: "vllm_sampling_plugin.integration.seams.warmup",
+    shapes.WARM_UP: "vllm_sampling_plugin.integration.warmup",
 }
 
 
