@@ -40,7 +40,7 @@ def test_registration_patches_the_sampler_name():
 
         assert registration_state() == "active", registration_state()
         assert mr.Sampler is PluginRandomDrawSampler, mr.Sampler
-        # The draw's kernels compile in the dummy sampler run (seams/warmup.py).
+        # The draw's kernels compile in the dummy sampler run (integration/warmup/).
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
         # Upstream owns use_fp64_gumbel: ModelConfig stays upstream's, and so
@@ -97,7 +97,7 @@ def test_registration_patches_the_policy_seams_over_upstreams_ngram_proposer():
 
         assert registration_state() == "active", registration_state()
         # The adaptive speculation policy over upstream's n-gram proposer
-        # (seams/speculator.py): the proposer reports its counts, the runner
+        # (integration/speculator/): the proposer reports its counts, the runner
         # sends them, the scheduler reads them.
         import vllm.v1.worker.gpu.spec_decode.ngram.speculator as ngram
         from vllm.v1.core.sched.scheduler import Scheduler

@@ -74,8 +74,8 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             if before[owner].get(name, None) is not after[owner].get(name, None)
         )
         # The Sampler name, and the dummy sampler run, which now also warms
-        # the plugin's draw kernels up (seams/warmup.py); the adaptive
-        # speculation policy's seams (seams/speculator.py): the runner's
+        # the plugin's draw kernels up (integration/warmup/); the adaptive
+        # speculation policy's seams (integration/speculator/): the runner's
         # output and its plan, the scheduler, the target model's graph candidates, the
         # n-gram proposer's name and the line's default policy for
         # ModelConfigs built elsewhere (EngineArgs learned
@@ -124,7 +124,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         assert ModelConfig.plugin_verification == "plugin"
         assert arg_utils.EngineArgs(
             model="m", plugin_verification="upstream").plugin_verification == "upstream"
-        # The verify-step takeover (seams/rejection.py) subclasses upstream's
+        # The verify-step takeover (integration/verification/) subclasses upstream's
         # RejectionSampler and overrides only the verify step.
         from vllm_sampling_plugin.integration.verification.verify_step import (
             PluginVerifyingRejectionSampler,

@@ -49,7 +49,7 @@ UPSTREAM_FP32_NOISE = {
 
 
 def test_fp32_stream_of_an_engine_that_speculates_is_upstreams_where_the_plugin_has_it():
-    """The draw seam's noise (seams/noise.py): where upstream's RejectionSampler
+    """The draw seam's noise (integration/draw/noise.py): where upstream's RejectionSampler
     draws the steps with drafts, the plugin's FP32 draw is upstream's stream
     if it has it, and the log line says when it has not."""
     out = run_python(
