@@ -87,8 +87,9 @@ for step in "$@"; do
       # on an H200 with vLLM 0.33, 199 s with 0.32 (2026-11-29, all passed);
       # STEP_TIMEOUT=480 leaves room for a slower start. The other policies
       # and methods are in the e2e step.
-      policy=$(python3 -c 'from vllm_sampling_plugin.integration.settings import defaults
-print(defaults.default_speculation_policy())')
+      policy=$(python3 -c 'from vllm_sampling_plugin.integration.settings.defaults import defaults
+from vllm_sampling_plugin.integration.version import LINE_SEAMS, installed_vllm_version, release_line
+print(defaults(LINE_SEAMS[release_line(installed_vllm_version())]).get("speculation_policy", "fixed"))')
       run spec-features python3 -m pytest -q -s -p no:cacheprovider \
         tests/e2e/test_engine_upstream_sampler_lines.py \
         -k "plugins_verification_keeps or async_on-$policy or (accepts_ngram_drafts and standard)" ;;

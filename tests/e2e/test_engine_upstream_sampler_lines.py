@@ -46,7 +46,7 @@ from tests.e2e.structured_checks import assert_structured_outputs
 from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
-from vllm_sampling_plugin.integration.settings.defaults import default_verification
+from vllm_sampling_plugin.integration.settings.defaults import defaults
 from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
@@ -87,7 +87,7 @@ PLUGIN_VERIFYING_REJECTION_SAMPLER = (
 # line's default (0.32, 0.33: integration/settings/defaults.py), upstream's object elsewhere.
 DEFAULT_REJECTION_SAMPLER = (
     PLUGIN_VERIFYING_REJECTION_SAMPLER
-    if default_verification(INSTALLED_LINE) == "plugin"
+    if defaults(LINE_SEAMS.get(INSTALLED_LINE, {})).get("plugin_verification") == "plugin"
     else UPSTREAM_REJECTION_SAMPLER
 )
 # Upstream's GPU n-gram proposer, subclassed by the plugin to report how many

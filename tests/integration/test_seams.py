@@ -1,5 +1,6 @@
 """What each seam's adapter finds in the installed vLLM is that line's row of
-LINE_SEAMS; register() applies exactly those seams (fresh processes)."""
+LINE_SEAMS; register() applies exactly those seams, also where the release
+is newer than every measured one (fresh processes)."""
 
 from tests.integration.helpers import run_python
 from tests.vllm_lines import INSTALLED_LINE
@@ -16,6 +17,54 @@ def test_adapters_find_the_shapes_of_the_table():
     )
     detected = dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
     assert detected == {seam: str(shape) for seam, shape in LINE_SEAMS[INSTALLED_LINE].items()}
+
+
+def test_a_release_newer_than_every_measured_one_takes_the_seams_it_recognises():
+    """The installed vLLM reporting a release newer than every row of
+    LINE_SEAMS: register() applies each seam whose shape its adapter
+    recognises (here the installed line's row), says so in exactly one
+    warning line naming the release and the seams left to upstream, and
+    logs no error."""
+    out = run_python(
+        """
+        import logging
+        import vllm_sampling_plugin.integration.version as version
+        version.installed_vllm_version = lambda: "0.99.0"
+        from vllm.plugins import load_general_plugins
+        # After vLLM configured logging (which resets child loggers' handlers).
+        records = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
+        load_general_plugins()
+
+        import vllm.v1.worker.gpu.model_runner as mr
+        from vllm_sampling_plugin.integration import draw
+        from vllm_sampling_plugin.integration.register import registration_state
+        from vllm_sampling_plugin.integration.seams import detect_seams
+        found = detect_seams()
+        assert mr.Sampler is draw.sampler_class(found["draw"].shape), mr.Sampler
+        warms_up = getattr(mr.GPUModelRunner._dummy_sampler_run, "warms_up_plugin_kernels", False)
+        assert warms_up == found["warm-up"].is_taken
+        errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+        warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+        assert not errors, errors
+        assert len(warnings) == 1, warnings
+        print(registration_state())
+        print(warnings[0])
+        for seam, f in found.items():
+            print(f"{seam}={f.shape}")
+        """
+    )
+    lines = out.strip().splitlines()
+    detected = dict(line.split("=", 1) for line in lines if line.split("=")[0] in LINE_SEAMS["0.20"])
+    assert detected == {seam: str(shape) for seam, shape in LINE_SEAMS[INSTALLED_LINE].items()}
+    state, warning = lines[-len(detected) - 2 : -len(detected)]
+    assert state == "active"
+    left = [seam for seam, shape in LINE_SEAMS[INSTALLED_LINE].items() if shape is None]
+    assert "0.99.0" in warning, warning
+    assert warning.split("leaves ")[1] == f"{', '.join(left) or 'none'} to upstream.", warning
 
 
 def test_register_binds_the_draw_seams_sampler():

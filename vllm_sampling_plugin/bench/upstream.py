@@ -109,9 +109,9 @@ from vllm_sampling_plugin.bench.harness import (
     run_header,
 )
 from vllm_sampling_plugin.integration import parts
+from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import (
-    LINE_0_32,
-    LINE_0_33,
+    LINE_SEAMS,
     installed_vllm_version,
     release_line,
 )
@@ -1131,7 +1131,9 @@ def installed(dist: str) -> str:
 def require_upstream_line(vllm_version: str | None) -> None:
     """Exit with one line, before any work, unless the installed vLLM has the
     0.32/0.33 internals the upstream side of every row calls."""
-    if release_line(vllm_version) in (LINE_0_32, LINE_0_33):
+    # Those internals come with the verify-step shape of the rejection seam.
+    measured_shapes = LINE_SEAMS.get(release_line(vllm_version), {})
+    if measured_shapes.get(shapes.REJECTION) == shapes.VERIFY_STEP_OVER_UPSTREAM:
         return
     found = f"vLLM {vllm_version} is installed" if vllm_version else "vLLM is not installed"
     raise SystemExit(

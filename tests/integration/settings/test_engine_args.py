@@ -148,18 +148,18 @@ def test_malformed_flashinfer_env_fails_at_start_up(tiny_model, value):
     assert repr(value) in out
 
 
-def test_defaults_are_the_plugins_only_where_an_engine_run_measured_them():
-    from vllm_sampling_plugin.integration.settings.defaults import (
-        default_speculation_policy,
-        default_verification,
-        defaults,
-    )
+def test_each_measured_lines_shapes_give_the_defaults_its_engine_runs_measured():
+    """The defaults table is keyed by shape: a measured line's row of
+    LINE_SEAMS gives the settings its seams add, each with its default."""
+    from vllm_sampling_plugin.integration.settings.defaults import defaults
+    from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
-    assert default_speculation_policy("0.20") == "adaptive"
-    assert default_speculation_policy("0.32") == "adaptive"
-    assert default_speculation_policy("0.33") == "adaptive"
-    assert default_verification("0.32") == "plugin"
-    assert default_verification("0.33") == "plugin"
-    # A line between (no verify-step seam) and one unknown keep upstream's.
-    assert defaults("0.26") == {"speculation_policy": "fixed", "plugin_verification": "upstream"}
-    assert defaults("0.34") == {"speculation_policy": "fixed", "plugin_verification": "upstream"}
+    assert defaults(LINE_SEAMS["0.20"]) == {"use_fp64_gumbel": False, "speculation_policy": "adaptive"}
+    assert defaults(LINE_SEAMS["0.21"]) == {"use_fp64_gumbel": False}
+    # A line whose seams add no setting (upstream has use_fp64_gumbel).
+    assert defaults(LINE_SEAMS["0.26"]) == {}
+    for line in ("0.32", "0.33"):
+        assert defaults(LINE_SEAMS[line]) == {
+            "speculation_policy": "adaptive",
+            "plugin_verification": "plugin",
+        }

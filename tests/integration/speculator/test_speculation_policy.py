@@ -18,7 +18,8 @@ import pytest
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
-from vllm_sampling_plugin.integration.settings.defaults import default_speculation_policy
+from vllm_sampling_plugin.integration.settings.defaults import defaults
+from vllm_sampling_plugin.integration.version import LINE_SEAMS
 from vllm_sampling_plugin.integration.speculator.speculation_policy import PROBE_INTERVAL
 
 pytestmark = needs_vllm_line("0.20", "0.32", "0.33")
@@ -269,7 +270,7 @@ def test_cli_flag_reaches_model_config(tiny_model):
     )
     lines = out.strip().splitlines()
     # Unnamed: the line's default (adaptive where a GPU run measured it).
-    default = default_speculation_policy(INSTALLED_LINE)
+    default = defaults(LINE_SEAMS[INSTALLED_LINE])["speculation_policy"]
     assert lines[:3] == [default, "adaptive", "fixed"] and lines[-1] == "exit 2", out
 
 

@@ -26,7 +26,8 @@ import pytest
 
 from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
-from vllm_sampling_plugin.integration.settings.defaults import default_verification
+from vllm_sampling_plugin.integration.settings.defaults import defaults
+from vllm_sampling_plugin.integration.version import LINE_SEAMS
 from vllm_sampling_plugin.integration.common import shapes
 
 pytestmark = needs_seam(shapes.REJECTION, shapes.VERIFY_STEP_OVER_UPSTREAM)
@@ -518,9 +519,9 @@ def test_first_emitted_token_follows_the_filtered_target_law(owner, seeded, fp64
 
 
 def test_setting_is_validated_and_reaches_the_model_config(tmp_path):
-    """Named, the setting is what the engine gets; unnamed, the line's default
-    (the plugin's on 0.32 and 0.33: integration/settings/defaults.py)."""
-    default = default_verification(INSTALLED_LINE)
+    """Named, the setting is what the engine gets; unnamed, the default of
+    the line's verify-step shape (integration/settings/defaults.py)."""
+    default = defaults(LINE_SEAMS[INSTALLED_LINE])["plugin_verification"]
     out = run_python(
         f"""
         from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs

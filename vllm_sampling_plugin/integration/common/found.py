@@ -25,3 +25,8 @@ class Found:
     @property
     def is_taken(self) -> bool:
         return self.shape is not None
+
+
+def shapes_of(found: dict[str, Found]) -> dict[str, str | None]:
+    """Seam -> the shape it was found in (None: upstream's)."""
+    return {seam: f.shape for seam, f in found.items()}

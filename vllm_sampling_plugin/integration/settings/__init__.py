@@ -38,10 +38,11 @@ def apply(shape: str) -> None:
     from vllm.config import ModelConfig
 
     from vllm_sampling_plugin import config as cfg
+    from vllm_sampling_plugin.integration.settings.defaults import default, defaults
     from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
 
-    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.FP64_ATTR,))
+    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, defaults({NAME: shape}))
     # Class defaults: ModelConfigs built without the front-end wrapper (draft
     # models, tests) still answer with the defaults.
-    setattr(ModelConfig, cfg.FP64_ATTR, False)
+    setattr(ModelConfig, cfg.FP64_ATTR, default(cfg.FP64_ATTR, shape))
     setattr(ModelConfig, cfg.FLASHINFER_ATTR, None)

@@ -2,14 +2,10 @@
 
 ``LLM(model=..., speculation_policy="fixed")`` hands its keywords to
 ``EngineArgs(...)``, whose generated ``__init__`` rejects unknown keywords
-before ``__post_init__`` loads the general plugins. The keywords are those
-of the seams ``LINE_SEAMS`` records for the installed line (the seams
-themselves are detected later, in ``register()``, which vLLM's config import
-must not wait for): ``use_fp64_gumbel`` where the settings seam is the
-plugin's (0.20, 0.21; later lines have the field upstream, which
-engine_args.py leaves alone), ``speculation_policy`` where the speculator
-seam is (0.20, 0.32, 0.33), ``plugin_verification`` where the rejection
-seam takes upstream's verify step (0.32, 0.33). The only hook vLLM runs earlier is
+before ``__post_init__`` loads the general plugins. The keywords are the
+settings (settings/defaults.py) of the shapes ``LINE_SEAMS`` records for the
+installed line (the seams themselves are detected later, in ``register()``,
+which vLLM's config import must not wait for). The only hook vLLM runs earlier is
 platform-plugin discovery, which happens on the first use of
 ``vllm.platforms.current_platform`` while ``vllm.config`` is imported. This
 module is registered as a ``vllm.platform_plugins`` entry point for that reason
@@ -34,9 +30,8 @@ import functools
 import sys
 from types import ModuleType
 
-from vllm_sampling_plugin import config as cfg
+from vllm_sampling_plugin.integration.settings.defaults import defaults
 from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
-from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import (
     LINE_SEAMS,
     installed_vllm_version,
@@ -51,27 +46,16 @@ ARG_UTILS = "vllm.engine.arg_utils"
 def teach_engine_args() -> None:
     """``vllm.platform_plugins`` entry point; returns None (no platform)."""
     try:
-        # Outside the supported lines the plugin stays inactive (register.py).
+        # A measured line's shapes are known before register() detects them;
+        # on a newer release each seam teaches its keywords as register()
+        # applies it, and on an older one the plugin stays inactive.
         line = release_line(installed_vllm_version())
-        keywords = () if line is None else line_keywords(line)
-        if keywords:
-            when_arg_utils_ready(functools.partial(patch_engine_args, wanted=keywords))
+        settings = defaults(LINE_SEAMS.get(line, {}))
+        if settings:
+            when_arg_utils_ready(functools.partial(patch_engine_args, defaults=settings))
     except Exception:  # vLLM swallows platform-plugin errors; say why here.
         logger.exception("vllm-sampling-plugin could not patch EngineArgs early")
     return None
-
-
-def line_keywords(line: str) -> tuple[str, ...]:
-    """The EngineArgs keywords of the seams ``line`` takes (``LINE_SEAMS``)."""
-    seams = LINE_SEAMS[line]
-    keywords = []
-    if seams[shapes.SETTINGS]:
-        keywords.append(cfg.FP64_ATTR)
-    if seams[shapes.SPECULATOR]:
-        keywords.append(cfg.SPECULATION_POLICY_ATTR)
-    if seams[shapes.REJECTION] == shapes.VERIFY_STEP_OVER_UPSTREAM:
-        keywords.append(cfg.VERIFICATION_ATTR)
-    return tuple(keywords)
 
 
 def when_arg_utils_ready(patch) -> None:

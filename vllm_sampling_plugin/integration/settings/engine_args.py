@@ -33,9 +33,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+from collections.abc import Iterable, Mapping
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.integration.settings.defaults import defaults as line_defaults
 
 _PATCHED = "_vllm_sampling_plugin_patched"
 FP64_FLAG = "--use-fp64-gumbel"
@@ -43,10 +43,7 @@ POLICY_FLAG = "--speculation-policy"
 VERIFICATION_FLAG = "--plugin-verification"
 
 
-def plugin_keywords(
-    engine_args_cls: type,
-    wanted: tuple[str, ...] = (cfg.FP64_ATTR, cfg.SPECULATION_POLICY_ATTR),
-) -> tuple[str, ...]:
+def plugin_keywords(engine_args_cls: type, wanted: Iterable[str]) -> tuple[str, ...]:
     """The plugin's settings among ``wanted`` that ``engine_args_cls`` has no field for."""
     fields = {f.name for f in dataclasses.fields(engine_args_cls)}
     return tuple(name for name in wanted if name not in fields)
@@ -55,21 +52,17 @@ def plugin_keywords(
 def patch_engine_args(
     engine_args_cls: type,
     async_engine_args_cls: type,
-    wanted: tuple[str, ...] = (cfg.FP64_ATTR, cfg.SPECULATION_POLICY_ATTR),
+    defaults: Mapping[str, object],
 ) -> None:
-    """Teach ``EngineArgs``/``AsyncEngineArgs`` the keywords among ``wanted``
-    that they lack and have not been taught yet; idempotent."""
+    """Teach ``EngineArgs``/``AsyncEngineArgs`` the settings in ``defaults``
+    (setting -> its default: integration/settings/defaults.py) that they
+    lack and have not been taught yet; idempotent."""
     taught = engine_args_cls.__dict__.get(_PATCHED, ())
-    keywords = tuple(k for k in plugin_keywords(engine_args_cls, wanted) if k not in taught)
+    keywords = tuple(k for k in plugin_keywords(engine_args_cls, defaults) if k not in taught)
     if not keywords:
         return
-    # The installed line's defaults (integration/settings/defaults.py).
-    defaults = line_defaults()
-    if cfg.FP64_ATTR in keywords:
-        engine_args_cls.use_fp64_gumbel = False
-    for attr, value in defaults.items():
-        if attr in keywords:
-            setattr(engine_args_cls, attr, value)
+    for attr in keywords:
+        setattr(engine_args_cls, attr, defaults[attr])
     for cls in (engine_args_cls, async_engine_args_cls):
         cls.__init__ = _accepting_plugin_keywords(cls.__dict__["__init__"], keywords, defaults)
     engine_args_cls.add_cli_args = staticmethod(_adding_plugin_flags(
@@ -82,12 +75,12 @@ def patch_engine_args(
     setattr(engine_args_cls, _PATCHED, taught + keywords)
 
 
-def _accepting_plugin_keywords(init, keywords: tuple[str, ...], defaults: dict[str, str]):
+def _accepting_plugin_keywords(init, keywords: tuple[str, ...], defaults: Mapping[str, object]):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         # Set before the original __init__, whose __post_init__ may look at them.
         if cfg.FP64_ATTR in keywords:
-            use_fp64_gumbel = kwargs.pop(cfg.FP64_ATTR, False)
+            use_fp64_gumbel = kwargs.pop(cfg.FP64_ATTR, defaults[cfg.FP64_ATTR])
             if not isinstance(use_fp64_gumbel, bool):
                 raise TypeError(
                     f"use_fp64_gumbel must be a bool, got {type(use_fp64_gumbel).__name__}"
@@ -106,7 +99,7 @@ def _accepting_plugin_keywords(init, keywords: tuple[str, ...], defaults: dict[s
     return __init__
 
 
-def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], defaults: dict[str, str]):
+def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], defaults: Mapping[str, object]):
     @functools.wraps(add_cli_args)
     def wrapper(parser):
         parser = add_cli_args(parser)
@@ -119,7 +112,7 @@ def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], defaults: dict
                 FP64_FLAG,
                 dest="use_fp64_gumbel",
                 action=argparse.BooleanOptionalAction,
-                default=False,
+                default=defaults[cfg.FP64_ATTR],
                 help=cfg.FP64_HELP,
             )
         spec_group = next(
@@ -148,12 +141,12 @@ def _adding_plugin_flags(add_cli_args, keywords: tuple[str, ...], defaults: dict
     return wrapper
 
 
-def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...], defaults: dict[str, str]):
+def _carrying_plugin_flags(from_cli_args, keywords: tuple[str, ...], defaults: Mapping[str, object]):
     @functools.wraps(from_cli_args)
     def wrapper(cls, args: argparse.Namespace):
         engine_args = from_cli_args(cls, args)
         if cfg.FP64_ATTR in keywords:
-            engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", False))
+            engine_args.use_fp64_gumbel = bool(getattr(args, "use_fp64_gumbel", defaults[cfg.FP64_ATTR]))
         if cfg.SPECULATION_POLICY_ATTR in keywords:
             engine_args.speculation_policy = cfg.check_speculation_policy(
                 getattr(args, "speculation_policy", defaults[cfg.SPECULATION_POLICY_ATTR])

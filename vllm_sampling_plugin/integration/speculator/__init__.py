@@ -21,12 +21,10 @@ Two shapes, told apart by what the installed V2 runner offers:
   builds the same GPU speculator as for ``"ngram_gpu"`` (0.32), the plugin
   schedules it as ``"ngram_gpu"`` (integration/speculator/vllm_config.py).
 
-In both, the adaptive policy: ``--speculation-policy`` (engine_args.py,
-the keyword alone where upstream has ``use_fp64_gumbel``), proposal counts
-reported back with each output, the scheduler verifying only what was
-proposed, full decode graphs for one-token batches. It is the default
-where a GPU run measured it (defaults.default_speculation_policy: 0.20,
-0.33) and opt-in elsewhere.
+In both, the adaptive policy: ``--speculation-policy`` (settings/engine_args.py),
+proposal counts reported back with each output, the scheduler verifying only
+what was proposed, full decode graphs for one-token batches; its default in
+each shape is settings/defaults.py's.
 """
 
 from __future__ import annotations
@@ -121,6 +119,7 @@ def apply(shape: str) -> None:
 
     from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration.speculator.adaptive_policy import patch_adaptive_policy
+    from vllm_sampling_plugin.integration.settings.defaults import default, defaults
     from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
 
     if shape == NGRAM_BEFORE_REQUEST_STATE:
@@ -143,5 +142,5 @@ def apply(shape: str) -> None:
 
         patch_upstream_ngram()
         keep_async_scheduling_for_ngram()
-    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.SPECULATION_POLICY_ATTR,))
-    patch_adaptive_policy()
+    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, defaults({NAME: shape}))
+    patch_adaptive_policy(default(cfg.SPECULATION_POLICY_ATTR, shape))

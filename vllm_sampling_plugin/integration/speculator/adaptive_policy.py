@@ -11,8 +11,8 @@ shapes of the speculator seam (seams/speculator.py).
 * the target model's CUDA graph manager adds full one-token decode graphs
   and, where its attention replays any batch, full graphs for decode steps
   of mixed draft lengths (decode_graphs.py);
-* ``ModelConfig``'s class default of ``speculation_policy`` is the line's
-  (defaults.default_speculation_policy).
+* ``ModelConfig``'s class default of ``speculation_policy`` is the shape's
+  (integration/settings/defaults.py).
 
 Each part acts only where ``is_adaptive`` holds for the engine's config.
 """
@@ -20,7 +20,9 @@ Each part acts only where ``is_adaptive`` holds for the engine's config.
 from __future__ import annotations
 
 
-def patch_adaptive_policy() -> None:
+def patch_adaptive_policy(default_policy: str) -> None:
+    """Install the policy's patches; ``default_policy`` is what an engine
+    naming no ``speculation_policy`` gets in the seam's shape."""
     import vllm.v1.worker.gpu.model_runner as model_runner
     from vllm.config import ModelConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -30,7 +32,6 @@ def patch_adaptive_policy() -> None:
 
     from vllm_sampling_plugin import config as cfg
     from vllm_sampling_plugin.integration.speculator import decode_graphs
-    from vllm_sampling_plugin.integration.settings.defaults import default_speculation_policy
     from vllm_sampling_plugin.integration.speculator.proposal_report import (
         following_the_plan,
         reporting_proposals,
@@ -38,8 +39,8 @@ def patch_adaptive_policy() -> None:
     from vllm_sampling_plugin.integration.speculator.speculation_policy import patch_scheduler
 
     # ModelConfigs built without the front-end wrapper (tests, draft models)
-    # answer with the line's default policy.
-    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, default_speculation_policy())
+    # answer with the default policy.
+    setattr(ModelConfig, cfg.SPECULATION_POLICY_ATTR, default_policy)
     runner_cls = model_runner.GPUModelRunner
     runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
     runner_cls.execute_model = following_the_plan(runner_cls.execute_model)

@@ -18,8 +18,8 @@ verification and watermark keys the plugin's kernel does not handle.
   builds the float32 canvas (``Sampler.apply_sampling_params``) and runs the
   method's kernels. The seam binds integration/verification/verify_step.py's
   subclass, which overrides only those two methods, and only on engines
-  whose ``plugin_verification`` is ``plugin`` (the default on 0.32 and
-  0.33: integration/settings/defaults.py): on the others its constructor returns
+  whose ``plugin_verification`` is ``plugin`` (the default in this
+  shape: integration/settings/defaults.py): on the others its constructor returns
   upstream's own RejectionSampler. It also teaches EngineArgs the setting.
 * 0.21-0.31: rejection stays upstream's (other methods or signatures).
 """
@@ -123,7 +123,7 @@ def apply(shape: str) -> None:
     import vllm.v1.worker.gpu.model_runner as model_runner
 
     if shape == VERIFY_STEP_OVER_UPSTREAM:
-        _apply_verify_step(model_runner)
+        _apply_verify_step(model_runner, shape)
         return
 
     from vllm_sampling_plugin.integration.verification.rejection_sampler_0_20 import PluginRejectionSampler
@@ -138,20 +138,20 @@ def apply(shape: str) -> None:
     patch_spec_decode_validation()
 
 
-def _apply_verify_step(model_runner) -> None:
+def _apply_verify_step(model_runner, shape: str) -> None:
     import vllm.engine.arg_utils as arg_utils
     from vllm.config import ModelConfig
 
     from vllm_sampling_plugin import config as cfg
-    from vllm_sampling_plugin.integration.settings.defaults import default_verification
+    from vllm_sampling_plugin.integration.settings.defaults import default, defaults
     from vllm_sampling_plugin.integration.settings.engine_args import patch_engine_args
     from vllm_sampling_plugin.integration.verification.verify_step import (
         PluginVerifyingRejectionSampler,
     )
 
-    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, (cfg.VERIFICATION_ATTR,))
-    # ModelConfigs built without the front-end wrapper answer the line's default.
-    setattr(ModelConfig, cfg.VERIFICATION_ATTR, default_verification())
+    patch_engine_args(arg_utils.EngineArgs, arg_utils.AsyncEngineArgs, defaults({NAME: shape}))
+    # ModelConfigs built without the front-end wrapper answer the shape's default.
+    setattr(ModelConfig, cfg.VERIFICATION_ATTR, default(cfg.VERIFICATION_ATTR, shape))
     # The runner binds the name at import; its constructor hands back
     # upstream's RejectionSampler where the setting is upstream's.
     model_runner.RejectionSampler = PluginVerifyingRejectionSampler
