@@ -52,7 +52,7 @@ MIXED_DECODE_GRAPHS = (
     "test_mixed_length_decode_steps_replay_full_graphs"
 )
 PLAN_ON_ITS_OWN = (
-    "tests/integration/speculator/test_adaptive_observe.py::"
+    "tests/test_policy.py::"
     "test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often"
 )
 
@@ -198,7 +198,7 @@ MUTANTS = [
     ),
     Mutant(
         "cold_batch_proposes_every_step",
-        f"{PACKAGE}/integration/speculator/speculation_policy.py",
+        f"{PACKAGE}/policy.py",
         "proposes = self.warm or self.steps_since_proposal >= PROBE_INTERVAL - 1",
         "proposes = True",
         (PLAN_IN_SCHEDULER, PLAN_ON_ITS_OWN),

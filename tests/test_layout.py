@@ -46,3 +46,11 @@ def test_ops_never_import_vllm():
     ops = [p for p in (PACKAGE / "ops").rglob("*.py") if "__pycache__" not in p.parts]
     offenders = [str(p.relative_to(PACKAGE)) for p in ops if "vllm" in _imported_roots(p)]
     assert not offenders, f"ops/ must not import vllm: {offenders}"
+
+
+def test_decisions_never_import_vllm():
+    """The decisions that need no vLLM live outside integration/ and are
+    tested without it: the speculation policy and the FlashInfer choice."""
+    decisions = [PACKAGE / "policy.py", PACKAGE / "selection.py"]
+    offenders = [p.name for p in decisions if "vllm" in _imported_roots(p)]
+    assert not offenders, f"these decide without vLLM and must not import it: {offenders}"

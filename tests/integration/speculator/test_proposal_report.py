@@ -16,12 +16,11 @@ import torch
 from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
 
 from vllm_sampling_plugin.integration.speculator.proposal_report import (
-    PROPOSE_ATTR,
-    PROPOSED_ATTR,
     OutputWithProposals,
     following_the_plan,
     reporting_proposals,
 )
+from vllm_sampling_plugin.policy import PROPOSE_ATTR, PROPOSED_ATTR
 
 
 def _step_output(req_ids):

@@ -20,7 +20,7 @@ from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
 from vllm_sampling_plugin.integration.settings.defaults import defaults
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
-from vllm_sampling_plugin.integration.speculator.speculation_policy import PROBE_INTERVAL
+from vllm_sampling_plugin.policy import PROBE_INTERVAL
 
 pytestmark = needs_vllm_line("0.20", "0.32", "0.33")
 
@@ -44,7 +44,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
-from vllm_sampling_plugin.integration.speculator.proposal_report import PROPOSE_ATTR, PROPOSED_ATTR
+from vllm_sampling_plugin.policy import PROPOSE_ATTR, PROPOSED_ATTR
 
 def build(policy, async_scheduling):
     engine_args = EngineArgs(

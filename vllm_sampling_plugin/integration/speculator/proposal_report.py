@@ -46,11 +46,7 @@ from typing import Any
 import torch
 from vllm.v1.outputs import AsyncModelRunnerOutput, ModelRunnerOutput
 
-PROPOSED_ATTR = "vllm_sampling_plugin_num_proposed"
-
-# The other direction: set on each SchedulerOutput under async scheduling,
-# whether the runner proposes drafts after that step (absent: it does).
-PROPOSE_ATTR = "vllm_sampling_plugin_propose"
+from vllm_sampling_plugin.policy import PROPOSE_ATTR, PROPOSED_ATTR
 
 
 class OutputWithProposals(AsyncModelRunnerOutput):

@@ -1,4 +1,4 @@
-"""AdaptiveSpeculation.observe on its own (no engine, CPU).
+"""The adaptive policy's decisions on their own (no vLLM, no engine, CPU).
 
 The decisions (verification length, cap, the placeholders handed to the
 next schedule) and the counters must equal those of the per-request rule
@@ -9,9 +9,9 @@ the fast path; and a zero-draft step must not touch the caps at all.
 import random
 from types import SimpleNamespace
 
-from vllm_sampling_plugin.integration.speculator.proposal_report import PROPOSED_ATTR
-from vllm_sampling_plugin.integration.speculator.speculation_policy import (
+from vllm_sampling_plugin.policy import (
     CAP_ATTR,
+    PROPOSED_ATTR,
     VERIFY_ATTR,
     AdaptiveSpeculation,
 )
@@ -185,8 +185,8 @@ def test_settled_accepting_step_reads_no_request():
 
 
 def test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often(monkeypatch):
-    import vllm_sampling_plugin.integration.speculator.speculation_policy as policy_module
-    from vllm_sampling_plugin.integration.speculator.proposal_report import PROPOSE_ATTR
+    import vllm_sampling_plugin.policy as policy_module
+    from vllm_sampling_plugin.policy import PROPOSE_ATTR
 
     policy = AdaptiveSpeculation(K)
     plans = []
