@@ -2,7 +2,7 @@
 
 Some of the plugin's decisions are reached again and again: vLLM runs
 ``VllmConfig.__post_init__`` once more for each config it rebuilds (0.32's
-engine core, twice more: H200 log of 2026-12-01), and a request check runs
+engine core twice more), and a request check runs
 for every request. The user reads each decision once.
 """
 

@@ -2,7 +2,7 @@
 
 vLLM 0.20's ``_bias_kernel`` keeps ``allowed_token_ids`` by saving the
 allowed logits, storing ``-inf`` over the row and restoring them, with no
-barrier between the threads that do each; on an H100 the restore is lost and
+barrier between the threads that do each; on a GPU the restore can be lost and
 every token comes out as id 0 (issue 27; docs/troubleshooting.md). The state
 stays vLLM's (same tables, capacities and staged writes); two things change:
 

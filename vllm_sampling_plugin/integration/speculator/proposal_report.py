@@ -30,7 +30,7 @@ nothing is proposed still costs upstream's ``sample_tokens`` three eager
 launches: it fills the returned drafts with -1, scatters them into
 ``req_states.draft_tokens`` and gathers them back (0.33.0
 ``model_runner.py:2324-2338``, 0.32.0 ``:2265-2281``), 0.1-0.3 ms of host
-time a step on a 1B engine (H100, docs/benchmarks.md). The next step
+time a step on a small engine (docs/benchmarks.md). The next step
 verifies no draft of these requests (the scheduler gave them no
 placeholders), so nothing reads what they write: such a step runs
 ``sample_tokens`` with the runner's speculator out of sight

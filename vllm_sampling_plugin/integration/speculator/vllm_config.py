@@ -11,9 +11,8 @@ right after (``patch_vllm_config``). Nothing else in the config changes.
 vLLM 0.32's V2 runner has that GPU speculator itself and builds it for
 ``"ngram"`` and ``"ngram_gpu"`` alike (``spec_decode.init_speculator`` asks
 ``use_ngram()``), yet ``__post_init__`` still turns async scheduling off for
-``"ngram"``: every step then waits for its host work, which on an H200 held
-n-gram speculation on text that does not repeat to 0.58-0.62x of no
-speculation at 8B (docs/benchmarks.md). ``keep_async_scheduling_for_ngram``
+``"ngram"``: every step then waits for its host work, which costs n-gram
+speculation on text that does not repeat about 40% (docs/benchmarks.md). ``keep_async_scheduling_for_ngram``
 shows ``__post_init__`` the method upstream schedules asynchronously, where
 upstream's check is there (0.33 dropped it for the V2 runner).
 
@@ -140,9 +139,8 @@ def warn_if_verification_outgrows_graphs(vllm_config: VllmConfig) -> None:
     """One warning where verification steps can run past the captured graphs.
 
     Such steps run without CUDA graphs, and a small model then waits on its
-    host: on an H100 (1B model, max_num_seqs 256, k = 3) n-gram speculation
-    gave 1.34x over none with vLLM's 512-token graphs and 2.40x with graphs
-    up to 1024 tokens (docs/benchmarks.md).
+    host: with graphs too small for the verification steps n-gram speculation
+    gained little of what larger graphs gave (docs/benchmarks.md).
     """
     model = vllm_config.model_config
     compilation = vllm_config.compilation_config

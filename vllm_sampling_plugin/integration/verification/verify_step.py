@@ -1,96 +1,23 @@
-"""The plugin's verification of speculative drafts on vLLM 0.32/0.33
-(``plugin_verification="plugin"``, 0.33's default; the rejection seam binds it).
+"""The verify-step shape of the rejection seam (vLLM 0.32/0.33): upstream's
+RejectionSampler whose ``_verify`` step is the plugin's, on engines whose
+``plugin_verification`` is ``plugin`` (settings/defaults.py).
 
-Upstream's ``RejectionSampler._verify`` (0.33 ``spec_decode/rejection_sampler.py``
-and, the same in 0.32 but for the ``fly`` arguments, there too) builds the
-target law of every logits row in two steps:
+:class:`PluginVerifyingRejectionSampler` overrides only ``_verify_in_chunks``
+(the per-batch decision, host-side reads only) and ``_verify`` for the
+batches whose law ``rejection_sample_packed`` carries exactly: the
+``standard`` method with n-gram drafts or draft logits, and either
+temperature/min_p/top-k/top-p folded into the kernel (no float32 canvas), or
+upstream's canvas for batches with logits processors where some request
+uses top-k/top-p (top-k/top-p folded). Batches of greedy requests, and
+n-gram drafts of a batch with a seeded request, are verified by matching
+the Sampler's own draws of every logit (``ops/rejection/matching.py``).
+Everything else (other methods, adaptive verification, a watermark key,
+processed logprobs, a narrower draft vocabulary, processors without
+top-k/top-p) is upstream's own code; docs/architecture.md has the whole
+route and why.
 
-1. ``Sampler.apply_sampling_params`` (``sample/sampler.py``): nothing when no
-   request of the batch needs processing (``needs_logits_processing``);
-   otherwise a float32 copy of the ``[B * (k + 1), V]`` logits, then in
-   order the logits processors (logit bias, penalties, bad words, custom
-   ones), the thinking budget, temperature, min_p, top-k/top-p;
-2. ``rejection_sample`` (``spec_decode/rejection_sampler_utils.py``): the
-   method's kernels on those logits, with acceptance uniforms
-   ``tl_rand32(seed, pos)`` (Triton's ``tl.rand``) and the residual/bonus
-   Gumbel draw of ``gumbel_block_argmax`` (murmur3) keyed by
-   ``(seed, pos)``; draft logits (EAGLE-style drafters) are divided by the
-   request's temperature there.
-
-:class:`PluginVerifyingRejectionSampler` subclasses upstream's class and
-overrides only that step for the batches whose law the plugin's
-``rejection_sample_packed`` carries exactly: the ``standard`` method, n-gram
-drafts or draft logits (which the drafters cache before the temperature: the
-kernel divides them by it, as upstream's does), and either
-
-* requests whose processing is temperature, min_p, top-k and top-p only:
-  all four are folded into the kernel, which reads the runner's raw logits
-  (no float32 canvas); or
-* some request with a logits processor (logit bias, penalties, bad words,
-  allowed ids, a custom one) or a thinking budget, in a batch where some
-  request truncates by top-k or top-p: upstream's
-  ``apply_sampling_params(..., skip_top_k_top_p=True)`` builds its float32
-  canvas with the processors, the budget, temperature and min_p, in
-  upstream's order, and top-k/top-p fold into the kernel, which saves
-  upstream's top-k/top-p pass over ``B * (k + 1)`` rows. Without top-k/top-p
-  that canvas is all of upstream's work before its kernel, so such a batch
-  stays upstream's: taking it over would save nothing.
-
-Everything else is upstream's own code path:
-
-* per engine (decided in the constructor, one log line): the ``synthetic``,
-  ``block`` and ``fly`` methods, adaptive verification, a watermark key, a
-  sampling mask returned (``return_sampling_mask``);
-* per batch (host-side numpy reads only, the first occurrence of each reason
-  logged once): a logits processor or thinking budget (``Sampler.add_request``
-  is watched per request) in a batch without top-k/top-p whose drafts are not
-  matched (below), processed logprobs requested, a draft vocabulary narrower
-  than the target's.
-
-A grammar bitmask is applied to the logits by the runner before
-verification and its invalid drafts arrive as ``-1``, which the plugin's
-kernel never accepts: those batches are the plugin's.
-
-Noise: the plugin's kernel draws its acceptance uniforms and residual/bonus
-noise from its own Philox streams; upstream's acceptance uniform is
-Triton's ``tl.rand`` (10-round Philox), which no stream of the plugin
-reproduces, so the tokens follow upstream's law but are not upstream's
-tokens (tests/integration/verification/test_verify_step.py checks the law with a
-chi-square test, and greedy rows token for token).
-
-Greedy batches: a batch in which every request is greedy is verified by
-matching too (below), with n-gram drafts or draft logits: a greedy target is
-a point mass on its argmax, which accepts a draft iff it is that argmax and
-emits the argmax at a rejection, whatever the draft's probabilities. The
-Sampler's draw of every logit is then one argmax pass over all ``B * (k + 1)``
-rows at once, the reads upstream's greedy verification makes, where the
-fused kernel walks a request's ``k + 1`` rows one launch after another and
-its launches each cover only ``B`` rows (on vLLM 0.32, an 8B model at k = 7
-and 64 sequences, 2026-12-02: 0.41 ms of sampling GPU time a step against
-upstream's 0.17, and 0.984x of stock's throughput with the A/A twin at
-0.998x).
-
-Seeded requests: a batch of n-gram drafts (no draft logits) in which some
-request has an explicit seed is verified by matching instead
-(``ops/rejection/matching.py``, as on vLLM 0.20): the Sampler draws every
-logit of the batch exactly as it draws a step without drafts (its own
-``sample``, keyed by the request's seed and the logit's position, batch
-invariant), and a draft is kept while those draws repeat it. Acceptance is
-the target's probability of the draft and a rejection emits a token of the
-residual, the rejection law; in addition every token a seeded request gets
-is the one it gets without speculation, whatever its batch-mates' drafts.
-The Sampler therefore draws from the streams it draws from without
-speculation (seams/noise.py). Such a batch pays what a step without drafts
-pays per row, over ``B * (k + 1)`` rows: upstream's float32 copy of the
-logits with its processors, temperature and min_p passes (where a request
-needs any) and the plugin's draw, instead of the fused kernel; the Sampler
-applies the logits processors with the drafts as the rows' input ids, as
-upstream's verification does.
-
-Where the setting is ``upstream`` (named: both 0.32 and 0.33 default to
-``plugin``, integration/settings/defaults.py), or an engine-level reason applies, the constructor
-hands back upstream's own ``RejectionSampler``: the runner holds upstream's
-object and nothing of the plugin runs.
+The kernel's noise is the plugin's Philox streams, so tokens follow
+upstream's law but are not upstream's tokens (the tests check the law).
 """
 
 from __future__ import annotations
@@ -167,7 +94,7 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
     """Upstream's RejectionSampler whose verify step is the plugin's fused
     kernel for the batches it carries exactly (module docstring)."""
 
-    # seams/noise.py asks the runner's class whether an engine's drafts are the plugin's.
+    # draw/noise.py asks the runner's class whether an engine's drafts are the plugin's.
     plugin_verifies = staticmethod(plugin_verifies)
 
     def __new__(cls, sampler, spec_config, device, *args, **kwargs):
@@ -199,19 +126,10 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         self.batches = {"plugin": 0, "upstream": 0}
         self._watch_requests(sampler)
         logger.info(
-            "vllm-sampling-plugin verification: the plugin's rejection kernel "
-            "verifies batches of the standard method with temperature, min_p, "
-            "top-k and top-p folded in (no float32 [B*(k+1), V] canvas), and "
-            "batches with a logits processor or thinking budget where a request "
-            "uses top-k/top-p (upstream's canvas for the processors, top-k/top-p "
-            "folded), noise in %s Philox; batches of greedy requests, and n-gram "
-            "drafts of a batch with a seeded request, are verified by matching the "
-            "Sampler's own draws of every logit (one argmax pass when greedy; seeded "
-            "tokens as without speculation); batches with a logits processor or "
-            "thinking budget and no top-k/top-p, processed logprobs, or a draft "
-            "vocabulary narrower than the target's stay upstream's; "
-            "--plugin-verification upstream keeps upstream's RejectionSampler "
-            "for every batch.",
+            "vllm-sampling-plugin verification: the plugin verifies the batches whose "
+            "law its fused kernel or matching carries exactly (noise in %s Philox), "
+            "upstream the others; --plugin-verification upstream keeps upstream's for "
+            "every batch.",
             "FP64" if sampler.use_fp64_gumbel else "FP32",
         )
 

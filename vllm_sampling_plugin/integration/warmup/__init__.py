@@ -7,11 +7,8 @@ release from 0.20 to 0.33) warms up whatever the plugin took: with the
 the rejection kernel and the n-gram scan; with the other shapes, the draw
 below.
 
-The draw's warm-up: without it the first request of each kind compiles them: on an H100 with
-vLLM 0.32 and an 8B model (FP64 noise), the first greedy request waited
-728 ms for the Gumbel-max kernels and the first seeded top-k/top-p request
-14.0 s for the fused kernel, against 27 ms and 3.5 s without the plugin
-(docs/benchmarks.md).
+The draw's warm-up: without it the first request of each kind compiles its
+kernels, seconds of waiting (docs/benchmarks.md).
 
 So the runner's dummy sampler run (part of vLLM's profile run, after which
 its memory is measured) is followed by one launch of the plugin's Gumbel-max
@@ -115,9 +112,8 @@ def step_slot_dtypes() -> tuple[torch.dtype, ...]:
     and from 0.32.
 
     Triton compiles a kernel per pointer dtype, so a warm-up in another dtype
-    compiles nothing the steps use (on 0.26 the first greedy request then
-    compiled the Gumbel-max kernel and the first top-k/top-p request the fused
-    one, 9.9 s, H200). It is read from the runner's module, where the steps
+    compiles nothing the steps use (the first requests then compile them:
+    docs/benchmarks.md). It is read from the runner's module, where the steps
     build the slots as a NumPy array (``np.int32``, or ``np.intp`` from 0.28)
     and copy it to the GPU, in its own dtype unless the copy names one (0.31
     names int32, 0.32 int64). The runner's dummy batch is no guide (0.31's

@@ -19,11 +19,8 @@ derives from the batch size that reaches a compile key (constexprs, launch
 options, which kernels launch, integer arguments as Triton specializes
 them). Batch sizes with equal variants compile the same binaries, so one of
 them warms all; ``tests/integration/warmup/test_warmup.py`` records the real
-launches' compile keys at every batch size and checks that. On an H100 at
-vocabulary 128256 that is 9 launches with n-gram speculation at
-max_num_seqs 64 and 11 at 256 (FP64: 14 and 15), instead of four per batch
-size (256 and 1024); the compiles, most of the time on a cold Triton cache,
-are the same ones. FlashInfer's kernels are not Triton's, so that route still
+launches' compile keys at every batch size and checks that: about ten
+launches instead of four per batch size, and the same compiles. FlashInfer's kernels are not Triton's, so that route still
 runs at every batch size.
 
 vLLM 0.20's V2 runner captures only the model forward (and the speculator's
