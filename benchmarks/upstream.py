@@ -109,9 +109,9 @@ from benchmarks.harness import (
     run_header,
 )
 from vllm_sampling_plugin.integration import parts
+from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import (
-    LINE_0_32,
-    LINE_0_33,
+    LINE_SEAMS,
     installed_vllm_version,
     release_line,
 )
@@ -300,14 +300,14 @@ def gumbel_cases(batch_sizes: Sequence[int], vocab_sizes: Sequence[int]) -> list
 
 
 def build_gumbel(variant: str, shape: dict, device: torch.device) -> Pair:
-    from vllm_sampling_plugin.integration.seams.draw import upstream_fp64_stream
+    from vllm_sampling_plugin.integration.draw.noise import upstream_fp64_stream
     from vllm_sampling_plugin.ops.gumbel import gumbel_sample
 
     use_fp64 = variant == "fp64"
     state = sampler_state(shape["B"], shape["V"], device)
     upstream = upstream_sample_random(state, use_fp64)
     return Pair(
-        # As the plugin's 0.32 sampler calls it (integration/seams/draw.py).
+        # As the plugin's 0.32 sampler calls it (integration/draw/).
         plugin=lambda: gumbel_sample(
             state.logits,
             state.idx_mapping,
@@ -336,7 +336,7 @@ def topk_cases(shapes: Shapes) -> list[tuple[str, dict]]:
 
 
 def build_topk_topp_seeded(variant: str, shape: dict, device: torch.device) -> Pair:
-    from vllm_sampling_plugin.integration.seams.draw import upstream_fp64_stream
+    from vllm_sampling_plugin.integration.draw.noise import upstream_fp64_stream
     from vllm_sampling_plugin.ops.topk_topp import top_k_top_p_sample
 
     use_fp64 = variant == "fp64"
@@ -1131,7 +1131,9 @@ def installed(dist: str) -> str:
 def require_upstream_line(vllm_version: str | None) -> None:
     """Exit with one line, before any work, unless the installed vLLM has the
     0.32/0.33 internals the upstream side of every row calls."""
-    if release_line(vllm_version) in (LINE_0_32, LINE_0_33):
+    # Those internals come with the verify-step shape of the rejection seam.
+    measured_shapes = LINE_SEAMS.get(release_line(vllm_version), {})
+    if measured_shapes.get(shapes.REJECTION) == shapes.VERIFY_STEP_OVER_UPSTREAM:
         return
     found = f"vLLM {vllm_version} is installed" if vllm_version else "vLLM is not installed"
     raise SystemExit(

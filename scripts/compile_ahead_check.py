@@ -38,7 +38,7 @@ def launches(args, device):
     """Every launch of the warm-ups; returns the tokens they drew."""
     import torch
 
-    from vllm_sampling_plugin.integration.compile_variants import (
+    from vllm_sampling_plugin.integration.common.compile_variants import (
         fused_top_k_top_p_variant,
         gumbel_variant,
         representatives,

@@ -68,7 +68,7 @@ for step in "$@"; do
   case $step in
     info) run info vllm-sampling-plugin info ;;
     ops) run ops python3 -m pytest -q -p no:cacheprovider tests/ops/test_gumbel.py tests/ops/test_sample.py tests/ops/test_masking.py tests/ops/test_flashinfer.py ;;
-    ngram) run ngram python3 -m pytest -q -p no:cacheprovider tests/ops/test_ngram.py tests/integration/test_ngram_speculator.py ;;
+    ngram) run ngram python3 -m pytest -q -p no:cacheprovider tests/ops/test_ngram.py tests/integration/speculator/test_ngram_proposer_0_20.py ;;
     rejection) run rejection python3 -m pytest -q -p no:cacheprovider tests/ops/test_rejection.py ;;
     topk) run topk python3 -m pytest -q -p no:cacheprovider tests/ops/test_topk_topp.py ;;
     e2e) run e2e python3 -m pytest -q -s -p no:cacheprovider tests/e2e ;;
@@ -87,8 +87,9 @@ for step in "$@"; do
       # on an H200 with vLLM 0.33, 199 s with 0.32 (2026-11-29, all passed);
       # STEP_TIMEOUT=480 leaves room for a slower start. The other policies
       # and methods are in the e2e step.
-      policy=$(python3 -c 'from vllm_sampling_plugin.integration import defaults
-print(defaults.default_speculation_policy())')
+      policy=$(python3 -c 'from vllm_sampling_plugin.integration.settings.defaults import defaults
+from vllm_sampling_plugin.integration.version import LINE_SEAMS, installed_vllm_version, release_line
+print(defaults(LINE_SEAMS[release_line(installed_vllm_version())]).get("speculation_policy", "fixed"))')
       run spec-features python3 -m pytest -q -s -p no:cacheprovider \
         tests/e2e/test_engine_upstream_sampler_lines.py \
         -k "plugins_verification_keeps or async_on-$policy or (accepts_ngram_drafts and standard)" ;;
@@ -277,7 +278,7 @@ print(defaults.default_speculation_policy())')
       # Issue 14's engine checks (every sampling field with n-gram, structured
       # outputs FP32/FP64 with and without n-gram, preemption, slot reuse; TP=2
       # where two GPUs are visible) and the bad-words alignment test.
-      run robust python3 -m pytest -v -s -p no:cacheprovider tests/integration/test_spec_bad_words.py \
+      run robust python3 -m pytest -v -s -p no:cacheprovider tests/integration/draw/test_sample_bad_words.py \
         tests/e2e/test_serving_robustness.py ;;
     soak)
       # A bounded load against vllm serve (docs/troubleshooting.md, "Soak run")

@@ -44,15 +44,15 @@ FILTER_THRESHOLDS = (
 )
 
 PLAN_IN_SCHEDULER = (
-    "tests/integration/test_speculation_policy.py::"
+    "tests/integration/speculator/test_speculation_policy.py::"
     "test_a_batch_without_proposals_proposes_one_step_in_probe_interval"
 )
 MIXED_DECODE_GRAPHS = (
-    "tests/integration/test_mixed_decode_graphs.py::"
+    "tests/integration/speculator/test_mixed_decode_graphs.py::"
     "test_mixed_length_decode_steps_replay_full_graphs"
 )
 PLAN_ON_ITS_OWN = (
-    "tests/integration/test_adaptive_observe.py::"
+    "tests/test_policy.py::"
     "test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often"
 )
 
@@ -116,10 +116,10 @@ MUTANTS = [
     # runner gets the lift refuses min-p where the plugin supports it.
     Mutant(
         "min_p_lift_inverted",
-        f"{PACKAGE}/integration/spec_sampling_fields.py",
+        f"{PACKAGE}/integration/verification/spec_sampling_fields_0_20.py",
         "if speculative_config is None or not plugin_verifies_drafts():",
         "if speculative_config is None or plugin_verifies_drafts():",
-        ("tests/integration/test_spec_sampling_fields.py",),
+        ("tests/integration/verification/test_spec_sampling_fields_0_20.py",),
     ),
     Mutant(
         "fp64_stream_swapped_for_fp32",
@@ -191,21 +191,21 @@ MUTANTS = [
     ),
     Mutant(
         "step_without_proposal_keeps_k_placeholders",
-        f"{PACKAGE}/integration/speculation_policy.py",
+        f"{PACKAGE}/integration/speculator/speculation_policy.py",
         "self._spec_token_placeholders = policy.placeholders[0]",
         "self._spec_token_placeholders = placeholders",
         (PLAN_IN_SCHEDULER,),
     ),
     Mutant(
         "cold_batch_proposes_every_step",
-        f"{PACKAGE}/integration/speculation_policy.py",
+        f"{PACKAGE}/policy.py",
         "proposes = self.warm or self.steps_since_proposal >= PROBE_INTERVAL - 1",
         "proposes = True",
         (PLAN_IN_SCHEDULER, PLAN_ON_ITS_OWN),
     ),
     Mutant(
         "prefill_steps_replay_mixed_decode_graphs",
-        f"{PACKAGE}/integration/decode_graphs.py",
+        f"{PACKAGE}/integration/speculator/decode_graphs.py",
         "max(query_lens, default=0) <= manager.decode_query_len",
         "True",
         (MIXED_DECODE_GRAPHS,),

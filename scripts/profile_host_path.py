@@ -18,7 +18,7 @@ import triton
 from kernel_stubs import stub_ops
 from stub_runner import fake_ngram_speculator, fake_rejection_sampler, fake_sampler
 
-from vllm_sampling_plugin.integration.sampler import Route
+from vllm_sampling_plugin.integration.draw.sample import Route
 
 K = 3
 

@@ -52,10 +52,7 @@ from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 from tests.tiny_model import write_tiny_llama  # noqa: E402
-from vllm_sampling_plugin.integration.proposal_report import (  # noqa: E402
-    PROPOSE_ATTR,
-    PROPOSED_ATTR,
-)
+from vllm_sampling_plugin.policy import PROPOSE_ATTR, PROPOSED_ATTR  # noqa: E402
 
 K = 3
 PROMPT_LEN = 64

@@ -2,7 +2,7 @@
 vLLM request state, and the ops' kernels swapped for stand-ins that run nothing
 (``kernel_stubs.py``), on an H100's launch plans. Shared by
 ``profile_host_path.py`` (host time per step) and
-``tests/integration/test_warmup.py`` (what the warm-up compiles)."""
+``tests/integration/warmup/test_warmup.py`` (what the warm-up compiles)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from vllm_sampling_plugin.integration.ngram_speculator import NgramProposerGPU
-from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
-from vllm_sampling_plugin.integration.sampler import PluginSampler, PluginSamplingStates
+from vllm_sampling_plugin.integration.speculator.ngram_proposer_0_20 import NgramProposerGPU
+from vllm_sampling_plugin.integration.verification.rejection_sampler_0_20 import PluginRejectionSampler
+from vllm_sampling_plugin.integration.draw.sample import PluginSampler, PluginSamplingStates
 
 
 def state(values, dtype):

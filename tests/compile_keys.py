@@ -1,6 +1,6 @@
 """What Triton keys a compiled binary on, recorded instead of compiling: the
-start-up warm-up tests (``tests/integration/test_warmup.py`` on vLLM 0.20,
-``test_plugin_verification.py`` on 0.32/0.33) put a :class:`Recorder` in
+start-up warm-up tests (``tests/integration/warmup/test_warmup.py`` on vLLM 0.20,
+``verification/test_verify_step.py`` on 0.32/0.33) put a :class:`Recorder` in
 place of every kernel of ``ops/`` (``scripts/kernel_stubs.py``) and compare
 the keys the warm-up launched with the keys of engine-like steps."""
 

@@ -346,14 +346,15 @@ def test_flashinfer_values_are_said_in_one_sentence_everywhere():
 
 
 def test_speculation_policy_defaults_are_the_codes_everywhere():
-    """Item 6: the lines where adaptive is the default, as integration/defaults.py
-    answers, are the ones the README and docs/configuration.md name."""
+    """Item 6: the lines where adaptive is the default, as the defaults table
+    (integration/settings/defaults.py) answers for each measured release's
+    shapes, are the ones the README and docs/configuration.md name."""
     from vllm_sampling_plugin import config
-    from vllm_sampling_plugin.integration.defaults import default_speculation_policy
-    from vllm_sampling_plugin.integration.version import SUPPORTED_LINES
+    from vllm_sampling_plugin.integration.settings.defaults import defaults
+    from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
-    adaptive = [line for line in SUPPORTED_LINES
-                if default_speculation_policy(line) == config.ADAPTIVE]
+    adaptive = [line for line, seams in LINE_SEAMS.items()
+                if defaults(seams).get(config.SPECULATION_POLICY_ATTR) == config.ADAPTIVE]
     said = f"{', '.join(adaptive[:-1])} and {adaptive[-1]}"
     configuration = " ".join((REPO_ROOT / "docs" / "configuration.md").read_text().split())
     assert f"| default | `adaptive` on vLLM {said}," in configuration

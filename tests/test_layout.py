@@ -64,3 +64,11 @@ def test_the_package_never_imports_the_lab():
     modules = [p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts]
     offenders = [str(p.relative_to(PACKAGE)) for p in modules if "benchmarks" in _imported_roots(p)]
     assert not offenders, f"the package imports benchmarks/: {offenders}"
+
+
+def test_decisions_never_import_vllm():
+    """The decisions that need no vLLM live outside integration/ and are
+    tested without it: the speculation policy and the FlashInfer choice."""
+    decisions = [PACKAGE / "policy.py", PACKAGE / "selection.py"]
+    offenders = [p.name for p in decisions if "vllm" in _imported_roots(p)]
+    assert not offenders, f"these decide without vLLM and must not import it: {offenders}"

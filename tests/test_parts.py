@@ -23,11 +23,8 @@ from vllm_sampling_plugin.integration.parts import (
     parts_rows,
     parts_summary,
 )
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import (
-    LINE_0_20,
-    LINE_0_32,
-    LINE_0_33,
     LINE_SEAMS,
     SUPPORTED_LINES,
     release_line,
@@ -43,7 +40,7 @@ def test_every_line_decides_every_seam():
 
 
 def test_0_20_takes_everything_over():
-    rows = parts_rows(line_found(LINE_0_20), LINE_0_20)
+    rows = parts_rows(line_found("0.20"), "0.20")
     assert all(owner == Owner.PLUGIN.value for _, owner, _, _ in rows)
 
 
@@ -54,7 +51,7 @@ def test_every_line_takes_the_draw(line):
     assert LINE_SEAMS[line][shapes.WARM_UP] is not None
 
 
-@pytest.mark.parametrize("line", [LINE_0_32, LINE_0_33])
+@pytest.mark.parametrize("line", ["0.32", "0.33"])
 def test_upstream_sampler_lines_keep_upstream_settings(line):
     owners = {part: owner for part, owner, _, _ in parts_rows(line_found(line), line)}
     assert owners["use_fp64_gumbel setting"] == "upstream"
@@ -63,11 +60,11 @@ def test_upstream_sampler_lines_keep_upstream_settings(line):
     assert owners["top-k/top-p, batches FlashInfer may take"] == "plugin"
 
 
-@pytest.mark.parametrize("line", [LINE_0_32, LINE_0_33])
+@pytest.mark.parametrize("line", ["0.32", "0.33"])
 def test_a_setting_part_is_owned_as_the_lines_default_says(line):
     """The verify-step and policy shapes are the same on 0.32 and 0.33; who
     verifies an engine's drafts, and with which policy, when it names
-    nothing is the line's default (integration/defaults.py: the plugin's
+    nothing is the line's default (integration/settings/defaults.py: the plugin's
     verification and the adaptive policy on both), and the table names the
     flag that flips each."""
     owners = {part: o for part, o, _, _ in parts_rows(line_found(line), line)}
@@ -77,24 +74,24 @@ def test_a_setting_part_is_owned_as_the_lines_default_says(line):
     row = next(r for r in compatibility_markdown().splitlines() if r.startswith(f"| {line}.x"))
     assert "verification (--plugin-verification upstream opts out)" in row
     assert "speculation policy (--speculation-policy fixed opts out)" in row
-    plugins_parts = parts_summary(line_found(line), line).split("; upstream:")[0]
+    plugins_parts = parts_summary(line_found(line)).split("; upstream:")[0]
     assert "speculative verification owner" in plugins_parts
     assert "adaptive speculation policy" in plugins_parts
 
 
-def test_a_setting_part_is_opt_in_where_the_lines_default_is_upstreams():
-    """Every line with the setting's shapes now defaults to the plugin; a
-    release without a measured default (what ``info`` finds on one newer
-    than 0.33, with 0.33's seams) keeps upstream's behaviour, and the flag
-    that gives the part to the plugin is named."""
-    found, line = line_found(LINE_0_33), "0.34"
+def test_a_newer_release_with_known_shapes_gets_their_defaults():
+    """The defaults are the shapes', not a release's: a release newer than
+    0.33 whose seams keep 0.33's shapes (what ``info`` finds on it) gets the
+    plugin's verification and policy as 0.33 does, and the flags that give
+    them back to upstream are named."""
+    found, line = line_found("0.33"), "0.34"
     owners = {part: o for part, o, _, _ in parts_rows(found, line)}
-    for part, choice in (("speculative verification owner", "--plugin-verification plugin"),
-                         ("rejection sampling", "--plugin-verification plugin"),
-                         ("adaptive speculation policy", "--speculation-policy adaptive")):
-        assert owners[part] == Owner.OPT_IN.value, part
-        assert other_choice(part, found, line) == choice, part
-    assert "adaptive speculation policy" not in parts_summary(found, line).split("; upstream:")[0]
+    for part, choice in (("speculative verification owner", "--plugin-verification upstream"),
+                         ("rejection sampling", "--plugin-verification upstream"),
+                         ("adaptive speculation policy", "--speculation-policy fixed")):
+        assert owners[part] == Owner.PLUGIN.value, part
+        assert other_choice(part, found) == choice, part
+    assert "adaptive speculation policy" in parts_summary(found).split("; upstream:")[0]
 
 
 def test_unmeasured_lines_say_so():
@@ -102,7 +99,7 @@ def test_unmeasured_lines_say_so():
     assert {ratio for _, _, _, ratio in rows} == {measurements.NOT_MEASURED}
 
 
-@pytest.mark.parametrize("line", [LINE_0_32, LINE_0_33])
+@pytest.mark.parametrize("line", ["0.32", "0.33"])
 def test_newer_line_ratios_name_their_measurement(line):
     for part, entry in measurements.load()[line].items():
         source = entry["source"]
@@ -133,7 +130,7 @@ def test_no_measured_prose_in_the_parts_strings():
 
 
 def test_summary_names_the_owners():
-    summary = parts_summary(line_found(LINE_0_32), LINE_0_32)
+    summary = parts_summary(line_found("0.32"))
     assert summary.startswith("plugin: Gumbel-max")
     assert "upstream: " in summary and "rejection sampling" in summary
 
@@ -141,7 +138,7 @@ def test_summary_names_the_owners():
 @pytest.mark.parametrize(
     "found, line",
     [("0.20.2", "0.20"), ("0.21.0", "0.21"), ("0.26.0", "0.26"), ("0.32.3rc1", "0.32"),
-     ("0.33.0", "0.33"), ("0.33.1rc1", "0.33"), ("0.34.0", None), ("0.19.1", None),
+     ("0.33.0", "0.33"), ("0.33.1rc1", "0.33"), ("0.34.0", "0.34"), ("0.19.1", None),
      (None, None)],
 )
 def test_release_line(found, line):

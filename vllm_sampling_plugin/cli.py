@@ -103,7 +103,7 @@ def info(verbose: bool) -> int:
 def _flashinfer_decision(setting: bool | None, found: dict, line: str, verbose: bool) -> int:
     """Where the settings seam is the plugin's, the plugin's own FlashInfer
     decision on this machine; 1 if an engine's start-up would fail."""
-    from vllm_sampling_plugin.integration.seams import shapes
+    from vllm_sampling_plugin.integration.common import shapes
 
     if not found[shapes.SETTINGS].is_taken:
         if verbose:

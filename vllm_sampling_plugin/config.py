@@ -18,7 +18,7 @@ Two settings steer the plugin:
     acceptance, so requests without a proposal run one token; ``fixed``
     verifies ``num_speculative_tokens`` for every request every step, as vLLM
     does. The default is ``adaptive`` on vLLM 0.20, 0.32 and 0.33, where
-    engine runs measured it (integration/defaults.py).
+    engine runs measured it (integration/settings/defaults.py).
 
 ``plugin_verification`` (``--plugin-verification`` / ``LLM(plugin_verification=...)``)
     Who verifies speculative drafts on vLLM 0.32/0.33: ``upstream`` keeps
@@ -28,9 +28,9 @@ Two settings steer the plugin:
     kernel, no ``[B * (k + 1), V]`` float32 canvas; batches with logits
     processors that use top-k/top-p on upstream's processed canvas) and
     leaves every other batch to upstream's code
-    (integration/plugin_verification.py). The
+    (integration/verification/verify_step.py). The
     default is ``plugin`` on 0.32 and 0.33, where engine runs measured no
-    mix below 0.99x of upstream's (integration/defaults.py).
+    mix below 0.99x of upstream's (integration/settings/defaults.py).
 
 All are resolved once, in the front-end process, by the ``create_model_config``
 wrapper, and stored on the ``ModelConfig`` instance under the attribute names

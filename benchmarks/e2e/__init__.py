@@ -68,7 +68,7 @@ Options whose reasons do not fit a help line:
 - ``--max-cudagraph-capture-size``: an n-gram engine's is at least
   ``max_num_seqs * (k + 1)``, its verification step's tokens.
 - ``--spec-verification default`` passes nothing: the release's default
-  (integration/defaults.py).
+  (integration/settings/defaults.py).
 """
 
 

@@ -18,11 +18,9 @@ from benchmarks.report import read_json_argument
 from vllm_sampling_plugin.config import FIXED as FIXED_POLICY
 from vllm_sampling_plugin.config import NGRAM_METHODS
 from vllm_sampling_plugin.config import SPECULATION_POLICIES as SPEC_POLICIES
+from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import (
-    LINE_0_20,
-    LINE_0_32,
-    LINE_0_33,
-    LINE_0_34,
+    LINE_SEAMS,
     installed_vllm_version,
     release_line,
 )
@@ -213,7 +211,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      "it take; name the size with --kv-cache-gib")
     if args.record and args.render and not args.ratios:
         parser.error("--record writes the ratios of a run or of --ratios FILE, not of --render")
-    if args.spec_engines == "stock" and release_line(installed_vllm_version()) == LINE_0_20:
+    installed_shapes = _installed_shapes()
+    if (args.spec_engines == "stock"
+            and installed_shapes.get(shapes.SPECULATOR) == shapes.NGRAM_BEFORE_REQUEST_STATE):
         parser.error("--spec-engines stock: stock vLLM 0.20's V2 model runner has no n-gram "
                      "proposer (the plugin brings one); use a vLLM >= 0.32 or --spec-engines "
                      "plugin")
@@ -221,13 +221,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--no-spec-against-none: name a second policy (--spec-policies "
                      "adaptive,fixed), --spec-verification both, --spec-against-stock or "
                      "--control, or there is nothing to measure")
-    on_0_32_or_0_33 = release_line(installed_vllm_version()) in (LINE_0_32, LINE_0_33, LINE_0_34)
-    if args.spec_against_stock and (args.spec_engines == "stock" or not on_0_32_or_0_33):
-        parser.error("--spec-against-stock: the plugin's engines against stock vLLM's n-gram "
-                     "speculation, which exists on vLLM 0.32/0.33 only, with --spec-engines "
-                     "plugin")
+    stock_speculates = installed_shapes.get(shapes.SPECULATOR) in shapes.POLICY_OVER_UPSTREAM
+    if args.spec_against_stock and (args.spec_engines == "stock" or not stock_speculates):
+        parser.error("--spec-against-stock: the plugin's engines against stock vLLM's own "
+                     "speculation, which exists from vLLM 0.32 on, with --spec-engines plugin")
     if args.spec_draft:
-        if release_line(installed_vllm_version()) != LINE_0_33:
+        if release_line(installed_vllm_version()) != "0.33":
             parser.error("--spec-draft: the V2 model runner's draft-model speculator "
                          "(StandaloneARSpeculator) is vLLM 0.33's; install vLLM 0.33")
         if args.spec_policies != [FIXED_POLICY]:
@@ -237,8 +236,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if args.spec_engines == "stock":
             parser.error("--spec-verification: stock engines (VLLM_PLUGINS=none) verify "
                          "upstream's way; use --spec-engines plugin")
-        if not on_0_32_or_0_33:
-            parser.error("--spec-verification: plugin_verification exists on vLLM 0.32/0.33 only")
+        if installed_shapes.get(shapes.REJECTION) not in shapes.VERIFY_STEPS:
+            parser.error("--spec-verification: plugin_verification exists from vLLM 0.32 on")
     return args
 
 
@@ -289,7 +288,12 @@ def fp64_kwarg(args: argparse.Namespace, role: str) -> bool:
     EngineArgs has no such field: the plugin adds it; stock always draws FP64)."""
     if not args.use_fp64_gumbel:
         return False
-    return role == "plugin" or release_line(installed_vllm_version()) != LINE_0_20
+    return role == "plugin" or _installed_shapes().get(shapes.SETTINGS) != shapes.ENGINE_ARGS_WRAPPED
+
+
+def _installed_shapes() -> dict[str, str | None]:
+    """The seams' shapes on the installed vLLM, where it is a measured release."""
+    return LINE_SEAMS.get(release_line(installed_vllm_version()), {})
 
 
 def capture_size(args: argparse.Namespace, ngram_k: int) -> int | None:

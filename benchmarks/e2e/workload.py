@@ -23,7 +23,7 @@ MIXES = (*SINGLE_MIXES, "mixed", "ngram")
 # penalties: logits processors, so on vLLM 0.32/0.33 upstream's float32
 # canvas carries them, and under the plugin's verification the batch's
 # top-k/top-p fold into the plugin's kernel on that canvas
-# (integration/plugin_verification.py). The penalties are too small to move
+# (integration/verification/verify_step.py). The penalties are too small to move
 # the copy checkpoint's 0.97 top-1 probability: drafts are accepted as in
 # ``topk_topp``, and the cell measures what verifying costs.
 OPT_IN_MIXES: dict[str, dict] = {

@@ -130,12 +130,12 @@ def test_engine_roles_and_arguments():
 
 
 def test_engines_must_run_the_sampler_of_their_role():
-    engine.check_sampler("plugin", "vllm_sampling_plugin.integration.sampler.PluginSampler")
+    engine.check_sampler("plugin", "vllm_sampling_plugin.integration.draw.sample.PluginSampler")
     engine.check_sampler("stock", "vllm.v1.worker.gpu.sample.sampler.Sampler")
     with pytest.raises(RuntimeError, match="plugin did not load"):
         engine.check_sampler("plugin", "vllm.v1.worker.gpu.sample.sampler.Sampler")
     with pytest.raises(RuntimeError, match="VLLM_PLUGINS=none did not apply"):
-        engine.check_sampler("stock", "vllm_sampling_plugin.integration.sampler.PluginSampler")
+        engine.check_sampler("stock", "vllm_sampling_plugin.integration.draw.sample.PluginSampler")
 
 
 class FakeEngine:

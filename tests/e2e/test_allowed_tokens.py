@@ -5,7 +5,7 @@ vLLM 0.20's bias kernel saves the allowed logits, stores ``-inf`` over the row
 and restores them with no barrier between the threads, so on an H100 the
 whole row can end ``-inf`` and every token comes out as id 0. On 0.20 the
 plugin applies allowed ids, logit bias and min-tokens with its own race-free
-kernel (integration/logit_bias.py), for the sampler and for n-gram
+kernel (integration/draw/sample_logit_bias.py), for the sampler and for n-gram
 verification alike; on 0.32/0.33 upstream's kernel (with barriers) does it.
 
 Engines, all started at once (``kv_cache_memory_bytes`` fixed, so no memory

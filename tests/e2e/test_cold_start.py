@@ -17,7 +17,7 @@ pytestmark = [
     pytest.mark.gpu,
     needs_vllm_line(
         "0.20",
-        why="the 0.20 line's start-up warm-up (integration/warmup.py); 0.32/0.33 "
+        why="the 0.20 line's start-up warm-up (integration/warmup/sample.py); 0.32/0.33 "
         "have none, so their kernels compile on first use",
     ),
 ]

@@ -95,7 +95,7 @@ def test_sampler_is_the_plugins_and_generates(tiny_model, fp64):
         f"enforce_eager=True, use_fp64_gumbel={fp64}",
         GENERATE,
     )
-    assert result["sampler"] == "vllm_sampling_plugin.integration.sampler.PluginSampler"
+    assert result["sampler"] == "vllm_sampling_plugin.integration.draw.sample.PluginSampler"
     assert result["fp64"] is fp64
     _assert_generated(result)
 

@@ -1,7 +1,7 @@
 """vLLM 0.32/0.33's V2 runner with the plugin, end to end, on a tiny random Llama.
 
 On these lines the plugin replaces only the Sampler's draw (``PluginSampler``
-of integration/seams/draw.py overrides ``_sample_random``); the rejection
+of integration/draw/ overrides ``_sample_random``); the rejection
 sampler, the n-gram proposer and ``use_fp64_gumbel`` stay upstream's
 (docs/design/vllm-0.32-integration.md), and FlashInfer keeps its batches only
 when ``VLLM_USE_FLASHINFER_SAMPLER=1`` asks for it. So these tests check
@@ -46,8 +46,8 @@ from tests.e2e.structured_checks import assert_structured_outputs
 from tests.integration.helpers import run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_seam, needs_vllm_line
-from vllm_sampling_plugin.integration.defaults import default_verification
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.settings.defaults import defaults
+from vllm_sampling_plugin.integration.common import shapes
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
 # Every line where the plugin keeps upstream's Sampler and replaces its draw
@@ -71,28 +71,28 @@ pytestmark = [
 ]
 
 PLUGIN_SAMPLER = (
-    "vllm_sampling_plugin.integration.seams.draw."
-    + ("PluginInlineDrawSampler"
+    "vllm_sampling_plugin.integration.draw."
+    + ("sample_skipping_top_k_top_p.PluginInlineDrawSampler"
        if INSTALLED_LINE in LINES
        and LINE_SEAMS[INSTALLED_LINE][shapes.DRAW] == shapes.SAMPLE_SKIPPING_TOP_K_TOP_P
-       else "PluginSampler")
+       else "sample_random.PluginRandomDrawSampler")
 )
 UPSTREAM_SAMPLER = "vllm.v1.worker.gpu.sample.sampler.Sampler"
 UPSTREAM_REJECTION_SAMPLER = "vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler"
 PLUGIN_VERIFYING_REJECTION_SAMPLER = (
-    "vllm_sampling_plugin.integration.plugin_verification.PluginVerifyingRejectionSampler"
+    "vllm_sampling_plugin.integration.verification.verify_step.PluginVerifyingRejectionSampler"
 )
 # What the runner holds for a standard-method engine that names no
 # plugin_verification: the plugin's verify-step takeover where that is the
-# line's default (0.32, 0.33: integration/defaults.py), upstream's object elsewhere.
+# line's default (0.32, 0.33: integration/settings/defaults.py), upstream's object elsewhere.
 DEFAULT_REJECTION_SAMPLER = (
     PLUGIN_VERIFYING_REJECTION_SAMPLER
-    if default_verification(INSTALLED_LINE) == "plugin"
+    if defaults(LINE_SEAMS.get(INSTALLED_LINE, {})).get("plugin_verification") == "plugin"
     else UPSTREAM_REJECTION_SAMPLER
 )
 # Upstream's GPU n-gram proposer, subclassed by the plugin to report how many
-# drafts it found (integration/upstream_ngram.py) for the adaptive policy.
-REPORTING_NGRAM = "vllm_sampling_plugin.integration.upstream_ngram.ReportingNgramGPUSpeculator"
+# drafts it found (integration/speculator/upstream_ngram.py) for the adaptive policy.
+REPORTING_NGRAM = "vllm_sampling_plugin.integration.speculator.upstream_ngram.ReportingNgramGPUSpeculator"
 WATERMARK_SAMPLER = "vllm.v1.watermarking.gpu_sampler.GPUWatermarkSampler"
 
 # Upstream's rejection methods (config/speculative.py, RejectionSampleMethod)
@@ -108,7 +108,7 @@ REJECTION_METHODS = {
 }
 
 # "ngram_gpu": with "ngram" stock 0.32 turns async scheduling off (and refuses
-# it when asked for; the plugin lifts that, integration/vllm_config.py); both
+# it when asked for; the plugin lifts that, integration/speculator/vllm_config.py); both
 # build the same NgramGPUSpeculator in the V2 runner, and "ngram_gpu" asks for
 # async scheduling the same way with and without the plugin.
 NGRAM_GPU = {
@@ -528,7 +528,7 @@ def test_ngram_speculation_keeps_greedy_tokens(tiny_model, async_scheduling, pol
     policy: ``fixed`` (k drafts verified every step) and ``adaptive`` (the
     default on both lines: a request verifies only the drafts the proposer
     found; under async scheduling steps without drafts either side
-    run with the speculator out of sight, integration/proposal_report.py):
+    run with the speculator out of sight, integration/speculator/proposal_report.py):
     greedy outputs match the engine without speculation for at least 90% of
     the prompts (a verification step's batch shape may flip a near-tie) and
     drafts are accepted. The method is ``"ngram"``, which stock 0.32
@@ -803,7 +803,7 @@ def test_watermarked_engine_keeps_upstreams_watermark_sampler(tiny_model):
 
 
 # ---------------------------------------------------------------------------
-# The plugin's verification (0.33's default, integration/defaults.py) keeps
+# The plugin's verification (0.33's default, integration/settings/defaults.py) keeps
 # what speculation offers upstream: every request kind verifies, the batches
 # the fused kernel does not carry go to upstream's code, and seeded requests
 # give the tokens they give without speculation.

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from vllm_sampling_plugin.integration.log_once import log_once
+from vllm_sampling_plugin.integration.common.log_once import log_once
 
 
 @pytest.fixture

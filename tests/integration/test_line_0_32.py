@@ -20,7 +20,7 @@ from tests.integration.helpers import (
     run_python,
 )
 from tests.vllm_lines import needs_seam, needs_vllm_line
-from vllm_sampling_plugin.integration.seams import shapes
+from vllm_sampling_plugin.integration.common import shapes
 
 # 0.31 builds its Sampler and calls _sample_random as 0.32 does.
 pytestmark = needs_vllm_line("0.31", "0.32")
@@ -36,11 +36,11 @@ def test_registration_patches_the_sampler_name():
         from vllm.config import ModelConfig, VllmConfig
         from vllm.engine.arg_utils import EngineArgs
         from vllm_sampling_plugin.integration.register import registration_state
-        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
+        from vllm_sampling_plugin.integration.draw.sample_random import PluginRandomDrawSampler
 
         assert registration_state() == "active", registration_state()
-        assert mr.Sampler is PluginSampler, mr.Sampler
-        # The draw's kernels compile in the dummy sampler run (seams/warmup.py).
+        assert mr.Sampler is PluginRandomDrawSampler, mr.Sampler
+        # The draw's kernels compile in the dummy sampler run (integration/warmup/).
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
         assert mr.init_speculator.__module__ == "vllm.v1.worker.gpu.spec_decode"
         # Upstream owns use_fp64_gumbel: ModelConfig stays upstream's, and so
@@ -72,7 +72,7 @@ def test_registration_binds_the_verify_step_takeover():
         import vllm.v1.worker.gpu.model_runner as mr
         from vllm.config import ModelConfig
         from vllm.v1.worker.gpu.spec_decode.rejection_sampler import RejectionSampler
-        from vllm_sampling_plugin.integration.plugin_verification import (
+        from vllm_sampling_plugin.integration.verification.verify_step import (
             PluginVerifyingRejectionSampler,
         )
         assert mr.RejectionSampler is PluginVerifyingRejectionSampler
@@ -97,7 +97,7 @@ def test_registration_patches_the_policy_seams_over_upstreams_ngram_proposer():
 
         assert registration_state() == "active", registration_state()
         # The adaptive speculation policy over upstream's n-gram proposer
-        # (seams/speculator.py): the proposer reports its counts, the runner
+        # (integration/speculator/): the proposer reports its counts, the runner
         # sends them, the scheduler reads them.
         import vllm.v1.worker.gpu.spec_decode.ngram.speculator as ngram
         from vllm.v1.core.sched.scheduler import Scheduler
@@ -114,31 +114,6 @@ def test_registration_patches_the_policy_seams_over_upstreams_ngram_proposer():
         assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "fixed")
         assert args.plugin_verification == "plugin"
         assert EngineArgs(model="m").plugin_verification == "plugin"
-        print("ok")
-        """
-    )
-    assert out.strip().splitlines()[-1] == "ok"
-
-
-def test_unsupported_version_leaves_vllm_untouched_and_logs_one_error():
-    out = run_python(
-        """
-        import logging
-        import vllm_sampling_plugin.integration.version as version
-        version.installed_vllm_version = lambda: "0.34.0"
-        from vllm.plugins import load_general_plugins
-        records = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                records.append(record)
-        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
-        load_general_plugins()
-
-        import vllm.v1.worker.gpu.model_runner as mr
-        from vllm.v1.worker.gpu.sample.sampler import Sampler
-        assert mr.Sampler is Sampler
-        errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
-        assert len(errors) == 1 and "0.34.0" in errors[0], errors
         print("ok")
         """
     )
@@ -172,9 +147,9 @@ def draw(sampler, logits, slots, pos):
 def test_sampler_builds_from_upstream_arguments_and_keeps_their_settings(fp64):
     out = run_python(
         f"""
-        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
+        from vllm_sampling_plugin.integration.draw.sample_random import PluginRandomDrawSampler
         sampler = build_sampler(use_fp64_gumbel={fp64})
-        assert type(sampler) is PluginSampler
+        assert type(sampler) is PluginRandomDrawSampler
         assert sampler.use_fp64_gumbel is {fp64}
         # Upstream's own state, processors and FlashInfer decision are kept.
         assert [type(p).__name__ for p in sampler.logits_processors] == [
@@ -300,9 +275,9 @@ def test_warm_up_launches_every_compile_variant_of_the_draw(fp64):
     out = run_python(
         f"""
         import logging
-        from vllm_sampling_plugin.integration.compile_variants import (
+        from vllm_sampling_plugin.integration.common.compile_variants import (
             fused_top_k_top_p_variant, gumbel_variant, representatives)
-        from vllm_sampling_plugin.integration.seams.warmup import warm_up_plugin_draw
+        from vllm_sampling_plugin.integration.warmup import warm_up_plugin_draw
         records = []
         handler = logging.Handler()
         handler.emit = records.append
@@ -359,7 +334,7 @@ def test_flashinfer_batches_are_the_plugins_unless_the_user_asks_for_flashinfer(
     FlashInfer; ``1`` keeps them FlashInfer's. One log line says which."""
     out = run_python(
         f"""
-        import vllm_sampling_plugin.integration.seams.draw as draw_module
+        import vllm_sampling_plugin.integration.draw.plugin_draw as draw_module
         routes = []
         def fake_flashinfer(logits, top_k, top_p):
             routes.append("flashinfer")

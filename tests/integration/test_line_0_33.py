@@ -63,7 +63,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         load_general_plugins()
 
         from vllm_sampling_plugin.integration.register import registration_state
-        from vllm_sampling_plugin.integration.seams.draw import PluginSampler
+        from vllm_sampling_plugin.integration.draw.sample_random import PluginRandomDrawSampler
         assert registration_state() == "active", registration_state()
 
         after = {m.__name__: dict(vars(m)) for m in modules}
@@ -75,12 +75,12 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             if before[owner].get(name, None) is not after[owner].get(name, None)
         )
         # The Sampler name, and the dummy sampler run, which now also warms
-        # the plugin's draw kernels up (seams/warmup.py); the adaptive
-        # speculation policy's seams (seams/speculator.py): the runner's
+        # the plugin's draw kernels up (integration/warmup/); the adaptive
+        # speculation policy's seams (integration/speculator/): the runner's
         # output and its plan, the scheduler, the target model's graph candidates, the
         # n-gram proposer's name and the line's default policy for
         # ModelConfigs built elsewhere (EngineArgs learned
-        # speculation_policy earlier, at platform discovery: integration/early.py).
+        # speculation_policy earlier, at platform discovery: integration/settings/early.py).
         assert changed == [
             "AsyncScheduler._update_after_schedule",
             "GPUModelRunner._dummy_sampler_run",
@@ -101,17 +101,17 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             "vllm.v1.worker.gpu.spec_decode.ngram.speculator.NgramGPUSpeculator",
         ], changed
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
-        assert mr.Sampler is PluginSampler
-        assert issubclass(PluginSampler, upstream.Sampler)
+        assert mr.Sampler is PluginRandomDrawSampler
+        assert issubclass(PluginRandomDrawSampler, upstream.Sampler)
         assert issubclass(ngram.NgramGPUSpeculator, before[ngram.__name__]["NgramGPUSpeculator"])
         # Only the final draw is overridden (the mixin adds names; of
         # upstream's it replaces only __init__, which calls it and logs).
-        overridden = sorted(n for n in vars(PluginSampler) if n in vars(upstream.Sampler)
+        overridden = sorted(n for n in vars(PluginRandomDrawSampler) if n in vars(upstream.Sampler)
                             and not n.startswith("__"))
         assert overridden == ["_sample_random"], overridden
         # It takes upstream's positional call, whatever its arguments after top_p.
         upstream_args = list(inspect.signature(upstream.Sampler._sample_random).parameters)
-        inspect.signature(PluginSampler._sample_random).bind(*upstream_args)
+        inspect.signature(PluginRandomDrawSampler._sample_random).bind(*upstream_args)
         # Upstream's use_fp64_gumbel stays upstream's field; the plugin adds
         # only speculation_policy, and only as a keyword.
         fields = arg_utils.EngineArgs.__dataclass_fields__
@@ -125,9 +125,9 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         assert ModelConfig.plugin_verification == "plugin"
         assert arg_utils.EngineArgs(
             model="m", plugin_verification="upstream").plugin_verification == "upstream"
-        # The verify-step takeover (seams/rejection.py) subclasses upstream's
+        # The verify-step takeover (integration/verification/) subclasses upstream's
         # RejectionSampler and overrides only the verify step.
-        from vllm_sampling_plugin.integration.plugin_verification import (
+        from vllm_sampling_plugin.integration.verification.verify_step import (
             PluginVerifyingRejectionSampler,
         )
         assert mr.RejectionSampler is PluginVerifyingRejectionSampler
@@ -182,8 +182,8 @@ SAMPLER_PRELUDE = (
     + """
 import inspect
 import vllm.v1.worker.gpu.sample.sampler as upstream
-import vllm_sampling_plugin.integration.seams.draw as draw_module
-from vllm_sampling_plugin.integration.seams.draw import PluginSampler
+import vllm_sampling_plugin.integration.draw.plugin_draw as draw_module
+from vllm_sampling_plugin.integration.draw.sample_random import PluginRandomDrawSampler
 
 CALLS = []  # (name, details) in call order
 
@@ -195,7 +195,7 @@ def spy(owner, name, record=lambda *a, **k: None):
     setattr(owner, name, wrapper)
 
 UPSTREAM_SIGNATURE = inspect.signature(upstream.Sampler._sample_random)
-spy(PluginSampler, "_sample_random",
+spy(PluginRandomDrawSampler, "_sample_random",
     lambda *a, **k: dict(UPSTREAM_SIGNATURE.bind(*a, **k).arguments))
 spy(draw_module, "gumbel_sample")
 spy(draw_module, "top_k_top_p_sample")
@@ -237,7 +237,7 @@ def test_sampler_builds_from_upstream_arguments_and_keeps_their_settings(fp64):
     out = run_python(
         f"""
         sampler = build_sampler(use_fp64_gumbel={fp64})
-        assert type(sampler) is PluginSampler
+        assert type(sampler) is PluginRandomDrawSampler
         assert sampler.use_fp64_gumbel is {fp64}
         # Upstream's own state, processors and FlashInfer decision are kept.
         assert [type(p).__name__ for p in sampler.logits_processors] == [
@@ -472,7 +472,7 @@ def test_sampling_mask_request_gets_upstreams_mask_with_has_topp_only_rows():
 
 
 # Upstream's GPU n-gram proposer in Triton's interpreter, with the plugin's
-# proposal counts (integration/upstream_ngram.py). vLLM's triton_utils needs
+# proposal counts (integration/speculator/upstream_ngram.py). vLLM's triton_utils needs
 # CUDA_VISIBLE_DEVICES empty to give the real Triton (not a placeholder) on
 # a machine without a GPU. The history of each request is written straight
 # into RequestState's tensors, as add_request and postprocess leave it.
@@ -589,7 +589,7 @@ def test_upstream_ngram_proposer_reports_how_many_drafts_it_found():
 def test_bench_e2e_plugin_engine_kwargs_reach_the_model_config(tmp_path):
     """``bench e2e``'s plugin n-gram engines hand ``speculation_policy`` to
     ``LLM(...)``, which passes it to ``EngineArgs(...)`` before any general
-    plugin has loaded: the platform-plugin hook (integration/early.py) has
+    plugin has loaded: the platform-plugin hook (integration/settings/early.py) has
     taught EngineArgs the keyword by then, and the setting reaches the
     ModelConfig the workers receive, beside upstream's own use_fp64_gumbel."""
     from tests.tiny_model import write_tiny_llama

@@ -9,9 +9,9 @@ pytestmark = needs_vllm_line("0.20")
 
 CHECK_PATCHED = """
 import vllm.v1.worker.gpu.model_runner as mr
-from vllm_sampling_plugin.integration.rejection_sampler import PluginRejectionSampler
-from vllm_sampling_plugin.integration.sampler import PluginSampler
-from vllm_sampling_plugin.integration import speculator
+from vllm_sampling_plugin.integration.verification.rejection_sampler_0_20 import PluginRejectionSampler
+from vllm_sampling_plugin.integration.draw.sample import PluginSampler
+from vllm_sampling_plugin.integration.speculator import init_speculator_0_20 as speculator
 assert mr.Sampler is PluginSampler, mr.Sampler
 assert mr.RejectionSampler is PluginRejectionSampler, mr.RejectionSampler
 assert mr.init_speculator is speculator.init_speculator, mr.init_speculator
@@ -79,7 +79,7 @@ def test_unsupported_vllm_leaves_vllm_untouched_and_logs_one_error():
         errors = [r for r in records if r.levelno >= logging.ERROR]
         assert len(errors) == 1, [r.getMessage() for r in records]
         msg = errors[0].getMessage()
-        assert "0.19.1" in msg and ">=0.20.0,<0.34" in msg, msg
+        assert "0.19.1" in msg and ">=0.20.0" in msg, msg
         print("ok")
         """
     )

@@ -1,5 +1,6 @@
 """What each seam's adapter finds in the installed vLLM is that line's row of
-LINE_SEAMS; register() applies exactly those seams (fresh processes)."""
+LINE_SEAMS; register() applies exactly those seams, also where the release
+is newer than every measured one (fresh processes)."""
 
 from tests.integration.helpers import run_python
 from tests.vllm_lines import INSTALLED_LINE
@@ -18,6 +19,55 @@ def test_adapters_find_the_shapes_of_the_table():
     assert detected == {seam: str(shape) for seam, shape in LINE_SEAMS[INSTALLED_LINE].items()}
 
 
+def test_a_release_newer_than_every_measured_one_takes_the_seams_it_recognises():
+    """The installed vLLM reporting a release newer than every row of
+    LINE_SEAMS: register() applies each seam whose shape its adapter
+    recognises (here the installed line's row), says so in exactly one
+    warning line naming the release and the seams left to upstream, and
+    logs no error."""
+    out = run_python(
+        """
+        import logging
+        import vllm_sampling_plugin.integration.version as version
+        version.installed_vllm_version = lambda: "0.99.0"
+        from vllm.plugins import load_general_plugins
+        # After vLLM configured logging (which resets child loggers' handlers).
+        records = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
+        load_general_plugins()
+
+        import vllm.v1.worker.gpu.model_runner as mr
+        from vllm_sampling_plugin.integration import draw
+        from vllm_sampling_plugin.integration.register import registration_state
+        from vllm_sampling_plugin.integration.seams import detect_seams
+        found = detect_seams()
+        assert mr.Sampler is draw.sampler_class(found["draw"].shape), mr.Sampler
+        warms_up = getattr(mr.GPUModelRunner._dummy_sampler_run, "warms_up_plugin_kernels", False)
+        assert warms_up == found["warm-up"].is_taken
+        errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
+        warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+        assert not errors, errors
+        assert len(warnings) == 1, warnings
+        print(registration_state())
+        print(warnings[0])
+        for seam, f in found.items():
+            print(f"{seam}={f.shape}")
+        """,
+        env={"VLLM_LOGGING_LEVEL": "WARNING"},  # the helpers' ERROR would hide the warning
+    )
+    lines = out.strip().splitlines()
+    detected = dict(line.split("=", 1) for line in lines if line.split("=")[0] in LINE_SEAMS["0.20"])
+    assert detected == {seam: str(shape) for seam, shape in LINE_SEAMS[INSTALLED_LINE].items()}
+    state, warning = lines[-len(detected) - 2 : -len(detected)]
+    assert state == "active"
+    left = [seam for seam, shape in LINE_SEAMS[INSTALLED_LINE].items() if shape is None]
+    assert "0.99.0" in warning, warning
+    assert warning.split("leaves ")[1] == f"{', '.join(left) or 'none'} to upstream.", warning
+
+
 def test_register_binds_the_draw_seams_sampler():
     out = run_python(
         """
@@ -25,7 +75,7 @@ def test_register_binds_the_draw_seams_sampler():
         load_general_plugins()
         import vllm.v1.worker.gpu.model_runner as mr
         from vllm_sampling_plugin.integration.register import registration_state
-        from vllm_sampling_plugin.integration.seams import draw
+        from vllm_sampling_plugin.integration import draw
         from vllm_sampling_plugin.integration.version import LINE_SEAMS, installed_vllm_version, release_line
         shape = LINE_SEAMS[release_line(installed_vllm_version())]["draw"]
         assert mr.Sampler is draw.sampler_class(shape), mr.Sampler
@@ -49,13 +99,13 @@ UPSTREAM_FP32_NOISE = {
 
 
 def test_fp32_stream_of_an_engine_that_speculates_is_upstreams_where_the_plugin_has_it():
-    """The draw seam's noise (seams/noise.py): where upstream's RejectionSampler
+    """The draw seam's noise (integration/draw/noise.py): where upstream's RejectionSampler
     draws the steps with drafts, the plugin's FP32 draw is upstream's stream
     if it has it, and the log line says when it has not."""
     out = run_python(
         """
         import types
-        from vllm_sampling_plugin.integration.seams import noise
+        from vllm_sampling_plugin.integration.draw import noise
 
         speculating = types.SimpleNamespace(speculative_config=object())
         plain = types.SimpleNamespace(speculative_config=None)
@@ -91,7 +141,7 @@ def test_engine_speculating_in_fp32_keeps_upstreams_draw_where_the_plugin_lacks_
         import types
         from vllm.plugins import load_general_plugins
         load_general_plugins()
-        from vllm_sampling_plugin.integration.seams import noise
+        from vllm_sampling_plugin.integration.draw import noise
 
         def engine(speculating, fp64):
             return types.SimpleNamespace(
@@ -121,8 +171,9 @@ def test_the_draw_seams_sampler_builds_upstreams_for_an_engine_that_keeps_its_dr
         """
         from vllm.plugins import load_general_plugins
         load_general_plugins()
-        from vllm_sampling_plugin.integration import sampler as whole_sample
-        from vllm_sampling_plugin.integration.seams import draw, noise
+        from vllm_sampling_plugin.integration.draw import sample as whole_sample
+        from vllm_sampling_plugin.integration import draw
+        from vllm_sampling_plugin.integration.draw import noise
 
         class UpstreamSampler:
             def __init__(self, *args, **kwargs):
@@ -153,7 +204,7 @@ STEP_SLOT_DTYPE = {
 # dtype, slot dtype, position dtype, rows, slots).
 RECORDING_DRAW = """
 import torch
-from vllm_sampling_plugin.integration.seams.draw import PluginDrawMixin
+from vllm_sampling_plugin.integration.draw.plugin_draw import PluginDrawMixin
 
 class RecordingDraw(PluginDrawMixin):
     use_fp64_gumbel = False
@@ -183,7 +234,7 @@ def test_warm_up_launches_the_draw_in_the_request_slot_dtype_of_the_runners_step
     steps do not use leaves the first requests to compile (0.26, H200)."""
     out = run_python(
         """
-        from vllm_sampling_plugin.integration.seams.warmup import step_slot_dtypes, warm_up_plugin_draw
+        from vllm_sampling_plugin.integration.warmup import step_slot_dtypes, warm_up_plugin_draw
 
         (slot_dtype,) = step_slot_dtypes()
         sampler = RecordingDraw()
@@ -207,7 +258,7 @@ def test_warm_up_draws_every_logit_a_matching_verifier_draws():
     out = run_python(
         """
         import types
-        from vllm_sampling_plugin.integration.seams import warmup
+        from vllm_sampling_plugin.integration import warmup
 
         # One launch at the largest batch the warm-up covers (on this CPU
         # every size is one compile variant).
@@ -247,7 +298,7 @@ def test_warm_up_covers_both_slot_dtypes_where_the_runner_has_no_source():
         """
         import inspect
         import vllm.v1.worker.gpu.model_runner  # imported first: its imports read sources
-        from vllm_sampling_plugin.integration.seams import warmup
+        from vllm_sampling_plugin.integration import warmup
 
         def no_source(obj):
             raise OSError("could not get source code")

@@ -1,5 +1,6 @@
 """Everything that touches vLLM internals, kept as thin as possible.
 
-Each module patches one concern, at the names where vLLM 0.20 looks them up
-(see docs/architecture.md for the hook points and why each is needed).
+One folder per seam (settings/, draw/, verification/, speculator/, warmup/),
+applied in order by seams.py; common/ holds what they share (see
+docs/architecture.md for the hook points and why each is needed).
 """

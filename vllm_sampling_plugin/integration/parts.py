@@ -15,9 +15,9 @@ import typing
 
 from vllm_sampling_plugin import config as cfg
 from vllm_sampling_plugin import measurements
-from vllm_sampling_plugin.integration.defaults import defaults
-from vllm_sampling_plugin.integration.seams import shapes
-from vllm_sampling_plugin.integration.seams.found import Found
+from vllm_sampling_plugin.integration.settings.defaults import defaults
+from vllm_sampling_plugin.integration.common import shapes
+from vllm_sampling_plugin.integration.common.found import Found, shapes_of
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
 
@@ -70,7 +70,7 @@ SEAM_OF_PART = {
 }
 
 # Parts the plugin takes only in some of their seam's shapes: the race-free
-# bias step comes with the plugin's own Sampler (integration/sampler.py,
+# bias step comes with the plugin's own Sampler (integration/draw/sample.py,
 # logit_bias.py), which the sample() shape uses; the other shapes keep
 # upstream's processing. The n-gram proposer is the plugin's only where
 # upstream has none; over upstream's the plugin adds the policy alone.
@@ -86,7 +86,7 @@ class Setting(typing.NamedTuple):
     engine, in the seam shapes that offer the choice."""
 
     shapes: tuple[str, ...]
-    attr: str  # on ModelConfig, and the key of integration/defaults.py's answer
+    attr: str  # on ModelConfig, and the key of integration/settings/defaults.py's answer
     flag: str
     plugin_value: str
     upstream_value: str
@@ -94,7 +94,7 @@ class Setting(typing.NamedTuple):
 
 _VERIFICATION_SETTING = Setting(shapes.VERIFY_STEPS, cfg.VERIFICATION_ATTR,
                                 "--plugin-verification", cfg.PLUGIN, cfg.UPSTREAM)
-# Which value an engine that names none gets is the line's (integration/defaults.py).
+# Which value an engine that names none gets is the shape's (integration/settings/defaults.py).
 SETTING_PARTS = {
     VERIFICATION: _VERIFICATION_SETTING,
     REJECTION: _VERIFICATION_SETTING,
@@ -204,22 +204,22 @@ def _setting(part: str, found: dict[str, Found]) -> Setting | None:
     return setting if setting and found[SEAM_OF_PART[part]].shape in setting.shapes else None
 
 
-def plugin_takes(part: str, found: dict[str, Found], line: str) -> bool:
+def plugin_takes(part: str, found: dict[str, Found]) -> bool:
     """Whether the plugin owns ``part`` on an engine that names none of the
-    plugin's settings, given what the seams found on ``line``."""
+    plugin's settings, given what the seams found."""
     setting = _setting(part, found)
     if setting is not None:
-        return defaults(line)[setting.attr] == setting.plugin_value
+        return defaults(shapes_of(found))[setting.attr] == setting.plugin_value
     return _shape_takes(part, found)
 
 
-def other_choice(part: str, found: dict[str, Found], line: str) -> str | None:
+def other_choice(part: str, found: dict[str, Found]) -> str | None:
     """The flag that gives ``part`` to the other owner on an engine (where
     its seam's shape lets a setting decide); None elsewhere."""
     setting = _setting(part, found)
     if setting is None:
         return None
-    plugin_default = defaults(line)[setting.attr] == setting.plugin_value
+    plugin_default = defaults(shapes_of(found))[setting.attr] == setting.plugin_value
     return f"{setting.flag} {setting.upstream_value if plugin_default else setting.plugin_value}"
 
 
@@ -237,9 +237,9 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
     rows = []
     for part in PARTS:
         seam = found[SEAM_OF_PART[part]]
-        taken = plugin_takes(part, found, line)
+        taken = plugin_takes(part, found)
         owner = Owner.PLUGIN if taken else Owner.UPSTREAM
-        if not taken and other_choice(part, found, line) is not None:
+        if not taken and other_choice(part, found) is not None:
             owner = Owner.OPT_IN
         if taken:
             by_setting = _setting(part, found) is not None and not _shape_takes(part, found)
@@ -252,10 +252,10 @@ def parts_rows(found: dict[str, Found], line: str) -> list[tuple[str, str, str, 
     return rows
 
 
-def parts_summary(found: dict[str, Found], line: str) -> str:
-    """One line for the log: which parts are the plugin's on an engine of
-    ``line`` that names none of its settings."""
-    mine = [part for part in PARTS if plugin_takes(part, found, line)]
+def parts_summary(found: dict[str, Found]) -> str:
+    """One line for the log: which parts are the plugin's on an engine that
+    names none of its settings."""
+    mine = [part for part in PARTS if plugin_takes(part, found)]
     theirs = [part for part in PARTS if part not in mine]
     return f"plugin: {', '.join(mine) or 'nothing'}; upstream: {', '.join(theirs) or 'nothing'}"
 
@@ -275,8 +275,8 @@ SHORT_NAMES = {
 }
 
 
-def _with_choice(part: str, found: dict[str, Found], line: str, verb: str) -> str:
-    choice = other_choice(part, found, line)
+def _with_choice(part: str, found: dict[str, Found], verb: str) -> str:
+    choice = other_choice(part, found)
     return SHORT_NAMES[part] + (f" ({choice} {verb})" if choice else "")
 
 
@@ -290,10 +290,10 @@ def compatibility_markdown() -> str:
     measured = measurements.load()
     for line in LINE_SEAMS:
         found = line_found(line)
-        mine = [_with_choice(p, found, line, "opts out") for p in PARTS
-                if plugin_takes(p, found, line)]
-        theirs = [_with_choice(p, found, line, "opts in") for p in PARTS
-                  if not plugin_takes(p, found, line)]
+        mine = [_with_choice(p, found, "opts out") for p in PARTS
+                if plugin_takes(p, found)]
+        theirs = [_with_choice(p, found, "opts in") for p in PARTS
+                  if not plugin_takes(p, found)]
         ratios = "; ".join(
             f"{SHORT_NAMES[part]}: {measurements.ratio_text(line, part, measured)}"
             for part in PARTS

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import logging
 
+from vllm_sampling_plugin.integration.common.found import Found
 from vllm_sampling_plugin.integration.parts import parts_summary
 from vllm_sampling_plugin.integration.version import (
+    MEASURED_RANGE,
     SUPPORTED_RANGE,
     installed_vllm_version,
+    is_measured,
     release_line,
 )
 
@@ -43,14 +46,28 @@ def register() -> None:
     from vllm_sampling_plugin.integration.seams import apply_seams, detect_seams
 
     seams = detect_seams()
+    if not is_measured(line):
+        _warn_unmeasured(found, seams)
     apply_seams(seams)
     if not any(seam.is_taken for seam in seams.values()):
         _state = f"inactive: vLLM {found} offers no seam in a shape the plugin knows"
-        logger.error("vllm-sampling-plugin is %s; vLLM runs unchanged.", _state)
+        if is_measured(line):
+            logger.error("vllm-sampling-plugin is %s; vLLM runs unchanged.", _state)
         return
     _state = "active"
-    logger.info(
-        "vllm-sampling-plugin active for vLLM %s: %s.", found, parts_summary(seams, line)
+    logger.info("vllm-sampling-plugin active for vLLM %s: %s.", found, parts_summary(seams))
+
+
+def _warn_unmeasured(found: str, seams: dict[str, Found]) -> None:
+    """The one line that says a release newer than every measured one runs
+    with the seams whose shapes the adapters recognise."""
+    left = [seam.seam for seam in seams.values() if not seam.is_taken]
+    logger.warning(
+        "vllm-sampling-plugin: vLLM %s is newer than the releases measured on a GPU "
+        "(%s); it takes the seams whose shapes it recognises and leaves %s to upstream.",
+        found,
+        MEASURED_RANGE,
+        ", ".join(left) if left else "none",
     )
 
 

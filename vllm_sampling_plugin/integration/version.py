@@ -1,9 +1,12 @@
-"""The vLLM releases the plugin has been checked against, and which one is installed.
+"""The vLLM releases the plugin was measured on, on a GPU, and which one is
+installed: the one place in the plugin that names a release.
 
-Inside a listed release line the seams (integration/seams/) decide, from
-what the installed vLLM offers, which parts the plugin takes; outside them
-the plugin patches nothing. Supporting a new release whose seams keep their
-shapes is one more line in ``SUPPORTED_LINES``.
+The seams (one folder each in integration/) decide, from what the installed
+vLLM offers, which parts the plugin takes; everything else keys on the shapes
+they find. A release newer than every measured one gets the seams whose
+shapes their adapters recognise, with one warning (register.py); one older
+than the first stays untouched. Supporting a measured release whose seams
+keep known shapes is one more row in ``LINE_SEAMS``.
 """
 
 from __future__ import annotations
@@ -12,8 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from packaging.version import Version
 
-from vllm_sampling_plugin.integration.seams import shapes
-
+from vllm_sampling_plugin.integration.common import shapes
 
 
 def _seams(settings=None, draw=None, rejection=None, speculator=None) -> dict[str, str | None]:
@@ -27,11 +29,9 @@ def _seams(settings=None, draw=None, rejection=None, speculator=None) -> dict[st
     }
 
 
-# Minor releases (0.20 covers 0.20.0, 0.20.1, ...) whose V2 runner the seams
-# were checked against, and what each adapter finds there (the survey in
-# docs/compatibility.md; tests/integration/test_seams.py checks the
-# installed line's row). A release that keeps every shape of an earlier one
-# is supported by adding its row.
+# Minor releases (0.20 covers 0.20.0, 0.20.1, ...) measured on a GPU, and
+# what each seam's adapter finds there (the survey in docs/compatibility.md;
+# tests/integration/test_seams.py checks the installed line's row).
 LINE_SEAMS: dict[str, dict[str, str | None]] = {
     "0.20": _seams(
         shapes.ENGINE_ARGS_WRAPPED,
@@ -67,9 +67,8 @@ LINE_SEAMS: dict[str, dict[str, str | None]] = {
     ),
 }
 SUPPORTED_LINES = tuple(LINE_SEAMS)
-# The lines whose parts were measured on a GPU (data/measurements.json).
-LINE_0_20, LINE_0_32, LINE_0_33, LINE_0_34 = "0.20", "0.32", "0.33", "0.34"
-SUPPORTED_RANGE = f">={SUPPORTED_LINES[0]}.0,<0.{int(SUPPORTED_LINES[-1].split('.')[1]) + 1}"
+SUPPORTED_RANGE = f">={SUPPORTED_LINES[0]}.0"
+MEASURED_RANGE = f"{SUPPORTED_LINES[0]}-{SUPPORTED_LINES[-1]}"
 
 
 def installed_vllm_version() -> str | None:
@@ -80,14 +79,16 @@ def installed_vllm_version() -> str | None:
 
 
 def release_line(found: str | None) -> str | None:
-    """The supported line ``found`` belongs to, or None (unsupported or absent)."""
+    """The minor line (``"0.33"``) of release ``found`` where the plugin acts
+    on it: a measured line or a newer one; None for an older release or none."""
     if found is None:
         return None
     release = Version(Version(found).base_version)
-    line = f"{release.major}.{release.minor}"
-    return line if line in SUPPORTED_LINES else None
+    if release < Version(SUPPORTED_RANGE.removeprefix(">=")):
+        return None
+    return f"{release.major}.{release.minor}"
 
 
-def vllm_version_supported(found: str | None = None) -> bool:
-    found = installed_vllm_version() if found is None else found
-    return release_line(found) is not None
+def is_measured(line: str | None) -> bool:
+    """Whether ``line`` has a row in ``LINE_SEAMS`` (else: newer than all)."""
+    return line in LINE_SEAMS

@@ -46,7 +46,7 @@ FP32 has two streams, chosen by ``fp32_stream``:
     ``log(max(1 - u, 2**-24))`` above, both with the accurate ``tl.log``.
     The integration draws it on engines that speculate (0.31 on), where
     upstream's RejectionSampler draws the steps with drafts
-    (integration/seams/noise.py says why only there, and what each vLLM
+    (integration/draw/noise.py says why only there, and what each vLLM
     release draws).
 
 ``"philox"`` (``FP32_PHILOX``, the default)
