@@ -18,7 +18,7 @@ from tests.integration.helpers import CPU_DEVICE_SHIM, run_python
 from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import needs_vllm_line
 
-pytestmark = needs_vllm_line("0.32", "0.33", "0.34", why="candidates keyed by (tokens, LoRA case)")
+pytestmark = needs_vllm_line("0.32", "0.33", why="candidates keyed by (tokens, LoRA case)")
 
 DISPATCH = """
 import json, logging, os, types

@@ -9,8 +9,8 @@ shapes of the speculator seam (seams/speculator.py).
 * the scheduler verifies what was proposed and, with async scheduling,
   plans which steps propose (speculation_policy.py);
 * the target model's CUDA graph manager adds full one-token decode graphs
-  and, where its attention replays any batch, full graphs for decode steps
-  of mixed draft lengths (decode_graphs.py);
+  and, up to 0.33 where its attention replays any batch, full graphs for
+  decode steps of mixed draft lengths (decode_graphs.py);
 * ``ModelConfig``'s class default of ``speculation_policy`` is the shape's
   (integration/settings/defaults.py).
 
@@ -45,6 +45,11 @@ def patch_adaptive_policy(default_policy: str) -> None:
     runner_cls.sample_tokens = reporting_proposals(runner_cls.sample_tokens)
     runner_cls.execute_model = following_the_plan(runner_cls.execute_model)
     patch_scheduler(Scheduler, AsyncScheduler, Request)
+    if decode_graphs.takes_decode_query_lens(ModelCudaGraphManager):
+        ModelCudaGraphManager.__init__ = decode_graphs.adding_one_token_decode_query(
+            ModelCudaGraphManager.__init__
+        )
+        return
     ModelCudaGraphManager._init_candidates = decode_graphs.adding_single_token_decode_graphs(
         ModelCudaGraphManager._init_candidates
     )

@@ -50,6 +50,13 @@ the route:
   the runner's ``execute_model`` wrapper has noted that the step has no
   prefill.
 
+From 0.34 the manager is built with the uniform decode query lengths it
+captures (``decode_query_lens``, query length -> most requests; 0.34.0
+``cudagraph_utils.py:150-190``), which dynamic speculation already uses for
+several lengths: the plugin adds the one-token length to that map
+(:func:`adding_one_token_decode_query`) and upstream captures and dispatches
+those graphs itself; mixed-length decode steps keep upstream's graphs.
+
 One log line says which way the engine went.
 """
 
@@ -64,6 +71,7 @@ from typing import Any
 from vllm.config import CUDAGraphMode
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 
+from vllm_sampling_plugin.integration.common.log_once import log_once
 from vllm_sampling_plugin.integration.speculator.speculation_policy import is_adaptive
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
@@ -76,6 +84,37 @@ MIXED_DECODE_GRAPHS_ATTR = "vllm_sampling_plugin_mixed_decode_graphs"
 DECODE_STEP_ATTR = "vllm_sampling_plugin_decode_step"
 # The 0.20 shape of ``dispatch``: the batch shape and nothing else.
 _SHAPE_ONLY_DISPATCH = ["self", "num_reqs", "num_tokens", "uniform_token_count"]
+
+
+def takes_decode_query_lens(manager_cls: Any) -> bool:
+    """0.34's manager: built with the decode query lengths it captures."""
+    return "decode_query_lens" in inspect.signature(manager_cls.__init__).parameters
+
+
+def adding_one_token_decode_query(init):
+    """Wrap 0.34's ``ModelCudaGraphManager.__init__``: under the adaptive
+    policy a step without drafts is a uniform one-token decode batch, so
+    its graphs are captured beside those of ``1 + k`` tokens a request."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        vllm_config = bound.arguments["vllm_config"]
+        query_lens = bound.arguments["decode_query_lens"]
+        if 1 not in query_lens and is_adaptive(vllm_config):
+            bound.arguments["decode_query_lens"] = {
+                1: vllm_config.scheduler_config.max_num_seqs, **query_lens,
+            }
+            log_once(
+                logging.INFO,
+                "vllm-sampling-plugin: full CUDA graphs of one-token decode steps are "
+                f"captured beside those of {max(query_lens)} tokens a request "
+                "(adaptive speculation policy).",
+            )
+        init(*bound.args, **bound.kwargs)
+
+    return __init__
 
 
 def adding_single_token_decode_graphs(init_candidates):
