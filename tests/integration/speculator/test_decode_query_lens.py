@@ -33,6 +33,8 @@ def dispatched(policy, method):
         speculative_config={"method": method, "num_speculative_tokens": K},
         speculation_policy=policy,
     ).create_engine_config()
+    vllm_config.compilation_config.decode_cudagraph_capture_request_sizes = [1, 2, 4, 8]
+    vllm_config.compilation_config.max_cudagraph_capture_size = 64
     m = cg.ModelCudaGraphManager(
         vllm_config, torch.device("cpu"), CUDAGraphMode.FULL_AND_PIECEWISE,
         decode_query_lens=vllm_config.get_decode_cudagraph_query_lens(1 + K),
@@ -43,7 +45,7 @@ def dispatched(policy, method):
         desc = m.dispatch(num_reqs=4, num_tokens=4 * q, uniform_token_count=q,
                           num_active_loras=0, max_query_len=q)
         shapes[q] = [desc.cg_mode.name, desc.uniform_token_count]
-    return sorted(m.decode_max_reqs), shapes
+    return sorted(m.decode_max_reqs), shapes, sorted({q for q, _, _ in m._decode_descs})
 
 print(json.dumps({f"{policy}/{method}": dispatched(policy, method)
                   for policy in ("adaptive", "fixed") for method in ("ngram", "suffix")}))
@@ -57,9 +59,9 @@ def test_one_token_decode_steps_get_full_graphs_under_the_adaptive_policy(tmp_pa
 
     result = json.loads(out.strip().splitlines()[-1])
     for method in ("ngram", "suffix"):
-        lengths, shapes = result[f"adaptive/{method}"]
-        assert lengths == [1, 1 + 3]
+        lengths, shapes, captured = result[f"adaptive/{method}"]
+        assert lengths == captured == [1, 1 + 3]
         assert shapes == {"1": ["FULL", 1], "4": ["FULL", 4]}
-        lengths, shapes = result[f"fixed/{method}"]
-        assert lengths == [1 + 3]
+        lengths, shapes, captured = result[f"fixed/{method}"]
+        assert lengths == captured == [1 + 3]
         assert shapes["4"] == ["FULL", 4] and shapes["1"][1] != 1
