@@ -317,9 +317,9 @@ _WHAT_IT_DOES = (
 )
 
 
-def what_it_does(found: dict[str, Found], line: str) -> str:
-    """The README's words for what the plugin does on ``line``."""
-    return ", ".join(words for part, words in _WHAT_IT_DOES if plugin_takes(part, found, line))
+def what_it_does(found: dict[str, Found]) -> str:
+    """The README's words for what the plugin does where the seams found ``found``."""
+    return ", ".join(words for part, words in _WHAT_IT_DOES if plugin_takes(part, found))
 
 
 def readme_markdown() -> str:
@@ -328,7 +328,7 @@ def readme_markdown() -> str:
     measured = measurements.load()
     rows: list[list[str]] = []
     for line in LINE_SEAMS:
-        does = what_it_does(line_found(line), line)
+        does = what_it_does(line_found(line))
         gain = measurements.ratio_text(line, END_TO_END, measured)
         if rows and rows[-1][1:] == [does, gain]:
             rows[-1][0] = f"{rows[-1][0].split('-')[0]}-{line}"
