@@ -354,31 +354,11 @@ def _top_k_top_p_threshold(
     decided = decided & decidable
     path = PATH_SHORT_LIST
     if decidable & ~decided:
-        # As the sampler's ``sample_wide``: the cuts lie at or above a bound
-        # (the short list's, or one searched on the whole list), so the tokens
-        # there decide them: from the lists, and by reading again only the
-        # chunks whose floor reaches the bound (three top tokens in one
-        # group, say).
         path = PATH_COLLECTED
-        if bound == 0:
-            bound = _list_bound(x, keys, valid, row_max, filters, total_mass)
-        # The top token always stays (top_p <= 0 would put the bound above it).
-        bound = tl.minimum(bound, order_key(row_max))
-        if bound > 0:
-            tl.debug_barrier()
-            count = collect_at_least(
-                x, keys, ids, floors, row_logits, bound, row_scratch, CHUNK, LIST, WIDE,
-                APPLY_TEMPERATURE,
-            )
-            decided = count <= WIDE
-            if count <= SHORT:
-                threshold, collected_decided, collected_bound = _threshold_of_list(
-                    row_scratch, count, bound, row_max, filters, total_mass, SHORT
-                )
-            elif decided:
-                threshold = _wide_threshold(
-                    row_scratch, count, min_p_key, row_max, filters, total_mass, WIDE
-                )
+        threshold, decided = _collected_threshold(
+            x, keys, ids, valid, floors, row_logits, row_scratch, row_max, min_p_key, bound,
+            filters, total_mass, CHUNK, LIST, SHORT, WIDE, APPLY_TEMPERATURE,
+        )
     if decided:
         threshold = tl.maximum(threshold, min_p_key)
     else:
@@ -387,6 +367,55 @@ def _top_k_top_p_threshold(
             row_logits, row_max, min_p_key, filters, mass_hist_ptr, ROW_BLOCK, APPLY_TEMPERATURE
         )
     return threshold, path
+
+
+@triton.jit
+def _collected_threshold(
+    x,  # [CHUNKS_BLOCK, LIST]: the row's listed logits
+    keys,  # their order keys, 0 where no token is listed
+    ids,  # their token ids
+    valid,  # listed and kept by min_p
+    floors,  # [CHUNKS_BLOCK] uint32: each chunk's floor
+    row_logits,  # as _top_k_top_p_threshold
+    row_scratch,  # as _top_k_top_p_threshold
+    row_max,
+    min_p_key,
+    bound,  # the short list's bound on the cuts, or 0: none found
+    filters,  # (filter_k, top_k, filter_p, top_p)
+    total_mass,
+    CHUNK: tl.constexpr,
+    LIST: tl.constexpr,
+    SHORT: tl.constexpr,
+    WIDE: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """As the sampler's ``sample_wide``: the cuts lie at or above a bound
+    (the short list's, or one searched on the whole list), so the tokens
+    there decide them: from the lists, and by reading again only the
+    chunks whose floor reaches the bound (three top tokens in one
+    group, say). Returns the threshold and whether it was found."""
+    threshold = tl.full((), 0, tl.uint32)
+    decided = tl.full((), 0, tl.int1)
+    if bound == 0:
+        bound = _list_bound(x, keys, valid, row_max, filters, total_mass)
+    # The top token always stays (top_p <= 0 would put the bound above it).
+    bound = tl.minimum(bound, order_key(row_max))
+    if bound > 0:
+        tl.debug_barrier()
+        count = collect_at_least(
+            x, keys, ids, floors, row_logits, bound, row_scratch, CHUNK, LIST, WIDE,
+            APPLY_TEMPERATURE,
+        )
+        decided = count <= WIDE
+        if count <= SHORT:
+            threshold, _, _ = _threshold_of_list(
+                row_scratch, count, bound, row_max, filters, total_mass, SHORT
+            )
+        elif decided:
+            threshold = _wide_threshold(
+                row_scratch, count, min_p_key, row_max, filters, total_mass, WIDE
+            )
+    return threshold, decided
 
 
 @triton.jit
