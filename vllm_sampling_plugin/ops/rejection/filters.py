@@ -192,6 +192,29 @@ def _listed_threshold(
 
 
 @triton.jit
+def _short_list_threshold(
+    x, ids, valid, floor, scratch, row_max, filters, total_mass, SHORT: tl.constexpr
+):
+    """``_listed_threshold`` on as many lanes as the filters need. As the
+    sampler's merge: room above the k-th token for the histogram's
+    coarseness; top-p alone takes the whole list; a list that fits in half
+    the lanes is decided on half."""
+    filter_k, top_k, _, _ = filters
+    capacity = tl.where(
+        filter_k, tl.minimum(tl.maximum(top_k + top_k // 4 + 2, SHORT // 4), SHORT), SHORT
+    )
+    if capacity <= SHORT // 2:
+        threshold, decided, bound = _listed_threshold(
+            x, ids, valid, floor, scratch, row_max, capacity, filters, total_mass, SHORT // 2
+        )
+    else:
+        threshold, decided, bound = _listed_threshold(
+            x, ids, valid, floor, scratch, row_max, capacity, filters, total_mass, SHORT
+        )
+    return threshold, decided, bound
+
+
+@triton.jit
 def _threshold_of_list(
     scratch,  # [LANES] each: (logits fp32, ids int32) of the tokens
     count,
@@ -309,7 +332,7 @@ def _top_k_top_p_threshold(
     chunk_floor_ptr = chunk_stats[3]
     listed_logits_ptr, listed_ids_ptr = chunk_lists
     scratch_logits_ptr, scratch_ids_ptr = scratch
-    filter_k, top_k, filter_p, top_p = filters
+    filter_k, _, filter_p, _ = filters
     chunks = tl.arange(0, CHUNKS_BLOCK)
     chunk_ok = chunks < NUM_CHUNKS
     stats = logit_idx * NUM_CHUNKS + chunks
@@ -336,21 +359,9 @@ def _top_k_top_p_threshold(
     # row: the chunks' sums are the whole row's.
     decidable = whole | (min_p_key == 0) | filter_k
     row_scratch = (scratch_logits_ptr + logit_idx * WIDE, scratch_ids_ptr + logit_idx * WIDE)
-    # As the sampler's merge: room above the k-th token for the histogram's
-    # coarseness; top-p alone takes the whole list; a list that fits in
-    # half the lanes is decided on half.
-    capacity = tl.where(
-        filter_k, tl.minimum(tl.maximum(top_k + top_k // 4 + 2, SHORT // 4), SHORT), SHORT
+    threshold, decided, bound = _short_list_threshold(
+        x, ids, valid, floor, row_scratch, row_max, filters, total_mass, SHORT
     )
-    if capacity <= SHORT // 2:
-        threshold, decided, bound = _listed_threshold(
-            x, ids, valid, floor, row_scratch, row_max, capacity, filters, total_mass,
-            SHORT // 2,
-        )
-    else:
-        threshold, decided, bound = _listed_threshold(
-            x, ids, valid, floor, row_scratch, row_max, capacity, filters, total_mass, SHORT
-        )
     decided = decided & decidable
     path = PATH_SHORT_LIST
     if decidable & ~decided:

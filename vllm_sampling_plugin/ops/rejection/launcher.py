@@ -408,16 +408,8 @@ def rejection_sample_packed(
     )
     if plan.single_launch:
         _rejection_kernel[(num_reqs * plan.num_blocks,)](
-            sampled,
-            sampled.stride(0),
-            num_sampled,
-            work.launch_counters,
-            work.arrivals,
-            *step_inputs,
-            plan.num_blocks,
-            plan.block,
-            **constants,
-            **emit_constants,
+            sampled, sampled.stride(0), num_sampled, work.launch_counters, work.arrivals,
+            *step_inputs, plan.num_blocks, plan.block, **constants, **emit_constants,
         )
     else:
         _launch_step_by_step(
