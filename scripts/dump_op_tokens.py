@@ -212,7 +212,8 @@ def _filter_threshold_cases(ops, device: str):
 
 
 def _thresholds_with_paths(ops, target_logits, *args):
-    paths = torch.full((target_logits.shape[0],), -1, dtype=torch.int32, device=target_logits.device)
+    device = target_logits.device
+    paths = torch.full((target_logits.shape[0],), -1, dtype=torch.int32, device=device)
     thresholds = ops.rejection.filters.filter_thresholds(
         target_logits, *args, apply_temperature=True, paths_out=paths
     )
@@ -294,7 +295,8 @@ def _logit_bias_cases(ops, device: str, vocab: int):
         return ids.sort(-1).values.to(torch.int32)
 
     def counts():
-        return torch.randint(0, capacity + 1, (slots,), generator=gen, device=device).to(torch.int32)
+        counts = torch.randint(0, capacity + 1, (slots,), generator=gen, device=device)
+        return counts.to(torch.int32)
 
     bias_ids = torch.arange(capacity, device=device) * (vocab // capacity) + torch.randint(
         0, vocab // capacity, (slots, capacity), generator=gen, device=device
