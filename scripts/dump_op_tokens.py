@@ -295,8 +295,8 @@ def _logit_bias_cases(ops, device: str, vocab: int):
         return ids.sort(-1).values.to(torch.int32)
 
     def counts():
-        counts = torch.randint(0, capacity + 1, (slots,), generator=gen, device=device)
-        return counts.to(torch.int32)
+        drawn = torch.randint(0, capacity + 1, (slots,), generator=gen, device=device)
+        return drawn.to(torch.int32)
 
     bias_ids = torch.arange(capacity, device=device) * (vocab // capacity) + torch.randint(
         0, vocab // capacity, (slots, capacity), generator=gen, device=device
