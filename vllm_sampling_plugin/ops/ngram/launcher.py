@@ -343,36 +343,8 @@ def ngram_propose(
     >>> drafts, num_drafts
     (tensor([[4, 1]], device='cuda:0'), tensor([2], device='cuda:0', dtype=torch.int32))
     """
-    _check_ngram_sizes(min_n, max_n)
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if max_model_len is not None and (
-        not isinstance(max_model_len, int) or max_model_len < 1
-    ):
-        raise ValueError(
-            f"max_model_len must be None or an integer >= 1, got {max_model_len!r}"
-        )
-    device = _device_of("token_ids", token_ids)
-    _check_tensor("token_ids", token_ids, 2, _INT_DTYPES, device)
-    _check_tensor("seq_lens", seq_lens, 1, _INT_DTYPES, device)
-    num_rows, max_len = token_ids.shape
-    if seq_lens.shape[0] != num_rows:
-        raise ValueError(
-            f"seq_lens must have {num_rows} entries (rows of token_ids), "
-            f"got {seq_lens.shape[0]}"
-        )
-    if max_len >= _LEN_LIMIT:
-        raise ValueError(
-            f"token_ids rows must be shorter than {_LEN_LIMIT}, got {max_len}"
-        )
-    if num_rows > 0:
-        lo, hi = torch.aminmax(seq_lens)
-        if int(lo) < 0 or int(hi) > max_len:
-            raise ValueError(
-                f"seq_lens must lie in [0, {max_len}] (columns of token_ids), "
-                f"got values in [{int(lo)}, {int(hi)}]"
-            )
-    check_kernels_run_on("token_ids", device)
+    device = _check_propose_inputs(token_ids, seq_lens, min_n, max_n, k, max_model_len)
+    num_rows = token_ids.shape[0]
 
     drafts = torch.empty(num_rows, k, dtype=torch.int64, device=device)
     num_drafts = torch.empty(num_rows, dtype=torch.int32, device=device)
@@ -462,39 +434,10 @@ def ngram_propose_into(
         fill_tokens = fill_tokens.unsqueeze(1)
     num_reqs = idx_mapping.shape[0]
     if check_inputs:
-        _check_ngram_sizes(min_n, max_n)
-        device = _device_of("history", history)
-        _check_tensor("history", history, 2, _INT_DTYPES, device)
-        _check_tensor("total_len", total_len, 1, _INT_DTYPES, device)
-        _check_tensor("idx_mapping", idx_mapping, 1, (torch.int32,), device)
-        _check_tensor("drafts_out", drafts_out, 2, (torch.int64,), device)
-        _check_tensor("num_drafts_out", num_drafts_out, 1, (torch.int32,), device)
-        _check_tensor("scratch", scratch, 2, (torch.int64,), device)
-        if drafts_out.shape[0] < num_reqs or drafts_out.shape[1] < 1:
-            raise ValueError(
-                f"drafts_out must be [>= {num_reqs}, k >= 1], got {tuple(drafts_out.shape)}"
-            )
-        if num_drafts_out.shape[0] < num_reqs:
-            raise ValueError(f"num_drafts_out must have >= {num_reqs} entries")
-        if scratch.shape[0] < num_reqs or scratch.shape[1] < NGRAM_MAX_SPLITS:
-            raise ValueError(
-                f"scratch must be [>= {num_reqs}, >= {NGRAM_MAX_SPLITS}], "
-                f"got {tuple(scratch.shape)}"
-            )
-        if total_len.shape[0] != history.shape[0]:
-            raise ValueError("total_len must have one entry per history row")
-        if not isinstance(max_model_len, int) or max_model_len < 1:
-            raise ValueError(
-                f"max_model_len must be an integer >= 1, got {max_model_len!r}"
-            )
-        if num_sampled is not None:
-            _check_tensor("num_sampled", num_sampled, 1, _INT_DTYPES, device)
-            if num_sampled.shape[0] < num_reqs:
-                raise ValueError(f"num_sampled must have >= {num_reqs} entries")
-        if fill_tokens is not None:
-            _check_tensor("fill_tokens", fill_tokens, 2, _INT_DTYPES, device)
-            if fill_tokens.shape[0] != history.shape[0]:
-                raise ValueError("fill_tokens must have one row per history row")
+        _check_into_inputs(
+            history, total_len, idx_mapping, drafts_out, num_drafts_out, scratch, min_n,
+            max_n, max_model_len, num_sampled, fill_tokens,
+        )
     _launch(
         history,
         total_len,
@@ -510,3 +453,79 @@ def ngram_propose_into(
         max_model_len,
     )
     return drafts_out[:num_reqs]
+
+
+def _check_propose_inputs(token_ids, seq_lens, min_n, max_n, k, max_model_len) -> torch.device:
+    """The checks of ``ngram_propose`` (one read of ``seq_lens``); returns the device."""
+    _check_ngram_sizes(min_n, max_n)
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if max_model_len is not None and (
+        not isinstance(max_model_len, int) or max_model_len < 1
+    ):
+        raise ValueError(
+            f"max_model_len must be None or an integer >= 1, got {max_model_len!r}"
+        )
+    device = _device_of("token_ids", token_ids)
+    _check_tensor("token_ids", token_ids, 2, _INT_DTYPES, device)
+    _check_tensor("seq_lens", seq_lens, 1, _INT_DTYPES, device)
+    num_rows, max_len = token_ids.shape
+    if seq_lens.shape[0] != num_rows:
+        raise ValueError(
+            f"seq_lens must have {num_rows} entries (rows of token_ids), "
+            f"got {seq_lens.shape[0]}"
+        )
+    if max_len >= _LEN_LIMIT:
+        raise ValueError(
+            f"token_ids rows must be shorter than {_LEN_LIMIT}, got {max_len}"
+        )
+    if num_rows > 0:
+        lo, hi = torch.aminmax(seq_lens)
+        if int(lo) < 0 or int(hi) > max_len:
+            raise ValueError(
+                f"seq_lens must lie in [0, {max_len}] (columns of token_ids), "
+                f"got values in [{int(lo)}, {int(hi)}]"
+            )
+    check_kernels_run_on("token_ids", device)
+    return device
+
+
+def _check_into_inputs(
+    history, total_len, idx_mapping, drafts_out, num_drafts_out, scratch, min_n, max_n,
+    max_model_len, num_sampled, fill_tokens,
+) -> None:
+    """The checks of ``ngram_propose_into`` (shapes, dtypes, devices: no values read)."""
+    num_reqs = idx_mapping.shape[0]
+    _check_ngram_sizes(min_n, max_n)
+    device = _device_of("history", history)
+    _check_tensor("history", history, 2, _INT_DTYPES, device)
+    _check_tensor("total_len", total_len, 1, _INT_DTYPES, device)
+    _check_tensor("idx_mapping", idx_mapping, 1, (torch.int32,), device)
+    _check_tensor("drafts_out", drafts_out, 2, (torch.int64,), device)
+    _check_tensor("num_drafts_out", num_drafts_out, 1, (torch.int32,), device)
+    _check_tensor("scratch", scratch, 2, (torch.int64,), device)
+    if drafts_out.shape[0] < num_reqs or drafts_out.shape[1] < 1:
+        raise ValueError(
+            f"drafts_out must be [>= {num_reqs}, k >= 1], got {tuple(drafts_out.shape)}"
+        )
+    if num_drafts_out.shape[0] < num_reqs:
+        raise ValueError(f"num_drafts_out must have >= {num_reqs} entries")
+    if scratch.shape[0] < num_reqs or scratch.shape[1] < NGRAM_MAX_SPLITS:
+        raise ValueError(
+            f"scratch must be [>= {num_reqs}, >= {NGRAM_MAX_SPLITS}], "
+            f"got {tuple(scratch.shape)}"
+        )
+    if total_len.shape[0] != history.shape[0]:
+        raise ValueError("total_len must have one entry per history row")
+    if not isinstance(max_model_len, int) or max_model_len < 1:
+        raise ValueError(
+            f"max_model_len must be an integer >= 1, got {max_model_len!r}"
+        )
+    if num_sampled is not None:
+        _check_tensor("num_sampled", num_sampled, 1, _INT_DTYPES, device)
+        if num_sampled.shape[0] < num_reqs:
+            raise ValueError(f"num_sampled must have >= {num_reqs} entries")
+    if fill_tokens is not None:
+        _check_tensor("fill_tokens", fill_tokens, 2, _INT_DTYPES, device)
+        if fill_tokens.shape[0] != history.shape[0]:
+            raise ValueError("fill_tokens must have one row per history row")

@@ -192,6 +192,29 @@ def _listed_threshold(
 
 
 @triton.jit
+def _short_list_threshold(
+    x, ids, valid, floor, scratch, row_max, filters, total_mass, SHORT: tl.constexpr
+):
+    """``_listed_threshold`` on as many lanes as the filters need. As the
+    sampler's merge: room above the k-th token for the histogram's
+    coarseness; top-p alone takes the whole list; a list that fits in half
+    the lanes is decided on half."""
+    filter_k, top_k, _, _ = filters
+    capacity = tl.where(
+        filter_k, tl.minimum(tl.maximum(top_k + top_k // 4 + 2, SHORT // 4), SHORT), SHORT
+    )
+    if capacity <= SHORT // 2:
+        threshold, decided, bound = _listed_threshold(
+            x, ids, valid, floor, scratch, row_max, capacity, filters, total_mass, SHORT // 2
+        )
+    else:
+        threshold, decided, bound = _listed_threshold(
+            x, ids, valid, floor, scratch, row_max, capacity, filters, total_mass, SHORT
+        )
+    return threshold, decided, bound
+
+
+@triton.jit
 def _threshold_of_list(
     scratch,  # [LANES] each: (logits fp32, ids int32) of the tokens
     count,
@@ -309,7 +332,7 @@ def _top_k_top_p_threshold(
     chunk_floor_ptr = chunk_stats[3]
     listed_logits_ptr, listed_ids_ptr = chunk_lists
     scratch_logits_ptr, scratch_ids_ptr = scratch
-    filter_k, top_k, filter_p, top_p = filters
+    filter_k, _, filter_p, _ = filters
     chunks = tl.arange(0, CHUNKS_BLOCK)
     chunk_ok = chunks < NUM_CHUNKS
     stats = logit_idx * NUM_CHUNKS + chunks
@@ -336,49 +359,17 @@ def _top_k_top_p_threshold(
     # row: the chunks' sums are the whole row's.
     decidable = whole | (min_p_key == 0) | filter_k
     row_scratch = (scratch_logits_ptr + logit_idx * WIDE, scratch_ids_ptr + logit_idx * WIDE)
-    # As the sampler's merge: room above the k-th token for the histogram's
-    # coarseness; top-p alone takes the whole list; a list that fits in
-    # half the lanes is decided on half.
-    capacity = tl.where(
-        filter_k, tl.minimum(tl.maximum(top_k + top_k // 4 + 2, SHORT // 4), SHORT), SHORT
+    threshold, decided, bound = _short_list_threshold(
+        x, ids, valid, floor, row_scratch, row_max, filters, total_mass, SHORT
     )
-    if capacity <= SHORT // 2:
-        threshold, decided, bound = _listed_threshold(
-            x, ids, valid, floor, row_scratch, row_max, capacity, filters, total_mass,
-            SHORT // 2,
-        )
-    else:
-        threshold, decided, bound = _listed_threshold(
-            x, ids, valid, floor, row_scratch, row_max, capacity, filters, total_mass, SHORT
-        )
     decided = decided & decidable
     path = PATH_SHORT_LIST
     if decidable & ~decided:
-        # As the sampler's ``sample_wide``: the cuts lie at or above a bound
-        # (the short list's, or one searched on the whole list), so the tokens
-        # there decide them: from the lists, and by reading again only the
-        # chunks whose floor reaches the bound (three top tokens in one
-        # group, say).
         path = PATH_COLLECTED
-        if bound == 0:
-            bound = _list_bound(x, keys, valid, row_max, filters, total_mass)
-        # The top token always stays (top_p <= 0 would put the bound above it).
-        bound = tl.minimum(bound, order_key(row_max))
-        if bound > 0:
-            tl.debug_barrier()
-            count = collect_at_least(
-                x, keys, ids, floors, row_logits, bound, row_scratch, CHUNK, LIST, WIDE,
-                APPLY_TEMPERATURE,
-            )
-            decided = count <= WIDE
-            if count <= SHORT:
-                threshold, collected_decided, collected_bound = _threshold_of_list(
-                    row_scratch, count, bound, row_max, filters, total_mass, SHORT
-                )
-            elif decided:
-                threshold = _wide_threshold(
-                    row_scratch, count, min_p_key, row_max, filters, total_mass, WIDE
-                )
+        threshold, decided = _collected_threshold(
+            x, keys, ids, valid, floors, row_logits, row_scratch, row_max, min_p_key, bound,
+            filters, total_mass, CHUNK, LIST, SHORT, WIDE, APPLY_TEMPERATURE,
+        )
     if decided:
         threshold = tl.maximum(threshold, min_p_key)
     else:
@@ -387,6 +378,55 @@ def _top_k_top_p_threshold(
             row_logits, row_max, min_p_key, filters, mass_hist_ptr, ROW_BLOCK, APPLY_TEMPERATURE
         )
     return threshold, path
+
+
+@triton.jit
+def _collected_threshold(
+    x,  # [CHUNKS_BLOCK, LIST]: the row's listed logits
+    keys,  # their order keys, 0 where no token is listed
+    ids,  # their token ids
+    valid,  # listed and kept by min_p
+    floors,  # [CHUNKS_BLOCK] uint32: each chunk's floor
+    row_logits,  # as _top_k_top_p_threshold
+    row_scratch,  # as _top_k_top_p_threshold
+    row_max,
+    min_p_key,
+    bound,  # the short list's bound on the cuts, or 0: none found
+    filters,  # (filter_k, top_k, filter_p, top_p)
+    total_mass,
+    CHUNK: tl.constexpr,
+    LIST: tl.constexpr,
+    SHORT: tl.constexpr,
+    WIDE: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+):
+    """As the sampler's ``sample_wide``: the cuts lie at or above a bound
+    (the short list's, or one searched on the whole list), so the tokens
+    there decide them: from the lists, and by reading again only the
+    chunks whose floor reaches the bound (three top tokens in one
+    group, say). Returns the threshold and whether it was found."""
+    threshold = tl.full((), 0, tl.uint32)
+    decided = tl.full((), 0, tl.int1)
+    if bound == 0:
+        bound = _list_bound(x, keys, valid, row_max, filters, total_mass)
+    # The top token always stays (top_p <= 0 would put the bound above it).
+    bound = tl.minimum(bound, order_key(row_max))
+    if bound > 0:
+        tl.debug_barrier()
+        count = collect_at_least(
+            x, keys, ids, floors, row_logits, bound, row_scratch, CHUNK, LIST, WIDE,
+            APPLY_TEMPERATURE,
+        )
+        decided = count <= WIDE
+        if count <= SHORT:
+            threshold, _, _ = _threshold_of_list(
+                row_scratch, count, bound, row_max, filters, total_mass, SHORT
+            )
+        elif decided:
+            threshold = _wide_threshold(
+                row_scratch, count, min_p_key, row_max, filters, total_mass, WIDE
+            )
+    return threshold, decided
 
 
 @triton.jit

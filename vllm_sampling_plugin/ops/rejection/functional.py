@@ -216,6 +216,52 @@ def rejection_sample(
     several tie at the k-th logit (the lowest ids); here every tied token
     stays, as in the plugin's sampler. The laws differ only on exact ties.
     """
+    num_drafts = _check_logits_and_drafts(target_logits, draft_token_ids, draft_probs)
+    batch_size, _, vocab_size = target_logits.shape
+    device = target_logits.device
+    _check_row_settings(temperature, seeds, positions, top_k, top_p, min_p, batch_size, device)
+    check_fp64_choice(use_fp64)
+    rates = None if synthetic_rates is None else _check_synthetic_rates(synthetic_rates, num_drafts)
+    _check_values(temperature, draft_probs, top_p, min_p, device)
+    check_kernels_run_on("target_logits", device)
+
+    conditional_rates = None
+    if rates is not None:
+        conditional_rates = torch.tensor(
+            unconditional_to_conditional_rates(rates), dtype=torch.float32, device=device
+        )
+    # To the runner's packed layout: logit j of row b is packed row b * (K + 1) + j,
+    # and draft j of row b sits one past its verifying logit.
+    packed_drafts = torch.zeros(batch_size, num_drafts + 1, dtype=torch.int64, device=device)
+    packed_drafts[:, 1:] = draft_token_ids
+    offsets = torch.arange(num_drafts + 1, dtype=torch.int64, device=device)
+    packed_pos = (positions[:, None] + offsets).reshape(-1)
+    cu_num_logits = torch.arange(batch_size + 1, dtype=torch.int32, device=device) * (
+        num_drafts + 1
+    )
+    # log(0) = -inf is a valid draft logit: the token has no draft mass.
+    draft_logits = None if draft_probs is None else torch.log(draft_probs.float())
+    return rejection_sample_packed(
+        target_logits.reshape(batch_size * (num_drafts + 1), vocab_size),
+        packed_drafts.reshape(-1),
+        cu_num_logits,
+        torch.arange(batch_size, dtype=torch.int32, device=device),
+        packed_pos,
+        temperature.float(),
+        seeds,
+        num_drafts,
+        draft_logits,
+        conditional_rates,
+        use_fp64=use_fp64,
+        apply_temperature=True,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+    )
+
+
+def _check_logits_and_drafts(target_logits, draft_token_ids, draft_probs) -> int:
+    """Shapes, dtypes and devices of the logits and the drafts; returns K."""
     if not isinstance(target_logits, torch.Tensor):
         raise ValueError(f"target_logits must be a tensor, got {type(target_logits).__name__}")
     if target_logits.dim() != 3 or not target_logits.is_floating_point():
@@ -255,6 +301,11 @@ def rejection_sample(
             )
         if draft_probs.device != device:
             raise ValueError(f"draft_probs is on {draft_probs.device}, target_logits on {device}")
+    return num_drafts
+
+
+def _check_row_settings(temperature, seeds, positions, top_k, top_p, min_p, batch_size, device):
+    """Shapes, dtypes and devices of the per-row tensors."""
     _check_1d("temperature", temperature, batch_size, None, device)
     if not temperature.is_floating_point():
         raise ValueError(f"temperature must be a float tensor, got {temperature.dtype}")
@@ -268,10 +319,11 @@ def rejection_sample(
         _check_1d("top_p", top_p, batch_size, torch.float32, device)
     if min_p is not None:
         _check_1d("min_p", min_p, batch_size, torch.float32, device)
-    check_fp64_choice(use_fp64)
-    rates = None if synthetic_rates is None else _check_synthetic_rates(synthetic_rates, num_drafts)
-    # One device-to-host copy for every value check, here in the public API
-    # only: the engine calls rejection_sample_packed, which makes none.
+
+
+def _check_values(temperature, draft_probs, top_p, min_p, device) -> None:
+    """The value checks, with one device-to-host copy for all of them, here in
+    the public API only: the engine calls rejection_sample_packed, which makes none."""
     bad_temperature = ((temperature < 0) | temperature.isnan()).any()
     bad_draft_probs = (
         torch.zeros((), dtype=torch.bool, device=device)
@@ -296,38 +348,3 @@ def rejection_sample(
             "draft_probs must be finite and >= 0 (each row is a distribution, "
             "normalised here; zeros allowed)"
         )
-    check_kernels_run_on("target_logits", device)
-
-    conditional_rates = None
-    if rates is not None:
-        conditional_rates = torch.tensor(
-            unconditional_to_conditional_rates(rates), dtype=torch.float32, device=device
-        )
-    # To the runner's packed layout: logit j of row b is packed row b * (K + 1) + j,
-    # and draft j of row b sits one past its verifying logit.
-    packed_drafts = torch.zeros(batch_size, num_drafts + 1, dtype=torch.int64, device=device)
-    packed_drafts[:, 1:] = draft_token_ids
-    offsets = torch.arange(num_drafts + 1, dtype=torch.int64, device=device)
-    packed_pos = (positions[:, None] + offsets).reshape(-1)
-    cu_num_logits = torch.arange(batch_size + 1, dtype=torch.int32, device=device) * (
-        num_drafts + 1
-    )
-    # log(0) = -inf is a valid draft logit: the token has no draft mass.
-    draft_logits = None if draft_probs is None else torch.log(draft_probs.float())
-    return rejection_sample_packed(
-        target_logits.reshape(batch_size * (num_drafts + 1), vocab_size),
-        packed_drafts.reshape(-1),
-        cu_num_logits,
-        torch.arange(batch_size, dtype=torch.int32, device=device),
-        packed_pos,
-        temperature.float(),
-        seeds,
-        num_drafts,
-        draft_logits,
-        conditional_rates,
-        use_fp64=use_fp64,
-        apply_temperature=True,
-        top_k=top_k,
-        top_p=top_p,
-        min_p=min_p,
-    )

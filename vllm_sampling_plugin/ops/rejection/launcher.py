@@ -108,37 +108,16 @@ def _rejection_kernel(
     temp = tl.load(temperature_ptr + state_idx).to(tl.float32)
     seed = tl.load(seeds_ptr + state_idx)
 
+    request = (req_idx, start, num_drafts, state_idx, temp, seed)
+    block = (block_idx, num_blocks, block_start, block_end)
+
     running = tl.full([], 1, tl.int32)
     for step in range(num_drafts + 1):
         if running != 0:
             reached = rejection_step(
-                step,
-                req_idx,
-                block_idx,
-                num_blocks,
-                block_start,
-                block_end,
-                start,
-                num_drafts,
-                state_idx,
-                temp,
-                seed,
-                winners,
-                tile_stats,
-                target_logits,
-                draft_logits,
-                requests,
-                sizes,
-                CHUNK,
-                SAMPLE_CHUNK,
-                STATS_TILE,
-                NUM_TILES_PAD,
-                SYNTHETIC_MODE,
-                HAS_DRAFT_LOGITS,
-                NOISE,
-                APPLY_TEMPERATURE,
-                FILTERED,
-                SCALE_DRAFT,
+                step, request, block, winners, tile_stats, target_logits, draft_logits,
+                requests, sizes, CHUNK, SAMPLE_CHUNK, STATS_TILE, NUM_TILES_PAD,
+                SYNTHETIC_MODE, HAS_DRAFT_LOGITS, NOISE, APPLY_TEMPERATURE, FILTERED, SCALE_DRAFT,
             )
             all_arrived = num_blocks * (step + 1)
             arrived = _arrive(arrivals_ptr + req_idx) + 1
@@ -149,29 +128,31 @@ def _rejection_kernel(
                     # reads the counter again, so it is reset for the next call.
                     tl.store(arrivals_ptr + req_idx, 0)
                     emit_row(
-                        req_idx,
-                        tl.where(reached, step, step - 1),
-                        start,
-                        sampled_ptr,
-                        sampled_stride,
-                        num_sampled_ptr,
-                        winners,
-                        draft_tokens_ptr,
-                        num_spec_steps,
-                        num_blocks,
-                        NUM_BLOCKS_PAD,
-                        OUT_PAD,
+                        req_idx, tl.where(reached, step, step - 1), start, sampled_ptr,
+                        sampled_stride, num_sampled_ptr, winners, draft_tokens_ptr,
+                        num_spec_steps, num_blocks, NUM_BLOCKS_PAD, OUT_PAD,
                     )
             else:
                 # The next step judges the draft from every block's sums.
-                # Plain reads while waiting (a read-modify-write per poll
-                # would queue behind the other blocks' at the L2), one
-                # acquiring atomic once all have arrived.
-                while arrived < all_arrived:
-                    arrived = tl.load(arrivals_ptr + req_idx, volatile=True)
-                tl.atomic_add(arrivals_ptr + req_idx, 0, sem="acquire")
-                tl.debug_barrier()
-    # The last program out leaves the launch counters at zero for the next call.
+                _wait_for_all(arrivals_ptr + req_idx, arrived, all_arrived)
+    _leave_launch(launch_counters_ptr)
+
+
+@triton.jit
+def _wait_for_all(counter_ptr, arrived, all_arrived):
+    """Waits until the counter reaches ``all_arrived``, then sees every
+    block's stores. Plain reads while waiting (a read-modify-write per poll
+    would queue behind the other blocks' at the L2), one acquiring atomic
+    once all have arrived."""
+    while arrived < all_arrived:
+        arrived = tl.load(counter_ptr, volatile=True)
+    tl.atomic_add(counter_ptr, 0, sem="acquire")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _leave_launch(launch_counters_ptr):
+    """The last program out leaves the launch counters at zero for the next call."""
     if tl.atomic_add(launch_counters_ptr + 1, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         tl.store(launch_counters_ptr, 0)
         tl.store(launch_counters_ptr + 1, 0)
@@ -222,34 +203,24 @@ def _rejection_step_kernel(
     reached = step < 0
     if active:
         state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
-        reached = rejection_step(
-            step,
+        request = (
             req_idx,
-            block_idx,
-            tl.num_programs(1),
-            block_start,
-            tl.minimum(block_start + block_size, vocab_size),
             start,
             num_drafts,
             state_idx,
             tl.load(temperature_ptr + state_idx).to(tl.float32),
             tl.load(seeds_ptr + state_idx),
-            winners,
-            tile_stats,
-            target_logits,
-            draft_logits,
-            requests,
-            sizes,
-            CHUNK,
-            SAMPLE_CHUNK,
-            STATS_TILE,
-            NUM_TILES_PAD,
-            SYNTHETIC_MODE,
-            HAS_DRAFT_LOGITS,
-            NOISE,
-            APPLY_TEMPERATURE,
-            FILTERED,
-            SCALE_DRAFT,
+        )
+        block = (
+            block_idx,
+            tl.num_programs(1),
+            block_start,
+            tl.minimum(block_start + block_size, vocab_size),
+        )
+        reached = rejection_step(
+            step, request, block, winners, tile_stats, target_logits, draft_logits,
+            requests, sizes, CHUNK, SAMPLE_CHUNK, STATS_TILE, NUM_TILES_PAD,
+            SYNTHETIC_MODE, HAS_DRAFT_LOGITS, NOISE, APPLY_TEMPERATURE, FILTERED, SCALE_DRAFT,
         )
     if block_idx == 0:
         tl.store(reached_row_ptr + step, reached.to(tl.int8))
@@ -382,6 +353,88 @@ def rejection_sample_packed(
         fresh int32 ``[num_reqs]`` with the number of tokens per row (vLLM
         edits it in place).
     """
+    _check_packed_inputs(
+        target_logits, draft_tokens, cu_num_logits, idx_mapping, pos, temperature,
+        num_speculative_steps, draft_logits, synthetic_conditional_rates, tuning,
+        top_k, top_p, min_p,
+    )
+    num_reqs = cu_num_logits.shape[0] - 1
+    device = target_logits.device
+    sampled = torch.empty(num_reqs, num_speculative_steps + 1, dtype=torch.int64, device=device)
+    num_sampled = torch.empty(num_reqs, dtype=torch.int32, device=device)
+    if num_reqs == 0:
+        return sampled, num_sampled
+    if target_logits.stride(1) != 1:
+        target_logits = target_logits.contiguous()
+    if draft_logits is not None and draft_logits.stride(2) != 1:
+        draft_logits = draft_logits.contiguous()
+
+    filtered = top_k is not None or top_p is not None or min_p is not None
+    thresholds = temperature  # never read unless filtered
+    if filtered:
+        thresholds = filter_thresholds(
+            target_logits, cu_num_logits, idx_mapping, temperature, top_k, top_p, min_p,
+            num_speculative_steps, apply_temperature=apply_temperature,
+        )
+    vocab_size = target_logits.shape[1]
+    plan = device_plan(num_reqs, vocab_size, tuning or TUNING[use_fp64], device)
+    tile = stats_tile(vocab_size)
+    num_tiles = cdiv(vocab_size, tile)
+    work = workspace_for(
+        device, num_reqs, plan.num_blocks, num_speculative_steps, num_tiles, use_fp64,
+        draft_logits is not None,
+    )
+    step_inputs = _step_inputs(
+        work,
+        target_logits,
+        draft_logits,
+        (draft_tokens, cu_num_logits, idx_mapping, pos, temperature, seeds),
+        synthetic_conditional_rates,
+        thresholds,
+        num_speculative_steps,
+        num_tiles,
+    )
+    constants, emit_constants = _kernel_constants(
+        plan,
+        tile,
+        num_tiles,
+        num_speculative_steps,
+        SYNTHETIC_MODE=synthetic_conditional_rates is not None,
+        HAS_DRAFT_LOGITS=draft_logits is not None,
+        NOISE=noise_code(use_fp64),
+        APPLY_TEMPERATURE=apply_temperature,
+        FILTERED=filtered,
+        SCALE_DRAFT=scale_draft_logits,
+    )
+    if plan.single_launch:
+        _rejection_kernel[(num_reqs * plan.num_blocks,)](
+            sampled, sampled.stride(0), num_sampled, work.launch_counters, work.arrivals,
+            *step_inputs, plan.num_blocks, plan.block, **constants, **emit_constants,
+        )
+    else:
+        _launch_step_by_step(
+            sampled, num_sampled, work, step_inputs, plan, constants, emit_constants,
+            draft_tokens, cu_num_logits, num_speculative_steps,
+        )
+    return sampled, num_sampled
+
+
+def _check_packed_inputs(
+    target_logits,
+    draft_tokens,
+    cu_num_logits,
+    idx_mapping,
+    pos,
+    temperature,
+    num_speculative_steps,
+    draft_logits,
+    synthetic_conditional_rates,
+    tuning,
+    top_k,
+    top_p,
+    min_p,
+) -> None:
+    """The shape and dtype checks of ``rejection_sample_packed`` (no values read)."""
     if target_logits.dim() != 2 or not target_logits.is_floating_point():
         raise ValueError(
             "target_logits must be a 2-D float tensor, got "
@@ -428,61 +481,33 @@ def rejection_sample_packed(
                 f"{tensor.dtype}"
             )
 
-    device = target_logits.device
-    sampled = torch.empty(num_reqs, num_speculative_steps + 1, dtype=torch.int64, device=device)
-    num_sampled = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    if num_reqs == 0:
-        return sampled, num_sampled
-    if target_logits.stride(1) != 1:
-        target_logits = target_logits.contiguous()
-    if draft_logits is not None and draft_logits.stride(2) != 1:
-        draft_logits = draft_logits.contiguous()
 
-    filtered = top_k is not None or top_p is not None or min_p is not None
-    thresholds = temperature  # never read unless filtered
-    if filtered:
-        thresholds = filter_thresholds(
-            target_logits,
-            cu_num_logits,
-            idx_mapping,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            num_speculative_steps,
-            apply_temperature=apply_temperature,
-        )
-
-    plan = device_plan(num_reqs, vocab_size, tuning or TUNING[use_fp64], device)
-    tile = stats_tile(vocab_size)
-    num_tiles = cdiv(vocab_size, tile)
+def _step_inputs(
+    work,
+    target_logits,
+    draft_logits,
+    per_logit_and_slot,
+    synthetic_conditional_rates,
+    thresholds,
+    num_speculative_steps,
+    num_tiles,
+):
+    """The step body's bundles (``winners`` to ``sizes``, as ``rejection_step``
+    documents them); an absent input stands in for by a tensor never read."""
+    temperature = per_logit_and_slot[4]
+    vocab_size = target_logits.shape[1]
     fixed_bits = fixed_point_bits(vocab_size)
-    has_draft_logits = draft_logits is not None
-    work = workspace_for(
-        device,
-        num_reqs,
-        plan.num_blocks,
-        num_speculative_steps,
-        num_tiles,
-        use_fp64,
-        has_draft_logits,
-    )
-    step_inputs = (
+    return (
         work.winners,
         work.tile_stats,
         (target_logits, target_logits.stride(0)),
         (
             (draft_logits, draft_logits.stride(0), draft_logits.stride(1))
-            if has_draft_logits
+            if draft_logits is not None
             else (target_logits, 0, 0)
         ),
         (
-            draft_tokens,
-            cu_num_logits,
-            idx_mapping,
-            pos,
-            temperature,
-            seeds,
+            *per_logit_and_slot,
             synthetic_conditional_rates if synthetic_conditional_rates is not None else temperature,
             thresholds,
         ),
@@ -494,38 +519,41 @@ def rejection_sample_packed(
             float(2**-fixed_bits),
         ),
     )
+
+
+def _kernel_constants(plan, tile, num_tiles, num_speculative_steps, **switches):
+    """The constexpr arguments of the step body (and ``num_warps``), then the
+    emit step's: the loop chunks and stats tiling of the plan, and the mode
+    switches as given."""
     constants = {
         "CHUNK": plan.chunk,
         "SAMPLE_CHUNK": plan.sample_chunk,
         "STATS_TILE": tile,
         "NUM_TILES_PAD": next_power_of_2(num_tiles),
-        "SYNTHETIC_MODE": synthetic_conditional_rates is not None,
-        "HAS_DRAFT_LOGITS": has_draft_logits,
-        "NOISE": noise_code(use_fp64),
-        "APPLY_TEMPERATURE": apply_temperature,
-        "FILTERED": filtered,
-        "SCALE_DRAFT": scale_draft_logits,
+        **switches,
         "num_warps": plan.num_warps,
     }
     emit_constants = {
         "NUM_BLOCKS_PAD": next_power_of_2(plan.num_blocks),
         "OUT_PAD": next_power_of_2(num_speculative_steps + 1),
     }
-    if plan.single_launch:
-        _rejection_kernel[(num_reqs * plan.num_blocks,)](
-            sampled,
-            sampled.stride(0),
-            num_sampled,
-            work.launch_counters,
-            work.arrivals,
-            *step_inputs,
-            plan.num_blocks,
-            plan.block,
-            **constants,
-            **emit_constants,
-        )
-        return sampled, num_sampled
+    return constants, emit_constants
 
+
+def _launch_step_by_step(
+    sampled,
+    num_sampled,
+    work,
+    step_inputs,
+    plan,
+    constants,
+    emit_constants,
+    draft_tokens,
+    cu_num_logits,
+    num_speculative_steps,
+) -> None:
+    """One launch of ``_rejection_step_kernel`` per step, then ``_emit_kernel``."""
+    num_reqs = num_sampled.shape[0]
     for step in range(num_speculative_steps + 1):
         _rejection_step_kernel[(num_reqs, plan.num_blocks)](
             work.reached,
@@ -548,4 +576,3 @@ def rejection_sample_packed(
         **emit_constants,
         num_warps=1,
     )
-    return sampled, num_sampled

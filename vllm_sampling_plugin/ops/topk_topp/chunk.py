@@ -56,25 +56,11 @@ def chunk_pass(
 
     if (temperature != 0.0) & ~(filter_k | filter_p):
         # Nothing to filter: this chunk's Gumbel winner, as the Gumbel kernel
-        # finds it. Tile by tile, to keep the noise's registers low.
+        # finds it.
         key = request_key(tl.load(seeds_ptr + req), tl.load(pos_ptr + token), NOISE)
-        best = tl.full([TILE], float("-inf"), score_dtype)
-        best_ids = chunk_start + tl.arange(0, TILE)
-        for tile in tl.static_range(CHUNK // TILE):
-            start = chunk_start + tile * TILE
-            tile_ids, _, tile_logits = load_logits_block(
-                row_logits, start, 1, TILE, APPLY_TEMPERATURE
-            )
-            score = tile_logits.to(score_dtype) + gumbel_block(key, start, TILE, NOISE)
-            # Strictly greater: the earlier token keeps a tie.
-            wins = score > best
-            best = tl.where(wins, score, best)
-            best_ids = tl.where(wins, tile_ids, best_ids)
-        chunk_best = tl.max(best, axis=0)
-        tl.store(chunk_best_ptr + out, chunk_best)
-        tl.store(
-            chunk_best_id_ptr + out,
-            tl.min(tl.where(best == chunk_best, best_ids, vocab_size), axis=0),
+        _chunk_gumbel_winner(
+            row_logits, chunk_start, key, chunk_stats, out, vocab_size, CHUNK, TILE,
+            APPLY_TEMPERATURE, NOISE,
         )
     else:
         # [groups, GROUP]: a group's tokens sit in neighbouring lanes, so the
@@ -96,6 +82,44 @@ def chunk_pass(
         # Greedy rows and rows whose max is +-inf are decided by these.
         tl.store(chunk_best_ptr + out, chunk_max.to(score_dtype))
         tl.store(chunk_best_id_ptr + out, chunk_argmax)
+
+
+@triton.jit
+def _chunk_gumbel_winner(
+    row_logits,  # ([vocab] logits of one row, column stride, temperature, vocab_size)
+    chunk_start,
+    key,
+    chunk_stats,  # as chunk_pass
+    out,  # this chunk's entry in chunk_stats
+    vocab_size,
+    CHUNK: tl.constexpr,
+    TILE: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+    NOISE: tl.constexpr,
+):
+    """Stores the chunk's best Gumbel score and its lowest id, walking the
+    chunk tile by tile to keep the noise's registers low."""
+    chunk_best_ptr = chunk_stats[0]
+    chunk_best_id_ptr = chunk_stats[1]
+    score_dtype: tl.constexpr = tl.float64 if NOISE >= FP64_PHILOX else tl.float32
+    best = tl.full([TILE], float("-inf"), score_dtype)
+    best_ids = chunk_start + tl.arange(0, TILE)
+    for tile in tl.static_range(CHUNK // TILE):
+        start = chunk_start + tile * TILE
+        tile_ids, _, tile_logits = load_logits_block(
+            row_logits, start, 1, TILE, APPLY_TEMPERATURE
+        )
+        score = tile_logits.to(score_dtype) + gumbel_block(key, start, TILE, NOISE)
+        # Strictly greater: the earlier token keeps a tie.
+        wins = score > best
+        best = tl.where(wins, score, best)
+        best_ids = tl.where(wins, tile_ids, best_ids)
+    chunk_best = tl.max(best, axis=0)
+    tl.store(chunk_best_ptr + out, chunk_best)
+    tl.store(
+        chunk_best_id_ptr + out,
+        tl.min(tl.where(best == chunk_best, best_ids, vocab_size), axis=0),
+    )
 
 
 @triton.jit

@@ -115,6 +115,7 @@ def _check_inputs(
     pos: torch.Tensor,
     top_k: torch.Tensor,
     top_p: torch.Tensor,
+    paths_out: torch.Tensor | None,
 ) -> None:
     if logits.dim() != 2 or not logits.dtype.is_floating_point:
         raise ValueError(
@@ -155,6 +156,15 @@ def _check_inputs(
         logits.device, idx_mapping=idx_mapping, temperature=temperature, seeds=seeds, pos=pos,
         top_k=top_k, top_p=top_p,
     )
+    if paths_out is not None and (
+        paths_out.shape != (num_tokens,)
+        or paths_out.dtype != torch.int32
+        or paths_out.device != logits.device
+    ):
+        raise ValueError(
+            f"paths_out must be a [{num_tokens}] int32 tensor on {logits.device}, got "
+            f"{tuple(paths_out.shape)} {paths_out.dtype} on {paths_out.device}"
+        )
 
 
 def top_k_top_p_sample(
@@ -251,17 +261,8 @@ def top_k_top_p_sample(
     tensor([...], device='cuda:0')  # [3] int64; row 0 is the argmax
     """
     noise = noise_code(use_fp64, fp64_stream, fp32_stream)
-    _check_inputs(logits, idx_mapping, temperature, seeds, pos, top_k, top_p)
+    _check_inputs(logits, idx_mapping, temperature, seeds, pos, top_k, top_p, paths_out)
     check_tuning(tuning)
-    if paths_out is not None and (
-        paths_out.shape != (logits.shape[0],)
-        or paths_out.dtype != torch.int32
-        or paths_out.device != logits.device
-    ):
-        raise ValueError(
-            f"paths_out must be a [{logits.shape[0]}] int32 tensor on {logits.device}, got "
-            f"{tuple(paths_out.shape)} {paths_out.dtype} on {paths_out.device}"
-        )
     num_tokens, vocab_size = logits.shape
     device = logits.device
     if num_tokens == 0:

@@ -323,21 +323,41 @@ def sample_wide(
                 NOISE,
             )
         elif decided:
-            wide_x, wide_ids, wide_keys, collected = load_list(scratch, count, WIDE)
-            top_k_key = tl.full((), 0, tl.uint32)
-            if filter_k:
-                top_k_key = largest_key_reaching(wide_keys, collected.to(tl.int32), top_k)
-            mass = tl.where(collected & (wide_keys >= top_k_key), tl.exp(wide_x - row_max), 0.0)
-            if filter_k:
-                total_mass = tl.sum(mass, axis=0)
-            top_p_key = tl.full((), 0, tl.uint32)
-            if filter_p:
-                top_p_key = largest_key_reaching(wide_keys, mass, top_p * total_mass)
-            # The top token always stays, even for top_p <= 0.
-            threshold = tl.minimum(tl.maximum(top_k_key, top_p_key), order_key(row_max))
-            keep = collected & (wide_keys >= threshold)
-            sampled = gumbel_argmax(wide_x, wide_ids, keep, key, vocab_size, NOISE)
+            sampled = _sample_collected(
+                scratch, count, row_max, filters, total_mass, key, vocab_size, WIDE, NOISE
+            )
     return sampled, decided
+
+
+@triton.jit
+def _sample_collected(
+    scratch,  # [WIDE] each, this row's: (logits fp32, ids int32) of the collected tokens
+    count,
+    row_max,
+    filters,  # (filter_k, top_k, filter_p, top_p)
+    total_mass,
+    key,
+    vocab_size,
+    WIDE: tl.constexpr,
+    NOISE: tl.constexpr,
+):
+    """The token of a row whose cuts lie among its ``count <= WIDE`` collected
+    tokens, by bit-by-bit searches for the top-k and top-p keys."""
+    filter_k, top_k, filter_p, top_p = filters
+    wide_x, wide_ids, wide_keys, collected = load_list(scratch, count, WIDE)
+    top_k_key = tl.full((), 0, tl.uint32)
+    if filter_k:
+        top_k_key = largest_key_reaching(wide_keys, collected.to(tl.int32), top_k)
+    mass = tl.where(collected & (wide_keys >= top_k_key), tl.exp(wide_x - row_max), 0.0)
+    if filter_k:
+        total_mass = tl.sum(mass, axis=0)
+    top_p_key = tl.full((), 0, tl.uint32)
+    if filter_p:
+        top_p_key = largest_key_reaching(wide_keys, mass, top_p * total_mass)
+    # The top token always stays, even for top_p <= 0.
+    threshold = tl.minimum(tl.maximum(top_k_key, top_p_key), order_key(row_max))
+    keep = collected & (wide_keys >= threshold)
+    return gumbel_argmax(wide_x, wide_ids, keep, key, vocab_size, NOISE)
 
 
 @triton.jit
