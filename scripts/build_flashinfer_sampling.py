@@ -7,11 +7,14 @@ request (minutes; docs/gpu-staging.md). FlashInfer loads a module found at
 ``flashinfer/data/aot/<name>/<name>.so`` instead of building it, so the
 device step copies the result there.
 
-    python3 scripts/build_flashinfer_sampling.py WHEELS_DIR OUT_DIR
+    python3 scripts/build_flashinfer_sampling.py WHEELS_DIR OUT_DIR nvidia-curand==VERSION
 
 writes ``OUT_DIR/sampling/sampling.so``. Needs nvcc (CUDA 13, under
-CUDA_HOME or /usr/local/cuda), gcc, and this Python's CUDA headers (the
-``nvidia`` wheels beside torch: curand.h).
+CUDA_HOME or /usr/local/cuda), gcc, and a torch for FlashInfer's import. The
+cuRAND headers (curand_kernel.h, which a CUDA toolkit of nvcc alone lacks)
+come from the nvidia-curand wheel named, installed beside FlashInfer for the
+build: this Python's own ``nvidia`` packages, where it has any, are not read
+(a fresh machine had none: ``No module named 'nvidia'``).
 """
 
 import glob
@@ -26,12 +29,14 @@ from pathlib import Path
 CUDA_ARCH = "9.0a"
 
 
-def cuda_include_dirs() -> list[str]:
-    """Header folders of this Python's NVIDIA wheels (cuRAND's among them)."""
-    import nvidia
-
-    return sorted({str(Path(h).parent) for root in nvidia.__path__
-                   for h in glob.glob(f"{root}/*/include/curand.h")})
+def cuda_include_dirs(site: Path) -> list[str]:
+    """Header folders of the NVIDIA wheels installed into ``site`` that hold
+    cuRAND's; stops, naming what is missing, where there is none."""
+    found = sorted({str(Path(h).parent) for h in glob.glob(f"{site}/nvidia/*/include/curand.h")})
+    if not found:
+        sys.exit(f"[stage] no curand.h under {site}/nvidia/*/include: FlashInfer's sampling "
+                 f"module includes curand_kernel.h; name the nvidia-curand wheel to build with")
+    return found
 
 
 def cuda_home() -> str:
@@ -58,14 +63,18 @@ def tvm_ffi_requirement(wheels: Path) -> str:
     return f"apache-tvm-ffi=={sent.name.split('-')[1]}"
 
 
-def main(wheels_dir: str, out_dir: str) -> int:
+def main(wheels_dir: str, out_dir: str, curand_requirement: str) -> int:
     wheels = Path(wheels_dir)
     flashinfer_wheel = next(wheels.glob("flashinfer_python-*.whl"))
     with tempfile.TemporaryDirectory() as tmp:
         site = Path(tmp) / "site"
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                        str(site), str(flashinfer_wheel), tvm_ffi_requirement(wheels)],
-                       check=True)
+        installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                                    "--target", str(site), str(flashinfer_wheel),
+                                    tvm_ffi_requirement(wheels), curand_requirement])
+        if installed.returncode != 0:
+            sys.exit(f"[stage] could not install what FlashInfer's sampling module is built "
+                     f"from ({flashinfer_wheel.name}, {tvm_ffi_requirement(wheels)}, "
+                     f"{curand_requirement}); pip's output is above")
         # FLASHINFER_DISABLE_VERSION_CHECK: a flashinfer-cubin of another
         # version installed on this machine stops the import otherwise; the
         # JIT build reads no cubin.
@@ -73,7 +82,7 @@ def main(wheels_dir: str, out_dir: str) -> int:
                "FLASHINFER_DISABLE_VERSION_CHECK": "1",
                "FLASHINFER_WORKSPACE_BASE": tmp, "MAX_JOBS": str(os.cpu_count() or 1),
                "CUDA_HOME": cuda_home(),
-               "CPATH": os.pathsep.join(cuda_include_dirs() + [os.environ.get("CPATH", "")]),
+               "CPATH": os.pathsep.join(cuda_include_dirs(site) + [os.environ.get("CPATH", "")]),
                "LIBRARY_PATH": os.pathsep.join([str(libcuda_stub(Path(tmp) / "stubs")),
                                                 os.environ.get("LIBRARY_PATH", "")])}
         build = ("from flashinfer.jit.sampling import gen_sampling_module\n"
@@ -85,8 +94,7 @@ def main(wheels_dir: str, out_dir: str) -> int:
                                 capture_output=True, text=True)
         if result.returncode != 0:
             sys.exit(f"[stage] FlashInfer's sampling module did not build (exit "
-                     f"{result.returncode}); stock engines will build it on the GPU "
-                     f"machine instead. Its last output:\n{result.stderr[-3000:]}")
+                     f"{result.returncode}). Its last output:\n{result.stderr[-3000:]}")
         built = result.stdout.strip().splitlines()[-1]
         target = Path(out_dir) / "sampling" / "sampling.so"
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -97,6 +105,6 @@ def main(wheels_dir: str, out_dir: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) != 4:
         sys.exit(__doc__)
     sys.exit(main(*sys.argv[1:]))

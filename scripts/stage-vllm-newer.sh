@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Stage a vLLM newer than the machine's stack (0.32.0: torch 2.13, triton
-# 3.7.1; 0.33.0: torch 2.14, triton 3.8.0) with the CUDA 13 libraries it needs
-# for the lent GPU machine (Python 3.12, torch 2.11.0+cu130, no network).
+# 3.7.1; 0.33.0 and 0.34.0: torch 2.14, triton 3.8.0) with the CUDA 13
+# libraries it needs for the lent GPU machine (Python 3.12, torch
+# 2.11.0+cu130, no network).
 #
 # Run from the project root where the package registry is reachable:
 #   scripts/stage-vllm-newer.sh 0.33.0            # resolve, download, pack into .device/v033/
 #   scripts/stage-vllm-newer.sh 0.33.0 --dry-run  # resolve only: list the wheels and their sizes
 # docs/gpu-staging.md says how many device calls it costs and how to make them.
 #
-# How: pip resolves vllm==VERSION for cp312/manylinux x86_64; every wheel the
+# How: pip resolves vllm==VERSION for cp312/manylinux x86_64 (uv, where
+# ci/overrides-LINE.txt replaces a pin of vLLM's: 0.34.0 pins a
+# flashinfer-python the package registry does not serve); every wheel the
 # machine already has in exactly that version (scripts/gpu-base-cu130.txt) is
 # left out, and so is every wheel on the exclusion list below (not imported on
 # the dense-model path, or already on the machine in a version that serves);
@@ -20,6 +23,11 @@
 #
 # STAGE_SEND_CUDA_LIBS=1 sends cuBLAS, cuDNN and cuSPARSELt anyway (section B
 # of the list), for a machine whose own copies are not the ones named there.
+#
+# FlashInfer's sampling module is built here and sent prebuilt (below); it
+# needs nvcc and gcc here, and the staging stops where it cannot build it
+# (STAGE_FLASHINFER_AOT=0 sends none, and stock engines then compile it on
+# the GPU machine for minutes).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(git rev-parse --show-toplevel)
@@ -35,6 +43,14 @@ exclude="$(git rev-parse --git-common-dir)/info/exclude"
 mkdir -p "$(dirname "$exclude")"
 grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
 
+flashinfer_aot=${STAGE_FLASHINFER_AOT:-1}
+if [ "$dry" = 0 ] && [ "$flashinfer_aot" = 1 ] && ! command -v nvcc >/dev/null; then
+  echo "[stage] STOP: no nvcc here to build FlashInfer's sampling module (CUDA 13: put its bin/ on PATH);" \
+    "STAGE_FLASHINFER_AOT=0 stages without it, and stock engines then compile it on the GPU machine" >&2
+  exit 1
+fi
+overrides=$root/ci/overrides-$line.txt
+
 work=${STAGE_WORK:-$(mktemp -d)}
 [ -z "${STAGE_WORK:-}" ] && trap 'rm -rf "$work"' EXIT
 # pip matches manylinux tags exactly; NCCL's and CUDA's wheels use several.
@@ -42,9 +58,23 @@ plat=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 
 for n in $(seq 5 39); do plat+=(--platform "manylinux_2_${n}_x86_64"); done
 plat+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64 --platform any)
 
-echo "[stage] resolving vllm==$version for cp312 x86_64"
-python3 -m pip install -q --dry-run --ignore-installed --target "$work/never" "${plat[@]}" \
-  --report "$work/report.json" "vllm==$version"
+# The resolution, one name==version a line, in $work/resolved.txt.
+if [ -f "$overrides" ]; then
+  # pip's resolver cannot replace a pin; uv's --override can. uv only
+  # resolves: pip still picks and downloads each wheel below, with the flags
+  # above.
+  command -v uv >/dev/null || { echo "[stage] STOP: $overrides needs uv (pip install uv)" >&2; exit 1; }
+  echo "[stage] resolving vllm==$version for cp312 x86_64 with uv, overriding: $(grep -v '^#' "$overrides" | xargs)"
+  echo "vllm==$version" | uv pip compile - -q --python-version 3.12 --python-platform x86_64-manylinux_2_39 \
+    --override "$overrides" --no-header --no-annotate -o "$work/resolved.txt"
+else
+  echo "[stage] resolving vllm==$version for cp312 x86_64"
+  python3 -m pip install -q --dry-run --ignore-installed --target "$work/never" "${plat[@]}" \
+    --report "$work/report.json" "vllm==$version"
+  python3 -c 'import json, sys
+for i in json.load(open(sys.argv[1]))["install"]:
+    print(i["metadata"]["name"] + "==" + i["metadata"]["version"])' "$work/report.json" > "$work/resolved.txt"
+fi
 # What is left out, and why; docs/gpu-staging.md has the evidence. An import
 # of vLLM's whole dense serving path (engine, `vllm serve`'s API server, the
 # V2 GPU model runner and its samplers, the FLASH_ATTN, TRITON_ATTN and
@@ -92,8 +122,8 @@ nvidia-cublas==13.1.0.3          torch 2.13 and 2.14 pin 13.1.1.3
 nvidia-cudnn-cu13==9.19.0.56     torch 2.13 pins 9.20.0.48, 2.14 9.24.0.43; torch.backends.cudnn's minor-version check raises when reached (cuDNN paths: conv, RNN; none on a dense model), and the device step's export line turns it into a warning
 nvidia-cusparselt-cu13==0.8.0    torch 2.13 and 2.14 pin 0.8.1
 LIST
-python3 - "$work/report.json" "$here/gpu-base-cu130.txt" "$work/need.txt" "$work/exclude.txt" "$work/machine-expects.txt" <<'PY'
-import json, os, sys
+python3 - "$work/resolved.txt" "$here/gpu-base-cu130.txt" "$work/need.txt" "$work/exclude.txt" "$work/machine-expects.txt" <<'PY'
+import os, sys
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name as cn
 have = set()
@@ -110,13 +140,16 @@ for line in open(sys.argv[4]):
         if req.specifier:
             expects.append(str(req))
 need, left, seen = [], [], set()
-for i in json.load(open(sys.argv[1]))["install"]:
-    m = i["metadata"]
-    key = (cn(m["name"]), m["version"])
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if not line:
+        continue
+    name, resolved_version = line.split("==")
+    key = (cn(name), resolved_version)
     seen.add(key[0])
     if key in have:
         continue
-    (left if key[0] in excl else need).append(f'{m["name"]}=={m["version"]}')
+    (left if key[0] in excl else need).append(line)
 stale = sorted(set(excl) - seen)
 if stale:
     # The resolution changed: an exclusion that matches nothing is a sign that
@@ -152,15 +185,22 @@ with zipfile.ZipFile(src) as z, zipfile.ZipFile(src + ".new", "w", zipfile.ZIP_D
 os.replace(src + ".new", src)
 PY
 
-# Stock 0.32/0.33 samples top-k/top-p with FlashInfer, which would compile its
+# Stock 0.32-0.34 samples top-k/top-p with FlashInfer, which would compile its
 # sampling module with nvcc on a fresh machine's first top-k/top-p request
-# (minutes, docs/gpu-staging.md). Where this machine has nvcc, build it here
-# from the wheel being sent; the device step puts it where FlashInfer loads
-# prebuilt modules. STAGE_FLASHINFER_AOT=0 skips it.
+# (minutes, docs/gpu-staging.md). Build it here from the wheel being sent;
+# the device step puts it where FlashInfer loads prebuilt modules. Its cuRAND
+# headers come from the nvidia-curand wheel torch pins, in the version the
+# machine has (so it is not sent): this machine's Python may have no `nvidia`
+# package at all. A build that fails stops the staging rather than sending
+# chunks without it. STAGE_FLASHINFER_AOT=0 skips it.
 packed=(wheels)
-if [ "${STAGE_FLASHINFER_AOT:-1}" = 1 ] && command -v nvcc >/dev/null; then
-  echo "[stage] building FlashInfer's sampling module for sm_90a (a minute or more on 2 cores)"
-  python3 "$here/build_flashinfer_sampling.py" "$work/wheels" "$work/aot" && packed+=(aot)
+if [ "$flashinfer_aot" = 1 ]; then
+  curand=$(grep -i '^nvidia-curand==' "$work/resolved.txt") \
+    || { echo "[stage] STOP: the resolution names no nvidia-curand, whose headers FlashInfer's sampling module needs" >&2; exit 1; }
+  echo "[stage] building FlashInfer's sampling module for sm_90a with $curand's headers (a minute or more on 2 cores)"
+  python3 "$here/build_flashinfer_sampling.py" "$work/wheels" "$work/aot" "$curand" \
+    || { echo "[stage] STOP: FlashInfer's sampling module did not build (above); STAGE_FLASHINFER_AOT=0 stages without it" >&2; exit 1; }
+  packed+=(aot)
 fi
 
 echo "[stage] packing into ${chunk_mb} MB chunks"
