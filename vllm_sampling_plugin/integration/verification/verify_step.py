@@ -363,54 +363,21 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
             )
         return max_chunk_logits
 
-    def _verify(
-        self,
-        logits,
-        draft_logits,
-        draft_sampled,
-        pos,
-        cu_num_logits,
-        idx_mapping,
-        idx_mapping_np,
-        expanded_idx_mapping,
-        expanded_local_pos,
-        seq_lens_upper_bound_np,
-        verify_draft_sampled,
-    ):
+    def _verify(self, logits, draft_logits, draft_sampled, *step_args):
+        # step_args: upstream's (pos, cu_num_logits, idx_mapping, idx_mapping_np,
+        # expanded_idx_mapping, expanded_local_pos, seq_lens_upper_bound_np,
+        # verify_draft_sampled).
         if not self.plugin_batch:
-            return super()._verify(
-                logits,
-                draft_logits,
-                draft_sampled,
-                pos,
-                cu_num_logits,
-                idx_mapping,
-                idx_mapping_np,
-                expanded_idx_mapping,
-                expanded_local_pos,
-                seq_lens_upper_bound_np,
-                verify_draft_sampled,
-            )
-        return self.plugin_verify(
-            logits,
-            draft_logits,
-            draft_sampled,
-            verify_draft_sampled,
-            pos,
-            cu_num_logits,
-            idx_mapping,
-            idx_mapping_np,
-            expanded_idx_mapping,
-            expanded_local_pos,
-            seq_lens_upper_bound_np,
-        )
+            return super()._verify(logits, draft_logits, draft_sampled, *step_args)
+        *rows, verify_draft_sampled = step_args
+        return self.plugin_verify(verify_draft_sampled, logits, draft_logits, draft_sampled, *rows)
 
     def plugin_verify(
         self,
+        verify_draft_sampled,
         logits,
         draft_logits,
         draft_sampled,
-        verify_draft_sampled,
         pos,
         cu_num_logits,
         idx_mapping,

@@ -72,47 +72,18 @@ class PluginVerifyingDraftCacheRejectionSampler(PluginVerifyingRejectionSampler)
             logprobs_dims,
         )
 
-    def _verify(
-        self,
-        logits,
-        draft_logits,
-        draft_sampled,
-        pos,
-        cu_num_logits,
-        idx_mapping,
-        idx_mapping_np,
-        expanded_idx_mapping,
-        expanded_local_pos,
-        seq_lens_upper_bound_np,
-    ):
+    def _verify(self, logits, draft_logits, draft_sampled, *step_args):
+        # step_args: upstream's (pos, cu_num_logits, idx_mapping, idx_mapping_np,
+        # expanded_idx_mapping, expanded_local_pos, seq_lens_upper_bound_np).
         if not self.plugin_batch:
             return upstream.RejectionSampler._verify(
-                self,
-                logits,
-                draft_logits,
-                draft_sampled,
-                pos,
-                cu_num_logits,
-                idx_mapping,
-                idx_mapping_np,
-                expanded_idx_mapping,
-                expanded_local_pos,
-                seq_lens_upper_bound_np,
+                self, logits, draft_logits, draft_sampled, *step_args
             )
         target, sampled, num_sampled = self.plugin_verify(
-            logits,
-            cached_draft_logits(draft_logits),
-            draft_sampled,
-            draft_sampled,
-            pos,
-            cu_num_logits,
-            idx_mapping,
-            idx_mapping_np,
-            expanded_idx_mapping,
-            expanded_local_pos,
-            seq_lens_upper_bound_np,
+            draft_sampled, logits, cached_draft_logits(draft_logits), draft_sampled, *step_args
         )
         trace = self.sampler.trace_replay_state
         if trace is not None:
+            _, cu_num_logits, idx_mapping = step_args[:3]
             trace.apply_trace_to_verified(sampled, num_sampled, draft_sampled, cu_num_logits, idx_mapping)
         return target, sampled, num_sampled
