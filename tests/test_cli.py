@@ -202,13 +202,15 @@ def test_info_says_active_and_prints_the_parts_of_the_installed_line():
 
 def test_info_verbose_adds_the_seams_and_why_each_part_is_whose():
     from tests.vllm_lines import INSTALLED_LINE
-    from vllm_sampling_plugin.integration.parts import line_found, parts_rows
+    from vllm_sampling_plugin.integration.parts import parts_rows
+    from vllm_sampling_plugin.integration.seams import detect_seams
 
     proc = run_cli("info", "--verbose")
     assert proc.returncode in (0, 1), proc.stderr
     flat = " ".join(proc.stdout.split())
     assert "seam draw: taken (" in flat
-    for _, _, why, _ in parts_rows(line_found(INSTALLED_LINE), INSTALLED_LINE):
+    # What info reads: the seams as detected on the installed vLLM.
+    for _, _, why, _ in parts_rows(detect_seams(), INSTALLED_LINE):
         assert " ".join(why.split()) in flat
 
 

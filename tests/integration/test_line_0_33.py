@@ -81,6 +81,12 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         # n-gram proposer's name and the line's default policy for
         # ModelConfigs built elsewhere (EngineArgs learned
         # speculation_policy earlier, at platform discovery: integration/settings/early.py).
+        # 0.34: the graph manager takes its decode query lengths at
+        # construction, and the suffix speculator's module is imported (its
+        # class is patched there: integration/speculator/upstream_suffix.py).
+        on_0_34 = "decode_query_lens" in inspect.signature(ModelCudaGraphManager.__init__).parameters
+        graphs = (["ModelCudaGraphManager.__init__"] if on_0_34 else
+                  ["ModelCudaGraphManager._init_candidates", "ModelCudaGraphManager.capture"])
         assert changed == [
             "AsyncScheduler._update_after_schedule",
             "GPUModelRunner._dummy_sampler_run",
@@ -88,8 +94,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             "GPUModelRunner.sample_tokens",
             "ModelConfig.plugin_verification",
             "ModelConfig.speculation_policy",
-            "ModelCudaGraphManager._init_candidates",
-            "ModelCudaGraphManager.capture",
+            *graphs,
             "Request.vllm_sampling_plugin_verify_cap",
             "Request.vllm_sampling_plugin_verify_len",
             "Scheduler.__init__",
@@ -99,6 +104,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             "vllm.v1.worker.gpu.model_runner.RejectionSampler",
             "vllm.v1.worker.gpu.model_runner.Sampler",
             "vllm.v1.worker.gpu.spec_decode.ngram.speculator.NgramGPUSpeculator",
+            *(["vllm.v1.worker.gpu.spec_decode.suffix"] if on_0_34 else []),
         ], changed
         assert mr.GPUModelRunner._dummy_sampler_run.warms_up_plugin_kernels
         assert mr.Sampler is PluginRandomDrawSampler
@@ -130,11 +136,19 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         from vllm_sampling_plugin.integration.verification.verify_step import (
             PluginVerifyingRejectionSampler,
         )
-        assert mr.RejectionSampler is PluginVerifyingRejectionSampler
-        assert issubclass(PluginVerifyingRejectionSampler, rejection.RejectionSampler)
-        overridden = sorted(n for n in vars(PluginVerifyingRejectionSampler)
-                            if n in vars(rejection.RejectionSampler) and not n.startswith("__"))
-        assert overridden == ["_verify", "_verify_in_chunks"], overridden
+        from vllm_sampling_plugin.integration.verification.verify_step_draft_logits_cache import (
+            PluginVerifyingDraftCacheRejectionSampler,
+        )
+        verifier = PluginVerifyingDraftCacheRejectionSampler if on_0_34 else PluginVerifyingRejectionSampler
+        assert mr.RejectionSampler is verifier
+        assert issubclass(verifier, rejection.RejectionSampler)
+        for cls in verifier.__mro__[: verifier.__mro__.index(rejection.RejectionSampler)]:
+            overridden = sorted(n for n in vars(cls)
+                                if n in vars(rejection.RejectionSampler) and not n.startswith("__"))
+            assert overridden == ["_verify", "_verify_in_chunks"], (cls, overridden)
+        if on_0_34:
+            import vllm.v1.worker.gpu.spec_decode.suffix.speculator as suffix
+            assert hasattr(suffix.SuffixSpeculator, "num_proposed")
         args = arg_utils.EngineArgs(model="m", use_fp64_gumbel=True, speculation_policy="adaptive")
         assert (args.use_fp64_gumbel, args.speculation_policy) == (True, "adaptive")
         # The adaptive policy is this line's default too (engine runs measured

@@ -95,6 +95,7 @@ UPSTREAM_FP32_NOISE = {
     "0.31": "murmur3",
     "0.32": "murmur3",
     "0.33": "murmur3",
+    "0.34": "murmur3",
 }
 
 
@@ -196,7 +197,7 @@ def test_the_draw_seams_sampler_builds_upstreams_for_an_engine_that_keeps_its_dr
 # dtype=np.int32)`` through 0.27, ``np.intp`` from 0.28, copied to the GPU in
 # that dtype except on 0.31 (``dtype=torch.int32``) and 0.32-0.33 (int64).
 STEP_SLOT_DTYPE = {
-    f"0.{minor}": "int32" if minor <= 27 or minor == 31 else "int64" for minor in range(20, 34)
+    f"0.{minor}": "int32" if minor <= 27 or minor == 31 else "int64" for minor in range(20, 35)
 }
 
 

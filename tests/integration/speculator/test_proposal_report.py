@@ -209,7 +209,7 @@ def test_any_step_that_may_read_drafts_keeps_upstreams_path(change):
 
 
 def test_upstream_reads_the_speculator_only_where_the_hidden_step_expects():
-    """On 0.32/0.33, what a step with the speculator hidden skips of upstream's
+    """From 0.32 on, what a step with the speculator hidden skips of upstream's
     ``sample_tokens``: the lines that name ``self.speculator`` or
     ``self.num_speculative_steps`` are these and no others (a new one would
     need a look at whether a step without drafts may skip it too)."""
@@ -225,6 +225,10 @@ def test_upstream_reads_the_speculator_only_where_the_hidden_step_expects():
         "and self.speculator.supports_mm_inputs",
         "if self.speculator is not None:",
         "if isinstance(self.speculator, DraftModelSpeculator):",
+        # 0.34: draft models' own preparation, and the drafts' sync across
+        # context-parallel ranks (the hidden step needs no pcp_manager).
+        "self.speculator.prepare_propose(",
+        "draft_tokens, input_batch.idx_mapping, self.speculator.draft_logits",
         "self.speculator.observe_verification(",
         "self.speculator.prepare_watermarking(",
         "draft_tokens = self.speculator.propose(",

@@ -89,7 +89,7 @@ def test_without_the_plugin_0_32_schedules_ngram_synchronously(tiny_model):
     assert got["ngram"] is False and got["ngram_gpu"] is True, got
 
 
-@WITH_UPSTREAM_NGRAM
+@needs_vllm_line("0.32", "0.33", why="the V1 runner, which 0.34 removed")
 def test_the_v1_runner_keeps_upstreams_decision(tiny_model):
     """The V1 runner's "ngram" proposer runs on the host: no async scheduling."""
     got = async_decisions(tiny_model, VLLM_USE_V2_MODEL_RUNNER="0")

@@ -191,7 +191,7 @@ def test_default_and_engine_fallbacks_build_upstreams_rejection_sampler():
         assert records == [], records
         rs = mr.RejectionSampler(sampler, spec_config("plugin", k), CPU)
         assert type(rs) is PLUGIN_VERIFIER
-        assert sum("the plugin's rejection kernel verifies" in r for r in records) == 1, records
+        assert sum("the plugin verifies the batches whose law" in r for r in records) == 1, records
         for spec, kwargs, why in [
             (spec_config("plugin", k, method="synthetic"), {}, "synthetic"),
             (spec_config("plugin", k, method="block"), {}, "block"),

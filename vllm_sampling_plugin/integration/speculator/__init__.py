@@ -81,7 +81,7 @@ def detect(rejection_found: Found) -> Found:
     # output sizes it, num_spec_tokens_to_schedule): speculation_policy._planning.
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
-    hands_out = set(AsyncScheduler._update_after_schedule.__code__.co_names)
+    hands_out = set(inspect.unwrap(AsyncScheduler._update_after_schedule).__code__.co_names)
     if not hands_out & {"_spec_token_placeholders", "num_spec_tokens_to_schedule"}:
         return Found.off(NAME, "AsyncScheduler._update_after_schedule hands out placeholders the plugin cannot size")
     # decode_graphs.adding_mixed_decode_graphs asks the target's attention groups.
@@ -118,7 +118,7 @@ def _detect_upstream_ngram() -> Found:
     params = [p for p in inspect.signature(proposer.__init__).parameters if p != "self"]
     if params != _UPSTREAM_NGRAM_INIT:
         return Found.off(NAME, f"NgramGPUSpeculator{tuple(params)} is not {tuple(_UPSTREAM_NGRAM_INIT)}")
-    missing = _UPSTREAM_NGRAM_ATTRS - set(proposer.__init__.__code__.co_names)
+    missing = _UPSTREAM_NGRAM_ATTRS - _init_names(proposer)
     if missing:
         return Found.off(NAME, f"NgramGPUSpeculator keeps no {sorted(missing)} to count its drafts from")
     if _suffix_reports_its_drafts():
@@ -133,7 +133,14 @@ def _suffix_reports_its_drafts() -> bool:
     from vllm.v1.worker.gpu.spec_decode.suffix import speculator as suffix
 
     proposer = getattr(suffix, "SuffixSpeculator", None)
-    return proposer is not None and _UPSTREAM_SUFFIX_ATTRS <= set(proposer.__init__.__code__.co_names)
+    return proposer is not None and _UPSTREAM_SUFFIX_ATTRS <= _init_names(proposer)
+
+
+def _init_names(proposer: type) -> set[str]:
+    """The names upstream's ``__init__`` of ``proposer`` sets, read past the
+    plugin's reporting subclass where apply() has bound it (detect may run again)."""
+    upstream = next(c for c in proposer.__mro__ if c.__module__.split(".")[0] != "vllm_sampling_plugin")
+    return set(upstream.__init__.__code__.co_names)
 
 
 def apply(shape: str) -> None:
