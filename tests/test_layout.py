@@ -72,3 +72,14 @@ def test_decisions_never_import_vllm():
     decisions = [PACKAGE / "policy.py", PACKAGE / "selection.py"]
     offenders = [p.name for p in decisions if "vllm" in _imported_roots(p)]
     assert not offenders, f"these decide without vLLM and must not import it: {offenders}"
+
+
+def test_runtime_code_carries_no_dated_runs_or_gpu_names():
+    """Issue 60: measurements live in data files and docs; the code says why
+    in words that stay true when the next run lands."""
+    dated_or_named = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b[HAB]\d00\b")
+    offenders = [f"{path.relative_to(PACKAGE)}:{number}"
+                 for path in sorted(PACKAGE.rglob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if dated_or_named.search(line)]
+    assert not offenders, offenders

@@ -15,10 +15,9 @@ kernels run in Triton's interpreter, or inside a caller's own asynchronous
 mode (it does not nest), the call does nothing (``launches`` is not called)
 and the real launches compile as before.
 
-On an H200 (16 CPUs, Triton 3.6) the 29 variants of an engine with the
-plugin's verification at k = 7 (vocabulary 128256, 256 sequences) took
-66.3 s one after another and 22.2 s ahead, then 3.8 s to launch, with the
-same tokens (``scripts/compile_ahead_check.py``, docs/benchmarks.md).
+Compiled ahead, the 29 variants of an engine with the plugin's verification
+at k = 7 took a third of the time they take one after another, with the
+same tokens (``scripts/compile_ahead_check.py``; the run: docs/benchmarks.md).
 
 Example::
 

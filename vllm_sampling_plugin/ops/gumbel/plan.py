@@ -30,7 +30,7 @@ TUNING: dict[bool, GumbelTuning] = {
     False: GumbelTuning(
         tile=2048, max_tiles_per_chunk=4, num_warps=8, num_stages=2, programs_per_sm=4
     ),
-    # Best of the --tune sweep on an H100 (docs/benchmarks.md).
+    # Best of the --tune sweep (the GPU and the run: docs/benchmarks.md).
     True: GumbelTuning(
         tile=512, max_tiles_per_chunk=8, num_warps=8, num_stages=2, programs_per_sm=2
     ),

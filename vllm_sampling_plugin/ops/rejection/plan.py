@@ -37,8 +37,8 @@ class RejectionTuning:
 
 # Keyed by ``use_fp64``. To tune, run ``python3 -m
 # benchmarks.rejection --tune`` from a checkout on the GPU and paste its
-# "best" lines here; tokens are identical for every setting. Measured on an
-# H100 at B=256, K=3 (CUDA-graph replay, docs/benchmarks.md): 8192-token
+# "best" lines here; tokens are identical for every setting. Measured at
+# B=256, K=3 (CUDA-graph replay; the GPU: docs/benchmarks.md): 8192-token
 # blocks beat 4096 (each block also reads the row's tile statistics once a
 # step), and larger sampling chunks lose to register pressure. The single
 # launch wins while B * blocks <= 12 * SMs (B <= ~21 at V=151936).

@@ -34,8 +34,8 @@ class TopKTopPTuning:
     # Warps of a program: it streams its chunk, and the row's last chunk
     # then merges the row.
     num_warps: int = 8
-    # A launch of at most this many programs (rows x chunks: one wave on an
-    # H100) merges each row in the chunk kernel, as its last chunk finishes:
+    # A launch of at most this many programs (rows x chunks: one wave on the
+    # tuned GPU) merges each row in the chunk kernel, as its last chunk finishes:
     # one launch instead of two. Larger ones merge in a second kernel of
     # `merge_warps` warps, since the merge's registers would otherwise limit
     # how many chunk programs an SM runs at once.

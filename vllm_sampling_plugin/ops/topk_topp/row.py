@@ -54,7 +54,7 @@ def argmax_lowest_id(score, ids):
     Used where a row is reduced once (the merge). The streaming kernels
     (Gumbel, the top-k/top-p chunk pass, rejection block winners) keep the
     max-then-min form: routing them through this pair reduction measured
-    15-20% slower on the H100 at B = 256 / 1024 and 2x at B = 64 for the
+    15-20% slower at B = 256 / 1024 and 2x at B = 64 for the
     fused top-k/top-p kernel (docs/benchmarks.md, layout check)."""
     return tl.reduce((score, ids), 0, _larger_then_lower_id)
 
@@ -189,7 +189,7 @@ def decide(
     # top-k set every token above is in the set, so the unmasked mass above
     # is the set's.
     # (Laid out [above, token] and summed over axis 0: measured 2-2.5x
-    # faster on an H100 than the transposed block.)
+    # faster than the transposed block: docs/benchmarks.md.)
     above = keys[:, None] > keys[None, :]
     num_above = tl.sum(above.to(tl.int32), axis=0)
     mass_above = tl.sum(tl.where(above, mass[:, None], 0.0), axis=0)
