@@ -297,7 +297,9 @@ def spec_variants(args: argparse.Namespace) -> list[str]:
     verification owners of ``--spec-verification``, then, with
     ``--spec-against-stock`` or ``--trace-workloads``, stock vLLM's
     speculation (``UPSTREAM_POLICY``), then with ``--trace-workloads`` and
-    the suffix method its adaptive verification (``UPSTREAM_ADAPTIVE``), then, with ``--control``, the first one's A/A twin (``report.CONTROL_SUFFIX``)."""
+    the suffix method its adaptive verification (``UPSTREAM_ADAPTIVE``),
+    then, with ``--control``, the first one's A/A twin
+    (``report.CONTROL_SUFFIX``)."""
     if args.spec_engines == "stock":
         variants = [UPSTREAM_POLICY]
     else:

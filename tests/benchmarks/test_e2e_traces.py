@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks.e2e import engine, report, run, traces
 from tests.benchmarks.test_e2e_plumbing import RecordingRun
+from tests.benchmarks.test_gpu_check import gpu_check
 
 REQUESTS = [
     {"request_id": "chat-0000", "workload": "chat", "prompt_token_ids": [5, 6, 7],
@@ -250,3 +251,21 @@ def test_speedups_and_plot_per_workload(tmp_path):
     assert sorted(paths) == sorted(str(tmp_path / f"e2e-trace-{w}.png")
                                    for w in ("chat", "agentic"))
     assert all((tmp_path / f"e2e-trace-{w}.png").stat().st_size > 0 for w in ("chat", "agentic"))
+
+
+def test_the_gpu_check_step_runs_both_methods_on_the_built_workloads(tmp_path, monkeypatch):
+    """scripts/gpu-check.sh e2e-trace (python3 a stand-in): a build already
+    in $OUT/workloads is reused, and each method's bench e2e command parses."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.34.0")
+    folder = tmp_path / "out" / "workloads"
+    folder.mkdir(parents=True)
+    (folder / "stats.json").write_text("{}")
+    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
+    assert gpu_check(tmp_path, "e2e-trace").returncode == 0
+    calls = (tmp_path / "python3-calls").read_text().splitlines()
+    assert not any("benchmarks.workloads" in c for c in calls)
+    e2e = [c.split()[3:] for c in calls if c.startswith("-m benchmarks e2e")]
+    parsed = [run.parse_args(argv) for argv in e2e]
+    assert [a.ngram_method for a in parsed] == ["ngram", "suffix"]
+    assert all(a.trace_workloads == (str(folder), ["chat"]) and a.max_num_seqs == [64, 256]
+               and a.models == [("8b", 151936)] for a in parsed)
