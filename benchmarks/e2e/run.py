@@ -485,19 +485,22 @@ class Run:
         pairs it has.
 
         With ``traces_for`` (trace replay), request i of ``prompts_for(n)``
-        replays ``traces_for(n)[i]``, and every run's tokens, warm-up
-        included, must be its traces (:func:`traces.check`); only then are
-        the counters summed (otherwise each role's are empty)."""
+        replays ``traces_for(n)[i]`` (an untimed run, such as the warm-up,
+        only its first ``output_len`` tokens), and every run's tokens must be
+        its traces (:func:`traces.check`); only then are the timed runs'
+        counters summed (otherwise each role's are empty)."""
         a = self.args
         prompts = prompts_for(a.num_requests)
         replayed = traces_for(len(prompts)) if traces_for else None
         spec: dict[str, dict] = {role: {} for role in roles}
 
-        def run(role: str, count: int, output_len: int, timed: bool, **kwargs) -> dict:
-            trace_kwargs = {"traces": replayed[:count]} if replayed else {}
+        def throughput(role: str, count: int, output_len: int, timed: bool,
+                       **kwargs) -> dict:
+            if replayed:
+                kwargs["traces"] = [trace[:None if timed else output_len]
+                                    for trace in replayed[:count]]
             result = engines[role].call("throughput", mix=mix, prompts=prompts[:count],
-                                        output_len=output_len, wave=wave, **kwargs,
-                                        **trace_kwargs)
+                                        output_len=output_len, wave=wave, **kwargs)
             if replayed:
                 traces.check(role, result)
                 if timed:
@@ -506,14 +509,14 @@ class Run:
             return result
 
         for role in engines:
-            run(role, wave, min(WARMUP_TOKENS, a.output_len), timed=False)
+            throughput(role, wave, min(WARMUP_TOKENS, a.output_len), timed=False)
         if a.min_run_s > 0:
             # One untimed run of the --num-requests prompts per engine sets the
             # count: a single short warm-up wave is mostly prefill and ramp, and
             # its rate (a quarter of the 1B engines' on 2026-11-27) made runs of
             # "--min-run-s 8" last 2 s.
-            full_tok_s = [run(role, len(prompts), a.output_len, timed=False,
-                              continuous=continuous)["tok_s"] for role in engines]
+            full_tok_s = [throughput(role, len(prompts), a.output_len, timed=False,
+                                     continuous=continuous)["tok_s"] for role in engines]
             count = requests_for_run(a.min_run_s, max(full_tok_s), a.output_len)
         else:
             count = 0
@@ -535,8 +538,8 @@ class Run:
                 break
             started = time.perf_counter()
             for role in order:
-                result = run(role, len(prompts), a.output_len, timed=True,
-                             continuous=continuous)
+                result = throughput(role, len(prompts), a.output_len, timed=True,
+                                    continuous=continuous)
                 tok_s[role].append(result["tok_s"])
                 host[role].append(report.host_use(result))
             rotation_s = time.perf_counter() - started

@@ -135,7 +135,7 @@ class ReplayingEngine:
 
 def test_trace_cells_replay_the_files_requests_and_report_acceptance(workloads, tmp_path):
     args = trace_args(workloads, tmp_path, "--pairs", "2", "--max-num-seqs", "1,16",
-                      "--num-requests", "8")
+                      "--num-requests", "8", "--output-len", "1")
     seen = []
     engines = {"nospec": ReplayingEngine("nospec", 100.0, seen, drafts=False),
                "adaptive": ReplayingEngine("adaptive", 150.0, seen)}
@@ -143,9 +143,9 @@ def test_trace_cells_replay_the_files_requests_and_report_acceptance(workloads, 
     bench.ngram_cells("8b", 151936, engines, "adaptive", "nospec", 3)
     prompts = [r["prompt_token_ids"] for r in REQUESTS]
     trace_ids = [r["trace_token_ids"] for r in REQUESTS]
-    # The warm-up (one wave: one request at B=1), then two pairs of every request.
-    assert seen[:2] == [("nospec", prompts[:1], trace_ids[:1]),
-                        ("adaptive", prompts[:1], trace_ids[:1])]
+    # The warm-up (one wave: one request at B=1, --output-len tokens of its
+    # trace), then two pairs of every request replaying its whole trace.
+    assert seen[:2] == [("nospec", prompts[:1], [[8]]), ("adaptive", prompts[:1], [[8]])]
     assert seen[2:6] == [(role, prompts, trace_ids)
                          for role in ("nospec", "adaptive", "adaptive", "nospec")]
     cells = bench.results["speculation"]
@@ -207,10 +207,10 @@ class _TraceEngineCore:
                         outputs=[types.SimpleNamespace(token_ids=list(trace))])]
 
 
-def test_the_engine_maps_finished_requests_back_to_their_traces(monkeypatch):
-    """Continuous batching finishes requests out of order: the tokens are
-    compared with the trace of the request that emitted them, and the run
-    reports the spec-decode counters' change."""
+def _trace_server(monkeypatch, generate=None):
+    """An engine server whose LLM replays traces (``_TraceEngineCore`` for
+    continuous batching, ``generate`` for waves) and whose spec-decode
+    counters read 1/3/1 before a run and 5/15/9 after it."""
     import vllm
 
     monkeypatch.setattr(vllm, "SamplingParams", lambda **kw: types.SimpleNamespace(**kw))
@@ -219,8 +219,34 @@ def test_the_engine_maps_finished_requests_back_to_their_traces(monkeypatch):
                      {"drafts": 5, "drafted": 15, "accepted": 9}])
     server._spec_counters = lambda: next(counters)
     server._verification_batches = lambda: None
-    server.llm = types.SimpleNamespace(llm_engine=_TraceEngineCore())
+    server.llm = types.SimpleNamespace(llm_engine=_TraceEngineCore(), generate=generate)
     server.triton_cache, server.request_counter = "/nonexistent", 0
+    return server
+
+
+def test_waves_compare_each_wave_with_its_own_traces(monkeypatch):
+    """The warm-up's waves: request 2 is the second wave's first; a token
+    that is not its trace's is reported by request and position."""
+    def generate(inputs, params, use_tqdm):
+        tokens = [list(p.trace_decode_token_ids) for p in params]
+        if inputs[0]["prompt_token_ids"] == [2]:
+            tokens[0][1] = 0
+        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=t)])
+                for t in tokens]
+
+    server = _trace_server(monkeypatch, generate)
+    result = server.throughput("ngram", [[0], [1], [2]], 0, wave=2,
+                               traces=[[1, 2], [3, 4], [5, 6]])
+    assert result["tokens"] == 6
+    assert result["trace_mismatches"] == [{"request": 2, "position": 1, "emitted": 2,
+                                           "trace": 2}]
+
+
+def test_the_engine_maps_finished_requests_back_to_their_traces(monkeypatch):
+    """Continuous batching finishes requests out of order: the tokens are
+    compared with the trace of the request that emitted them, and the run
+    reports the spec-decode counters' change."""
+    server = _trace_server(monkeypatch)
     replayed = [[1, 2, 3], [4, 5], [6]]
     result = server.throughput("ngram", [[9], [9], [9]], 0, wave=3, continuous=True,
                                traces=replayed)
