@@ -6,8 +6,9 @@
 #        e2e-8b-all | e2e-8b-fp64 | e2e-spec-1b | e2e-spec-8b | allowed-tokens | robust | soak | upstream |
 #        ops-upstream | e2e-upstream | e2e-spec-stock | e2e-verify | e2e-vs-stock | e2e-draft |
 #        line-check | spec-step-breakdown | compile-ahead | verification-dtype | spec-features |
-#        verify-ops | e2e-spec-methods
-#        (upstream ... e2e-vs-stock, spec-features, verify-ops: vLLM 0.32/0.33; e2e-draft: 0.33; line-check: a line
+#        verify-ops | e2e-spec-methods | e2e-trace
+#        (upstream ... e2e-vs-stock, spec-features, verify-ops: vLLM 0.32/0.33; e2e-draft: 0.33;
+#        e2e-spec-methods, e2e-trace: 0.34; line-check: a line
 #        between 0.21 and 0.31)
 # Each step is bounded by STEP_TIMEOUT seconds (default 420) and never stops the others;
 # the script exits 1 after the last step if any failed or timed out, naming them.
@@ -215,6 +216,29 @@ print(defaults(LINE_SEAMS[release_line(installed_vllm_version())]).get("speculat
         --breakdown-mixes none --gpu-memory-utilization 0.28 --start-together \
         --kv-cache-gib 12 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
         --out "$out/$step-${SPEC_METHOD:-suffix}-k${SPEC_K:-3}" ;;
+    e2e-trace)
+      # Issue 63's cells: the workloads of python -m benchmarks.workloads
+      # build (real text; built once into $out/workloads, seed 0) replayed by
+      # vLLM 0.34's trace replay, 8B with a 151936-id vocabulary (the
+      # workloads' tokenizer has 32768 ids), for each of TRACE_METHODS
+      # (default both): the plugin's adaptive policy against no speculation,
+      # upstream's fixed k and, for suffix, upstream's adaptive verification,
+      # at 64 and 256 sequences; every run's tokens must equal the traces.
+      # TRACE_WORKLOADS narrows the workloads (e.g. ":code-edit,agentic").
+      # Not yet run on a GPU: four 8B engines, two at a time, start one after
+      # another, so a whole method fits a call only with STEP_TIMEOUT=590 and
+      # one workload (TRACE_WORKLOADS=":agentic").
+      build_flashinfer_sampling_in_background
+      [ -f "$out/workloads/stats.json" ] || python3 -m benchmarks.workloads build \
+        --out "$out/workloads" --seed 0 --requests 256 > "$out/workloads-build.log" 2>&1
+      for method in ${TRACE_METHODS:-ngram suffix}; do
+        run "$step-$method-k${SPEC_K:-3}" python3 -m benchmarks e2e \
+          --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \
+          --trace-workloads "$out/workloads${TRACE_WORKLOADS:-}" --ngram-method "$method" \
+          --ngram-k "${SPEC_K:-3}" --max-num-seqs 64,256 --pairs 2 --num-requests 256 \
+          --gpu-memory-utilization 0.42 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
+          --out "$out/$step-$method-k${SPEC_K:-3}"
+      done ;;
     e2e-draft)
       # Issue 25 for drafts with draft probabilities: a 1B copy checkpoint
       # speculating with a tiny copy checkpoint of the same vocabulary and

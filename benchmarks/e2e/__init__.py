@@ -42,6 +42,11 @@ How, and why so:
   spec-decode counters, and compares greedy outputs token by token; at each
   request's first differing position it measures the top-2 raw logits of
   that context in both engines to show whether it is a near tie.
+- ``--trace-workloads`` (vLLM 0.34, ``traces.py``): the speculation cells
+  replay the traces of ``python -m benchmarks.workloads build``'s real-text
+  requests on the peaked checkpoint instead of the copy checkpoint's
+  prompts, every run's tokens checked against the traces; the plugin's
+  policy against no speculation and upstream's options (docs/workloads.md).
 - Cold start: every fresh engine times its first greedy, top-k/top-p and
   seeded top-p requests (``engine.COLD_START_MIXES``); the copy checkpoint's
   engine without speculation sends top-k/top-p first, the others greedy, so

@@ -24,6 +24,7 @@ import time
 import traceback
 
 from benchmarks.e2e import hooks, workload
+from benchmarks.e2e import traces as trace_replay
 
 ROLE_ENV = {
     # Stock vLLM 0.20: no general plugin is loaded at all.
@@ -92,6 +93,12 @@ class EngineSpec:
     # after profiling, which engines starting beside this one change; None:
     # vLLM's sizing (bench e2e --kv-cache-gib).
     kv_cache_memory_bytes: int | None = None
+    # vLLM 0.34's trace replay (bench e2e --trace-workloads): requests may
+    # carry trace_decode_token_ids, which the engine emits.
+    trace_replay: bool = False
+    # With ngram_k: upstream's adaptive verification in the speculative config
+    # (vLLM 0.34; its suffix method accepts it, its n-gram method does not).
+    adaptive_verification: bool = False
 
     def llm_kwargs(self) -> dict:
         kwargs = {
@@ -106,6 +113,8 @@ class EngineSpec:
         }
         if self.use_fp64_gumbel:
             kwargs["use_fp64_gumbel"] = True
+        if self.trace_replay:
+            kwargs["enable_trace_replay"] = True
         if self.kv_cache_memory_bytes:
             kwargs["kv_cache_memory_bytes"] = self.kv_cache_memory_bytes
         if self.attention_backend:
@@ -132,6 +141,8 @@ class EngineSpec:
             }
             if self.ngram_method != "suffix":
                 kwargs["speculative_config"].update(prompt_lookup_min=2, prompt_lookup_max=4)
+            if self.adaptive_verification:
+                kwargs["speculative_config"]["enable_adaptive_verification"] = True
             # The adaptive policy is n-gram's (run.py refuses it with a draft model).
             if self.speculation_policy:
                 kwargs["speculation_policy"] = self.speculation_policy
@@ -146,7 +157,8 @@ class EngineSpec:
         policy = f"-{self.speculation_policy}" if self.speculation_policy else ""
         verify = f"-verify-{self.plugin_verification}" if self.plugin_verification else ""
         method = "draft" if self.draft_model else self.ngram_method
-        return f"{self.role}+{method}{self.ngram_k}{policy}{verify}"
+        adaptive = "-adaptive-verification" if self.adaptive_verification else ""
+        return f"{self.role}+{method}{self.ngram_k}{policy}{verify}{adaptive}"
 
 
 def child_env(spec: EngineSpec, caches: str) -> dict[str, str]:
@@ -381,7 +393,8 @@ class _EngineServer:
                 "compiled_by_request": compiled[:len(order)]}
 
     def throughput(self, mix: str, prompts: list[list[int]], output_len: int,
-                   wave: int, continuous: bool = False) -> dict:
+                   wave: int, continuous: bool = False,
+                   traces: list[list[int]] | None = None) -> dict:
         """Generate ``prompts`` with at most ``wave`` requests in flight; tokens per second.
 
         By default in waves of ``wave`` requests: every request generates
@@ -390,8 +403,21 @@ class _EngineServer:
         request enters as soon as one finishes (continuous batching): where
         requests finish at different steps (speculation accepting for some
         and not others), a wave would wait for its slowest request.
+
+        With ``traces`` (trace replay), request i replays ``traces[i]`` in
+        place of ``mix`` and ``output_len``; the result then also holds the
+        requests whose tokens are not their trace (``trace_mismatches``) and
+        the spec-decode counters' change over the run (``spec``).
         """
-        params = self._params(mix, len(prompts), output_len)
+        if traces is None:
+            params = self._params(mix, len(prompts), output_len)
+            emitted = None
+        else:
+            from vllm import SamplingParams
+
+            params = [SamplingParams(**trace_replay.sampling_kwargs(t)) for t in traces]
+            emitted = [[] for _ in prompts]
+            spec_before = self._spec_counters()
         verified_before = self._verification_batches()
         compiled_before = compiled_kernels(self.triton_cache)
         probe_before = host_speed_probe_ms()
@@ -399,13 +425,16 @@ class _EngineServer:
         cpu_before = host_cpu_seconds()
         start = time.perf_counter()
         if continuous:
-            tokens = self._continuous(prompts, params, wave)
+            tokens = self._continuous(prompts, params, wave, emitted)
         else:
             tokens = 0
-            for wave_prompts, wave_params in zip(workload.waves(prompts, wave),
-                                                 workload.waves(params, wave)):
+            for first, (wave_prompts, wave_params) in enumerate(
+                    zip(workload.waves(prompts, wave), workload.waves(params, wave))):
                 outputs = self._generate(wave_prompts, wave_params)
                 tokens += sum(len(o.outputs[0].token_ids) for o in outputs)
+                if emitted is not None:
+                    emitted[first * wave:first * wave + len(outputs)] = [
+                        list(o.outputs[0].token_ids) for o in outputs]
         seconds = time.perf_counter() - start
         cpu_after = host_cpu_seconds()
         host_cpu_s = {part: cpu_after[part] - cpu_before[part] for part in cpu_after}
@@ -416,29 +445,37 @@ class _EngineServer:
             verified = {owner: verified[owner] - verified_before[owner] for owner in verified}
         # A Triton compile inside a timed run is a stall of seconds, no rate.
         compiled = sorted(compiled_kernels(self.triton_cache) - compiled_before)
-        return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
-                "host_cpu_s": host_cpu_s, "steal_s": steal_s,
-                "probe_ms": [probe_before, probe_after], "verification_batches": verified,
-                "compiled_during_run": compiled}
+        result = {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
+                  "host_cpu_s": host_cpu_s, "steal_s": steal_s,
+                  "probe_ms": [probe_before, probe_after], "verification_batches": verified,
+                  "compiled_during_run": compiled}
+        if emitted is not None:
+            result["trace_mismatches"] = trace_replay.mismatches(emitted, traces)
+            result["spec"] = self._spec_counters_since(spec_before)
+        return result
 
     def _verification_batches(self) -> dict | None:
         """``hooks.verification_batches`` of the worker (outside timed spans)."""
         return self.llm.collective_rpc(hooks.verification_batches)[0]
 
-    def _continuous(self, prompts: list[list[int]], params: list, in_flight: int) -> int:
+    def _continuous(self, prompts: list[list[int]], params: list, in_flight: int,
+                    emitted: list[list[int]] | None = None) -> int:
         """Run every request with ``in_flight`` of them in the engine at a
-        time, as ``LLM.generate`` drives the engine; generated tokens."""
+        time, as ``LLM.generate`` drives the engine; generated tokens. With
+        ``emitted``, ``emitted[i]`` becomes request i's tokens."""
         engine = self.llm.llm_engine
-        queue = list(zip(prompts, params))
+        queue = list(enumerate(zip(prompts, params)))
         queue.reverse()
+        index_of: dict[str, int] = {}
         running = tokens = 0
 
         def admit() -> None:
             nonlocal running
-            prompt, sampling = queue.pop()
+            index, (prompt, sampling) = queue.pop()
             self.request_counter += 1
-            engine.add_request(f"e2e-{self.request_counter}", {"prompt_token_ids": prompt},
-                               sampling)
+            request_id = f"e2e-{self.request_counter}"
+            index_of[request_id] = index
+            engine.add_request(request_id, {"prompt_token_ids": prompt}, sampling)
             running += 1
 
         while queue and running < in_flight:
@@ -447,6 +484,8 @@ class _EngineServer:
             for output in engine.step():
                 if output.finished:
                     tokens += len(output.outputs[0].token_ids)
+                    if emitted is not None:
+                        emitted[index_of[output.request_id]] = list(output.outputs[0].token_ids)
                     running -= 1
                     if queue:
                         admit()

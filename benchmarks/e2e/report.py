@@ -34,6 +34,12 @@ JSON schema (``e2e.json``, ``"schema": 1``), written after every cell::
                        ``--seeded-rerun``, "rerun": ``seeded_rerun``'s result, files
                        from 2026-11-28 on),
                        "requests": as in "cells",
+                       trace cells (``--trace-workloads``, ``trace_cell``) also:
+                       "workload" a builder's workload, "method" (ngram or suffix),
+                       "trace_replay": true, "acceptance" and "base_acceptance" the
+                       policy's and the baseline's counters over their timed runs,
+                       "identity" every timed request's tokens against its trace (a
+                       mismatch stops the run, so "identical" is "requests"),
                        "host": {"base": [RUN], "spec": [RUN]}, each timed run's host CPU
                        in the order of ``base_tok_s`` / ``spec_tok_s``, RUN = {"seconds",
                        "tokens", "engine_core_cpu_s", "front_end_cpu_s", "steal_s": CPU
@@ -143,6 +149,51 @@ def speculation_cell(model: str, workload: str, max_num_seqs: int, k: int, polic
             "pair_ratios": pair_ratios, "paired": distribution(pair_ratios),
             "acceptance": acceptance(counters), "identity": identity,
             "seeded_identity": seeded_identity}
+
+
+def trace_cell(model: str, workload: str, method: str, max_num_seqs: int, k: int,
+               policy: str, against: str, orders: list, base_tok_s: list[float],
+               spec_tok_s: list[float], base_counters: dict, spec_counters: dict,
+               requests: int) -> dict:
+    """One trace-replay cell (``--trace-workloads``): a speculation cell
+    whose acceptance is both engines' over their timed runs (a baseline
+    without speculation counts none), and whose every request replayed its
+    trace (``run`` raises before a cell is made otherwise)."""
+    cell = speculation_cell(model, workload, max_num_seqs, k, policy, against, orders,
+                            base_tok_s, spec_tok_s, _counters(spec_counters),
+                            {"requests": requests, "identical": requests}, None)
+    return {**cell, "method": method, "trace_replay": True, "requests": requests,
+            "base_acceptance": acceptance(_counters(base_counters))}
+
+
+def _counters(counters: dict) -> dict:
+    """Spec-decode counters, zero where an engine reported none."""
+    return {key: counters.get(key, 0) for key in ("drafts", "drafted", "accepted")}
+
+
+def trace_speedups(results: dict) -> dict:
+    """Each trace configuration's speed-up over no speculation, per model,
+    workload and method, per concurrency: ``{(model, workload, method):
+    {configuration: {max_num_seqs: speed-up}}}``.
+
+    The policy's is its cell against ``nospec`` (median of pairs); another
+    configuration's is that divided by the policy's against it, so it
+    comes from two cells' windows, not from pairs of its own. A/A twins are
+    left out.
+    """
+    cells = [c for c in results.get("speculation", []) if c.get("trace_replay")]
+    paired = {(c["model"], c["workload"], c["method"], c["max_num_seqs"], c["policy"],
+               c["against"]): c["paired"]["median"] for c in cells}
+    lines: dict = {}
+    for (model, workload, method, seqs, policy, against), ratio in paired.items():
+        over_none = paired.get((model, workload, method, seqs, policy, "nospec"))
+        if over_none is None or against.endswith(CONTROL_SUFFIX):
+            continue
+        configuration, speedup = ((policy, ratio) if against == "nospec"
+                                  else (against, over_none / ratio))
+        lines.setdefault((model, workload, method), {}).setdefault(
+            configuration, {})[seqs] = speedup
+    return lines
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -546,6 +597,22 @@ def render_markdown(results: dict) -> str:
                       f"{speculation_label(c)} | {host_text(c['host']['base'])} | "
                       f"{host_text(c['host']['spec'])} |" for c in hosts]
             lines.append("")
+    trace_cells = [c for c in results.get("speculation", []) if c.get("trace_replay")]
+    if trace_cells:
+        lines += ["| model | workload | method | max_num_seqs | k | policy vs baseline | "
+                  "policy/baseline, median of pairs | acceptance length policy / baseline | "
+                  "policy drafts / verified / accepted tokens | requests = trace |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for c in trace_cells:
+            acc, base = c["acceptance"], c["base_acceptance"]
+            lines.append(
+                f"| {c['model']} | {c['workload']} | {c['method']} | {c['max_num_seqs']} | "
+                f"{c['k']} | {speculation_label(c)} | {c['paired']['median']:.3f} | "
+                f"{_fmt(acc['mean_acceptance_length'], 2)} / "
+                f"{_fmt(base['mean_acceptance_length'], 2)} | "
+                f"{acc['drafts']} / {acc['drafted']} / {acc['accepted']} | "
+                f"{c['identity']['identical']}/{c['identity']['requests']} |")
+        lines.append("")
     if results["ngram"]:
         lines += ["| model | max_num_seqs | k | tok/s without (spread) | tok/s with n-gram "
                   "(spread) | speedup | mean acceptance length | identical greedy | "
@@ -710,3 +777,41 @@ def plot(results: dict, path: str) -> str | None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_traces(results: dict, out_dir: str) -> list[str]:
+    """One PNG per trace workload (``e2e-trace-<workload>.png``): each
+    configuration's speed-up over no speculation (``trace_speedups``)
+    against the concurrency, one line per method and configuration; the
+    paths written (none without matplotlib)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no trace PNGs", flush=True)
+        return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_workload: dict = {}
+    for (model, workload, method), configurations in trace_speedups(results).items():
+        by_workload.setdefault(workload, []).append((model, method, configurations))
+    paths = []
+    for workload, groups in by_workload.items():
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for model, method, configurations in groups:
+            for configuration, points in configurations.items():
+                seqs = sorted(points)
+                ax.plot(seqs, [points[s] for s in seqs], marker="o",
+                        label=f"{model} {method} {configuration}")
+        ax.axhline(1.0, color="black", linewidth=0.8, label="no speculation")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (max_num_seqs)")
+        ax.set_ylabel("tokens/s over no speculation")
+        ax.set_title(f"{workload}: trace replay, {results.get('gpu')}")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"e2e-trace-{workload}.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths

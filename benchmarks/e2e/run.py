@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from benchmarks.e2e import checkpoint, copying, report, workload
+from benchmarks.e2e import checkpoint, copying, report, traces, workload
 from benchmarks.e2e.engine import Engine, EngineSpec
 from benchmarks.harness import require_gpu
 from benchmarks.report import read_json_argument
@@ -32,6 +32,9 @@ SPEC_ENGINES = ("plugin", "stock")
 # The proposers without a draft model: n-gram, and vLLM 0.34's suffix decoding.
 PROPOSER_METHODS = (*NGRAM_METHODS, "suffix")
 UPSTREAM_POLICY = "upstream"
+# Upstream's speculation with its adaptive verification (vLLM 0.34's
+# speculative_config "enable_adaptive_verification"): a stock engine too.
+UPSTREAM_ADAPTIVE = "upstream-adaptive"
 # --spec-verification: who verifies the plugin engines' drafts (0.32/0.33's
 # --plugin-verification); "both" measures each policy with plugin, then
 # upstream verification. Engine names: "<policy>+verify-<owner>".
@@ -154,6 +157,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     spec.add_argument("--spec-against-stock", action="store_true",
                       help="then measure the first policy against stock vLLM speculating with "
                            "the same k (vLLM 0.32/0.33)")
+    spec.add_argument("--trace-workloads", type=traces.parse_workloads, default=None,
+                      metavar="DIR[:NAME,...]",
+                      help="vLLM 0.34: the speculation cells replay the traces of python -m "
+                           "benchmarks.workloads build's files in DIR (all of them, or the NAMEd "
+                           "ones) in place of --spec-workloads, greedy, every emitted token "
+                           "checked against its trace (a mismatch stops the run); engines get "
+                           "enable_trace_replay; each --spec-policies policy is measured against "
+                           "no speculation, upstream's fixed k (stock engine) and, for suffix "
+                           "only, upstream's adaptive verification (0.34's n-gram config refuses "
+                           "it); --ngram-method ngram or suffix; --max-num-seqs from 1,16,64,256; "
+                           "no step breakdown or profile of these cells")
     spec.add_argument("--identity-requests", type=int, default=256,
                       help="greedy (and seeded) requests compared with and without speculation "
                            "(default 256)")
@@ -232,6 +246,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if args.spec_policies != [FIXED_POLICY]:
             parser.error("--spec-draft: the adaptive policy applies to n-gram drafts "
                          "only; use --spec-policies fixed")
+    if args.trace_workloads:
+        trace_replay_errors(parser, args)
     if args.spec_verification != "default":
         if args.spec_engines == "stock":
             parser.error("--spec-verification: stock engines (VLLM_PLUGINS=none) verify "
@@ -239,6 +255,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if installed_shapes.get(shapes.REJECTION) not in shapes.VERIFY_STEPS:
             parser.error("--spec-verification: plugin_verification exists from vLLM 0.32 on")
     return args
+
+
+def trace_replay_errors(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--trace-workloads``'s conditions, each a usage error."""
+    if release_line(installed_vllm_version()) != "0.34":
+        parser.error("--trace-workloads: trace replay of speculated tokens is vLLM 0.34's "
+                     "(enable_trace_replay); install vLLM 0.34")
+    if args.mixes != ["ngram"]:
+        parser.error("--trace-workloads: the trace cells are the speculation cells; pass "
+                     "--mixes ngram")
+    if args.spec_mixes != ["ngram"]:
+        parser.error("--trace-workloads: traces replay greedily; leave --spec-mixes out")
+    if args.ngram_method not in traces.METHODS:
+        parser.error(f"--trace-workloads: --ngram-method {' or '.join(traces.METHODS)}")
+    if args.spec_engines != "plugin" or args.spec_draft:
+        parser.error("--trace-workloads: the plugin's policies against upstream's "
+                     "configurations; leave --spec-engines and --spec-draft out")
+    other = sorted(set(args.max_num_seqs) - set(traces.CONCURRENCIES))
+    if other:
+        parser.error(f"--trace-workloads: --max-num-seqs from "
+                     f"{','.join(map(str, traces.CONCURRENCIES))}, not {other}")
+    if args.min_run_s > 0:
+        parser.error("--trace-workloads: a workload's requests are its file's; build more "
+                     "with --requests instead of --min-run-s")
 
 
 def requests_for_run(min_run_s: float, tok_s: float, output_len: int) -> int:
@@ -255,8 +295,11 @@ def kv_cache_bytes(args: argparse.Namespace) -> int | None:
 def spec_variants(args: argparse.Namespace) -> list[str]:
     """The speculating engines' names, in order: policies, each with the
     verification owners of ``--spec-verification``, then, with
-    ``--spec-against-stock``, stock vLLM's speculation (``UPSTREAM_POLICY``),
-    then, with ``--control``, the first one's A/A twin (``report.CONTROL_SUFFIX``)."""
+    ``--spec-against-stock`` or ``--trace-workloads``, stock vLLM's
+    speculation (``UPSTREAM_POLICY``), then with ``--trace-workloads`` and
+    the suffix method its adaptive verification (``UPSTREAM_ADAPTIVE``),
+    then, with ``--control``, the first one's A/A twin
+    (``report.CONTROL_SUFFIX``)."""
     if args.spec_engines == "stock":
         variants = [UPSTREAM_POLICY]
     else:
@@ -264,7 +307,9 @@ def spec_variants(args: argparse.Namespace) -> list[str]:
             args.spec_verification, [args.spec_verification])
         variants = [p if owner is None else f"{p}+verify-{owner}"
                     for p in args.spec_policies for owner in owners]
-        variants += [UPSTREAM_POLICY] if args.spec_against_stock else []
+        variants += [UPSTREAM_POLICY] if args.spec_against_stock or args.trace_workloads else []
+        if args.trace_workloads and args.ngram_method in traces.ADAPTIVE_VERIFICATION_METHODS:
+            variants.append(UPSTREAM_ADAPTIVE)
     return variants + ([variants[0] + report.CONTROL_SUFFIX] if args.control else [])
 
 
@@ -279,7 +324,13 @@ def split_variant(name: str) -> tuple[str | None, str | None]:
     :func:`spec_variants` (None: the engine's default); a twin's are its
     original's."""
     policy, _, owner = original_variant(name).partition("+verify-")
-    return (None if policy == UPSTREAM_POLICY else policy), (owner or None)
+    return (None if is_upstream(name) else policy), (owner or None)
+
+
+def is_upstream(name: str) -> bool:
+    """Whether an engine name of :func:`spec_variants` (or its twin) is
+    upstream's speculation, which runs in a stock engine."""
+    return original_variant(name) in (UPSTREAM_POLICY, UPSTREAM_ADAPTIVE)
 
 
 def fp64_kwarg(args: argparse.Namespace, role: str) -> bool:
@@ -336,6 +387,9 @@ class Run:
         self.results = report.new_results(saved)
         # The engine each stock engine is paired with.
         self.second = "control" if args.control else "plugin"
+        # --trace-workloads: each workload's requests, read once.
+        directory, names = args.trace_workloads or (None, [])
+        self.trace_requests = {name: traces.load(directory, name) for name in names}
 
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
@@ -417,35 +471,58 @@ class Run:
 
     def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, ...], mix: str,
                       prompts_for: Callable[[int], list[list[int]]], wave: int,
-                      continuous: bool = False) -> tuple[list, dict, list[list[int]], dict]:
+                      continuous: bool = False,
+                      traces_for: Callable[[int], list[list[int]]] | None = None,
+                      ) -> tuple[list, dict, list[list[int]], dict, dict]:
         """Warm the engines on this cell, then the interleaved pairs (rotations
         of ``roles``), on ``prompts_for(count)``: ``--num-requests`` prompts,
         or more where ``--min-run-s`` asks runs to last longer than that many
         would at the fastest engine's throughput. Returns the orders, each
         role's tok/s, the prompts it ran and each role's host use per run
-        (:func:`report.host_use`). A rotation that ``--time-budget`` no longer
+        (:func:`report.host_use`) and the spec-decode counters of each role's
+        timed runs together. A rotation that ``--time-budget`` no longer
         has the last rotation's time for is not started: the cell keeps the
-        pairs it has."""
+        pairs it has.
+
+        With ``traces_for`` (trace replay), request i of ``prompts_for(n)``
+        replays ``traces_for(n)[i]`` (an untimed run, such as the warm-up,
+        only its first ``output_len`` tokens), and every run's tokens must be
+        its traces (:func:`traces.check`); only then are the timed runs'
+        counters summed (otherwise each role's are empty)."""
         a = self.args
         prompts = prompts_for(a.num_requests)
-        for engine in engines.values():
-            engine.call("throughput", mix=mix, prompts=prompts[:wave],
-                        output_len=min(WARMUP_TOKENS, a.output_len), wave=wave)
+        replayed = traces_for(len(prompts)) if traces_for else None
+        spec: dict[str, dict] = {role: {} for role in roles}
+
+        def throughput(role: str, count: int, output_len: int, timed: bool,
+                       **kwargs) -> dict:
+            if replayed:
+                kwargs["traces"] = [trace[:None if timed else output_len]
+                                    for trace in replayed[:count]]
+            result = engines[role].call("throughput", mix=mix, prompts=prompts[:count],
+                                        output_len=output_len, wave=wave, **kwargs)
+            if replayed:
+                traces.check(role, result)
+                if timed:
+                    for key, value in result["spec"].items():
+                        spec[role][key] = spec[role].get(key, 0) + value
+            return result
+
+        for role in engines:
+            throughput(role, wave, min(WARMUP_TOKENS, a.output_len), timed=False)
         if a.min_run_s > 0:
             # One untimed run of the --num-requests prompts per engine sets the
             # count: a single short warm-up wave is mostly prefill and ramp, and
             # its rate (a quarter of the 1B engines' on 2026-11-27) made runs of
             # "--min-run-s 8" last 2 s.
-            full_tok_s = [
-                engine.call("throughput", mix=mix, prompts=prompts, output_len=a.output_len,
-                            wave=wave, continuous=continuous)["tok_s"]
-                for engine in engines.values()
-            ]
+            full_tok_s = [throughput(role, len(prompts), a.output_len, timed=False,
+                                     continuous=continuous)["tok_s"] for role in engines]
             count = requests_for_run(a.min_run_s, max(full_tok_s), a.output_len)
         else:
             count = 0
         if count > len(prompts):
             prompts = prompts_for(count)
+            replayed = traces_for(count) if traces_for else None
         orders = workload.pair_orders(a.pairs, roles)
         tok_s: dict[str, list[float]] = {role: [] for role in roles}
         host: dict[str, list[dict]] = {role: [] for role in roles}
@@ -461,13 +538,12 @@ class Run:
                 break
             started = time.perf_counter()
             for role in order:
-                result = engines[role].call("throughput", mix=mix, prompts=prompts,
-                                            output_len=a.output_len, wave=wave,
-                                            continuous=continuous)
+                result = throughput(role, len(prompts), a.output_len, timed=True,
+                                    continuous=continuous)
                 tok_s[role].append(result["tok_s"])
                 host[role].append(report.host_use(result))
             rotation_s = time.perf_counter() - started
-        return orders, tok_s, prompts, host
+        return orders, tok_s, prompts, host, spec
 
     def plain_cells(self, model: str, vocab: int, engines: dict[str, Engine],
                     mixes: list[str]) -> None:
@@ -476,7 +552,7 @@ class Run:
             for wave in a.max_num_seqs:
                 if self.out_of_time(f"{model} {mix} B={wave}"):
                     return
-                orders, tok_s, prompts, host = self.measure_pairs(
+                orders, tok_s, prompts, host, _ = self.measure_pairs(
                     engines, ("stock", self.second), mix,
                     lambda n: workload.random_prompts(n, a.prompt_len, vocab, seed=wave), wave)
                 cell = report.pair_cell(model, mix, wave, orders, tok_s["stock"],
@@ -613,6 +689,9 @@ class Run:
         a = self.args
         pair = {baseline: engines[baseline], policy: engines[policy]}
         rotation = {**pair, twin: engines[twin]} if twin else pair
+        if self.trace_requests:
+            self.trace_cells(model, rotation, policy, baseline, k, twin)
+            return
         cells = [(w, mix) for w in a.spec_workloads for mix in a.spec_mixes]
         for workload_name, mix in cells:
             name = workload_name if mix == "ngram" else f"{workload_name}/{mix}"
@@ -622,7 +701,7 @@ class Run:
                 # Continuous batching: a request that speculation finishes
                 # early frees its place, as in a server (lock-step waves would
                 # wait for the wave's slowest request).
-                orders, tok_s, prompts, host = self.measure_pairs(
+                orders, tok_s, prompts, host, _ = self.measure_pairs(
                     rotation, tuple(rotation), mix,
                     lambda n: copying.workload_prompts(workload_name, n, a.prompt_len, vocab,
                                                        seed=wave),
@@ -646,6 +725,32 @@ class Run:
                                     continuous=True)
                 if "ngram" in a.profile_mixes:
                     self.profiles(model, vocab, pair, [mix], waves=[wave], prompts=prompts)
+
+    def trace_cells(self, model: str, rotation: dict[str, Engine], policy: str, baseline: str,
+                    k: int, twin: str | None) -> None:
+        """``ngram_cells`` on ``--trace-workloads``: every workload and batch
+        size, the requests of the workload's file (the first
+        ``--num-requests``) replaying their traces in continuous batching;
+        the cells' counters are the timed runs' (``measure_pairs``), and a
+        token that is not its trace's stops the run there."""
+        a = self.args
+        for name, requests in self.trace_requests.items():
+            prompts = [r["prompt_token_ids"] for r in requests]
+            replayed = [r["trace_token_ids"] for r in requests]
+            for wave in a.max_num_seqs:
+                if self.out_of_time(f"{model} {name} k={k} {policy} vs {baseline} B={wave}"):
+                    return
+                orders, tok_s, timed, host, spec = self.measure_pairs(
+                    rotation, tuple(rotation), "ngram", lambda n: prompts[:n], wave,
+                    continuous=True, traces_for=lambda n: replayed[:n])
+                for against in [baseline] + ([twin] if twin else []):
+                    cell = report.trace_cell(model, name, a.ngram_method, wave, k, policy,
+                                             against, orders, tok_s[against], tok_s[policy],
+                                             spec[against], spec[policy], len(timed))
+                    cell["host"] = {"base": host[against], "spec": host[policy]}
+                    self.results["speculation"].append(cell)
+                    self.save()
+                    self.say_cell(model, f"{name} ({a.ngram_method})", wave, k, cell)
 
     def say_cell(self, model: str, name: str, wave: int, k: int, cell: dict) -> None:
         """One line per speculation cell: tok/s, pairs, drafts, identity."""
@@ -682,12 +787,16 @@ class Run:
         a = self.args
         plain = [m for m in a.mixes if m != "ngram"]
         max_model_len = a.prompt_len + a.output_len + max(a.ngram_k) + 16
+        if self.trace_requests:
+            max_model_len = max(traces.max_model_len(requests, max(a.ngram_k))
+                                for requests in self.trace_requests.values())
 
         def spec_for(role: str, path: str, ngram_k: int = 0,
                      cold_start_first: str = "greedy",
                      speculation_policy: str | None = None,
                      plugin_verification: str | None = None,
-                     draft_model: str | None = None) -> EngineSpec:
+                     draft_model: str | None = None,
+                     adaptive_verification: bool = False) -> EngineSpec:
             return EngineSpec(role=role, model=path, max_num_seqs=max(a.max_num_seqs),
                               gpu_memory_utilization=a.gpu_memory_utilization,
                               max_model_len=max_model_len, ngram_k=ngram_k,
@@ -699,7 +808,9 @@ class Run:
                               speculation_policy=speculation_policy,
                               plugin_verification=plugin_verification,
                               draft_model=draft_model, ngram_method=a.ngram_method,
-                              kv_cache_memory_bytes=kv_cache_bytes(a))
+                              kv_cache_memory_bytes=kv_cache_bytes(a),
+                              trace_replay=bool(self.trace_requests),
+                              adaptive_verification=adaptive_verification)
 
         engines: dict[str, Engine] = {}
         try:
@@ -751,7 +862,9 @@ class Run:
         is the engine's or the sampling route's without an extra engine.
         """
         a = self.args
-        name, path = self.checkpoint(shape, vocab, "copy")
+        # Trace replay emits the traces whatever the model computes: the
+        # peaked checkpoint gives the step costs, and copying adds nothing.
+        name, path = self.checkpoint(shape, vocab, "peaked" if self.trace_requests else "copy")
         # The draft shares the target's token cycles (they depend on the
         # vocabulary only), so it drafts what the target emits greedily.
         draft = self.checkpoint(a.spec_draft, vocab, "copy")[1] if a.spec_draft else None
@@ -767,9 +880,10 @@ class Run:
             chosen, owner = split_variant(variant)
             # Upstream's speculation (or its twin) runs in a stock engine,
             # whatever the role.
-            engine_role = "stock" if original_variant(variant) == UPSTREAM_POLICY else role
+            engine_role = "stock" if is_upstream(variant) else role
             return spec_for(engine_role, path, k, speculation_policy=chosen,
-                            plugin_verification=owner, draft_model=draft)
+                            plugin_verification=owner, draft_model=draft,
+                            adaptive_verification=original_variant(variant) == UPSTREAM_ADAPTIVE)
 
         for k in a.ngram_k:
             if self.out_of_time(f"{name} k={k} engines", starts_engine=True):
@@ -805,10 +919,12 @@ class Run:
 
     def finish(self) -> None:
         self.save()
-        png = report.plot(self.results, os.path.join(self.args.out, "e2e.png"))
+        pngs = [report.plot(self.results, os.path.join(self.args.out, "e2e.png"))]
+        if self.trace_requests:
+            pngs += report.plot_traces(self.results, self.args.out)
         print(report.render_markdown(self.results), flush=True)
         self.say(f"wrote {os.path.join(self.args.out, 'e2e.json')}"
-                 + (f" and {png}" if png else ""))
+                 + "".join(f" and {png}" for png in pngs if png))
 
 
 def record(results: dict) -> None:
