@@ -7,6 +7,7 @@
 # Run from the project root where the package registry is reachable:
 #   scripts/stage-vllm-newer.sh 0.33.0            # resolve, download, pack into .device/v033/
 #   scripts/stage-vllm-newer.sh 0.33.0 --dry-run  # resolve only: list the wheels and their sizes
+#   scripts/stage-vllm-newer.sh 0.34.0            # needs uv (ci/overrides-0.34.txt, below)
 # docs/gpu-staging.md says how many device calls it costs and how to make them.
 #
 # How: pip resolves vllm==VERSION for cp312/manylinux x86_64 (uv, where
