@@ -7,11 +7,12 @@
 # Run from the project root where the package registry is reachable:
 #   scripts/stage-vllm-newer.sh 0.33.0            # resolve, download, pack into .device/v033/
 #   scripts/stage-vllm-newer.sh 0.33.0 --dry-run  # resolve only: list the wheels and their sizes
+#   scripts/stage-vllm-newer.sh 0.34.0            # flashinfer-python overridden (ci/overrides-0.34.txt)
 # docs/gpu-staging.md says how many device calls it costs and how to make them.
 #
-# How: pip resolves vllm==VERSION for cp312/manylinux x86_64 (uv, where
-# ci/overrides-LINE.txt replaces a pin of vLLM's: 0.34.0 pins a
-# flashinfer-python the package registry does not serve); every wheel the
+# How: pip resolves vllm==VERSION for cp312/manylinux x86_64 (with the pins
+# ci/overrides-LINE.txt names replaced: 0.34.0 pins a flashinfer-python the
+# package registry does not serve); every wheel the
 # machine already has in exactly that version (scripts/gpu-base-cu130.txt) is
 # left out, and so is every wheel on the exclusion list below (not imported on
 # the dense-model path, or already on the machine in a version that serves);
@@ -58,22 +59,43 @@ plat=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 
 for n in $(seq 5 39); do plat+=(--platform "manylinux_2_${n}_x86_64"); done
 plat+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64 --platform any)
 
-# The resolution, one name==version a line, in $work/resolved.txt.
+# The resolution, one name==version a line, in $work/resolved.txt: pip's,
+# for every line. pip's resolver cannot replace a pin, so where
+# ci/overrides-LINE.txt names one (0.34.0 pins a flashinfer-python the package
+# registry does not serve), pip resolves vLLM's own requirements with those
+# pins replaced, and vLLM joins the result. uv's --override resolved 0.34.0
+# otherwise than pip resolves 0.33.0 (cuda-python 12.6.2.post1, whose files
+# overwrite cuda-bindings 13.5.0's, where pip takes 13.4.4 for both).
+report_to_resolved() {
+  python3 -c 'import json, sys
+for i in json.load(open(sys.argv[1]))["install"]:
+    print(i["metadata"]["name"] + "==" + i["metadata"]["version"])' "$work/report.json"
+}
 if [ -f "$overrides" ]; then
-  # pip's resolver cannot replace a pin; uv's --override can. uv only
-  # resolves: pip still picks and downloads each wheel below, with the flags
-  # above.
-  command -v uv >/dev/null || { echo "[stage] STOP: $overrides needs uv (pip install uv)" >&2; exit 1; }
-  echo "[stage] resolving vllm==$version for cp312 x86_64 with uv, overriding: $(grep -v '^#' "$overrides" | xargs)"
-  echo "vllm==$version" | uv pip compile - -q --python-version 3.12 --python-platform x86_64-manylinux_2_39 \
-    --override "$overrides" --no-header --no-annotate -o "$work/resolved.txt"
+  echo "[stage] resolving vllm==$version for cp312 x86_64, its pins overridden: $(grep -v '^#' "$overrides" | xargs)"
+  python3 -m pip download -q --no-deps "${plat[@]}" -d "$work/wheels" "vllm==$version"
+  python3 - "$work"/wheels/vllm-"$version"-*.whl "$overrides" > "$work/requirements.txt" <<'PY'
+import sys, zipfile
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name as cn
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    metadata = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    lines = wheel.read(metadata).decode().splitlines()
+overrides = {cn(Requirement(l).name): l.strip() for l in open(sys.argv[2]) if l.strip() and not l.startswith("#")}
+for line in lines:
+    if line.startswith("Requires-Dist: "):
+        req = Requirement(line.removeprefix("Requires-Dist: "))
+        if req.marker is None or "extra" not in str(req.marker):  # an extra's requirements stay out, as for pip
+            print(overrides.get(cn(req.name), str(req)))
+PY
+  python3 -m pip install -q --dry-run --ignore-installed --target "$work/never" "${plat[@]}" \
+    --report "$work/report.json" -r "$work/requirements.txt"
+  { report_to_resolved; echo "vllm==$version"; } > "$work/resolved.txt"
 else
   echo "[stage] resolving vllm==$version for cp312 x86_64"
   python3 -m pip install -q --dry-run --ignore-installed --target "$work/never" "${plat[@]}" \
     --report "$work/report.json" "vllm==$version"
-  python3 -c 'import json, sys
-for i in json.load(open(sys.argv[1]))["install"]:
-    print(i["metadata"]["name"] + "==" + i["metadata"]["version"])' "$work/report.json" > "$work/resolved.txt"
+  report_to_resolved > "$work/resolved.txt"
 fi
 # What is left out, and why; docs/gpu-staging.md has the evidence. An import
 # of vLLM's whole dense serving path (engine, `vllm serve`'s API server, the
