@@ -156,18 +156,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="measure the first policy against no speculation (default on)")
     spec.add_argument("--spec-against-stock", action="store_true",
                       help="then measure the first policy against stock vLLM speculating with "
-                           "the same k (vLLM 0.32/0.33)")
+                           "the same k (vLLM 0.32 on)")
     spec.add_argument("--trace-workloads", type=traces.parse_workloads, default=None,
                       metavar="DIR[:NAME,...]",
-                      help="vLLM 0.34: the speculation cells replay the traces of python -m "
-                           "benchmarks.workloads build's files in DIR (all of them, or the NAMEd "
-                           "ones) in place of --spec-workloads, greedy, every emitted token "
-                           "checked against its trace (a mismatch stops the run); engines get "
-                           "enable_trace_replay; each --spec-policies policy is measured against "
-                           "no speculation, upstream's fixed k (stock engine) and, for suffix "
-                           "only, upstream's adaptive verification (0.34's n-gram config refuses "
-                           "it); --ngram-method ngram or suffix; --max-num-seqs from 1,16,64,256; "
-                           "no step breakdown or profile of these cells")
+                      help="vLLM 0.34: the speculation cells replay the traces in DIR "
+                           "(python3 -m benchmarks.workloads build), each token checked; "
+                           "against no speculation, stock's fixed k and, for suffix, stock's "
+                           "adaptive verification (docs/workloads.md)")
     spec.add_argument("--identity-requests", type=int, default=256,
                       help="greedy (and seeded) requests compared with and without speculation "
                            "(default 256)")
