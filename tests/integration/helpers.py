@@ -119,3 +119,22 @@ def decision_line():
     (line,) = [n for n in PLUGIN_NOTES if n.startswith("vllm-sampling-plugin sampler:")]
     return line
 """
+
+
+def registered_as(release: str) -> str:
+    """A snippet's prelude: the plugin registers (vLLM's general plugins
+    load) as if vLLM ``release`` were installed, and ``records`` keeps every
+    record the plugin's logger emits, at any level."""
+    return textwrap.dedent(f"""
+        import logging
+        import vllm_sampling_plugin.integration.version as version
+        version.installed_vllm_version = lambda: {release!r}
+        from vllm.plugins import load_general_plugins
+        # After vLLM configured logging (which resets child loggers' handlers).
+        records = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append(record)
+        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
+        load_general_plugins()
+    """)

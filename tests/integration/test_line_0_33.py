@@ -163,31 +163,6 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
     assert out.strip().splitlines()[-1] == "ok"
 
 
-def test_an_earlier_release_leaves_vllm_untouched_and_logs_one_error():
-    out = run_python(
-        """
-        import logging
-        import vllm_sampling_plugin.integration.version as version
-        version.installed_vllm_version = lambda: "0.19.0"
-        from vllm.plugins import load_general_plugins
-        records = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                records.append(record)
-        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
-        load_general_plugins()
-
-        import vllm.v1.worker.gpu.model_runner as mr
-        from vllm.v1.worker.gpu.sample.sampler import Sampler
-        assert mr.Sampler is Sampler
-        errors = [r.getMessage() for r in records if r.levelno >= logging.ERROR]
-        assert len(errors) == 1 and "0.19.0" in errors[0], errors
-        print("ok")
-        """
-    )
-    assert out.strip().splitlines()[-1] == "ok"
-
-
 # The upstream sampler on the CPU (helpers.UPSTREAM_SAMPLER_BUILDER); spies
 # record what upstream's sample() hands the override and which kernels run.
 SAMPLER_PRELUDE = (

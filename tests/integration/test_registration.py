@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.integration.helpers import run_python
+from tests.integration.helpers import registered_as, run_python
 from tests.vllm_lines import needs_vllm_line
 
 pytestmark = needs_vllm_line("0.20")
@@ -52,18 +52,6 @@ def test_register_is_idempotent():
 def test_unsupported_vllm_leaves_vllm_untouched_and_logs_one_error():
     out = run_python(
         """
-        import logging
-        import vllm_sampling_plugin.integration.version as version
-        version.installed_vllm_version = lambda: "0.19.1"
-        from vllm.plugins import load_general_plugins
-        # After vLLM configured logging (which resets child loggers' handlers).
-        records = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                records.append(record)
-        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
-
-        load_general_plugins()
         import vllm_sampling_plugin
         vllm_sampling_plugin.register()
 
@@ -81,7 +69,8 @@ def test_unsupported_vllm_leaves_vllm_untouched_and_logs_one_error():
         msg = errors[0].getMessage()
         assert "0.19.1" in msg and ">=0.20.0" in msg, msg
         print("ok")
-        """
+        """,
+        prelude=registered_as("0.19.1"),
     )
     assert out.strip().splitlines()[-1] == "ok"
 

@@ -2,7 +2,7 @@
 LINE_SEAMS; register() applies exactly those seams, also where the release
 is newer than every measured one (fresh processes)."""
 
-from tests.integration.helpers import run_python
+from tests.integration.helpers import registered_as, run_python
 from tests.vllm_lines import INSTALLED_LINE
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
 
@@ -27,17 +27,6 @@ def test_a_release_newer_than_every_measured_one_takes_the_seams_it_recognises()
     logs no error."""
     out = run_python(
         """
-        import logging
-        import vllm_sampling_plugin.integration.version as version
-        version.installed_vllm_version = lambda: "0.99.0"
-        from vllm.plugins import load_general_plugins
-        # After vLLM configured logging (which resets child loggers' handlers).
-        records = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                records.append(record)
-        logging.getLogger("vllm.vllm_sampling_plugin").addHandler(Keep())
-        load_general_plugins()
 
         import vllm.v1.worker.gpu.model_runner as mr
         from vllm_sampling_plugin.integration import draw
@@ -56,6 +45,7 @@ def test_a_release_newer_than_every_measured_one_takes_the_seams_it_recognises()
         for seam, f in found.items():
             print(f"{seam}={f.shape}")
         """,
+        prelude=registered_as("0.99.0"),
         env={"VLLM_LOGGING_LEVEL": "WARNING"},  # the helpers' ERROR would hide the warning
     )
     lines = out.strip().splitlines()

@@ -310,29 +310,16 @@ class PluginVerifyingRejectionSampler(upstream.RejectionSampler):
         states = self.sampler.sampling_states
         return {"top_k": states.top_k.gpu, "top_p": states.top_p.gpu, "min_p": states.min_p.gpu}
 
-    def _verify_in_chunks(
-        self,
-        logits,
-        input_batch,
-        draft_logits,
-        draft_sampled,
-        pos,
-        max_chunk_logits,
-        max_num_logprobs,
-        verify_draft_sampled=None,
-    ):
+    def _verify_in_chunks(self, logits, input_batch, draft_logits, *rest):
+        # rest: upstream's (draft_sampled, pos, max_chunk_logits, max_num_logprobs,
+        # verify_draft_sampled).
+        draft_sampled, pos, max_chunk_logits, max_num_logprobs, *verify_draft_sampled = rest
         max_chunk_logits = self.route_batch(
             input_batch.idx_mapping_np, draft_logits, logits, max_chunk_logits, max_num_logprobs
         )
         return super()._verify_in_chunks(
-            logits,
-            input_batch,
-            draft_logits,
-            draft_sampled,
-            pos,
-            max_chunk_logits,
-            max_num_logprobs,
-            verify_draft_sampled,
+            logits, input_batch, draft_logits, draft_sampled, pos, max_chunk_logits,
+            max_num_logprobs, *verify_draft_sampled,
         )
 
     def route_batch(

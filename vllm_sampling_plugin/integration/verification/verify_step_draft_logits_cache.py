@@ -40,36 +40,20 @@ class PluginVerifyingDraftCacheRejectionSampler(PluginVerifyingRejectionSampler)
             max_num_reqs, device, logits_dtypes, slot_dtypes, cached_draft_logits(draft_logits)
         )
 
-    def _verify_in_chunks(
-        self,
-        logits,
-        input_batch,
-        draft_logits,
-        draft_sampled,
-        pos,
-        max_chunk_logits,
-        logprobs_dims,
-    ):
-        reason = None
-        if draft_logits is not None and draft_logits.row_mapping is not None:
-            reason = "a draft-logits cache sharded across ranks"
+    def _verify_in_chunks(self, logits, input_batch, draft_logits, draft_sampled, pos, *rest):
+        # rest: upstream's (max_chunk_logits, logprobs_dims).
+        max_chunk_logits, logprobs_dims = rest
+        sharded = draft_logits is not None and draft_logits.row_mapping is not None
         max_chunk_logits = self.route_batch(
             input_batch.idx_mapping_np,
             cached_draft_logits(draft_logits),
             logits,
             max_chunk_logits,
             _NO_LOGPROBS if logprobs_dims is None else logprobs_dims[0],
-            reason,
+            "a draft-logits cache sharded across ranks" if sharded else None,
         )
         return upstream.RejectionSampler._verify_in_chunks(
-            self,
-            logits,
-            input_batch,
-            draft_logits,
-            draft_sampled,
-            pos,
-            max_chunk_logits,
-            logprobs_dims,
+            self, logits, input_batch, draft_logits, draft_sampled, pos, max_chunk_logits, logprobs_dims
         )
 
     def _verify(self, logits, draft_logits, draft_sampled, *step_args):
