@@ -2,9 +2,8 @@
 
 0.34's ``SuffixSpeculator`` (``spec_decode/suffix/speculator.py``) writes k
 drafts for every request, filling the slots past its match with the last
-sampled token, and upstream verifies all k: its own RFC measured the V2
-port losing half its throughput at concurrency 64-256 for that reason. Its
-finalize kernel already counts the real drafts of each batch row
+sampled token, and upstream verifies all k (what that costs at high
+concurrency: docs/benchmarks.md and issue 62). Its finalize kernel already counts the real drafts of each batch row
 (``num_valid``, int32, a prefix of the k slots), so the adaptive policy
 reads that count (speculator/proposal_report.py) and a request without a
 match verifies nothing beyond its own token. On a step the policy plans
