@@ -3,8 +3,8 @@
 0.34's ``SuffixSpeculator`` (``spec_decode/suffix/speculator.py``) writes k
 drafts for every request, filling the slots past its match with the last
 sampled token, and upstream verifies all k, which at high concurrency costs
-concurrency: docs/benchmarks.md and issue 62). Its finalize kernel already counts the real drafts of each batch row
-(``num_valid``, int32, a prefix of the k slots), so the adaptive policy
+more than a request without a match gains. Its finalize kernel already
+counts the real drafts of each batch row (``num_valid``, int32, a prefix of the k slots), so the adaptive policy
 reads that count (speculator/proposal_report.py) and a request without a
 match verifies nothing beyond its own token. On a step the policy plans
 without proposal the subclass returns its buffer and launches nothing; the
