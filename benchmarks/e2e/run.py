@@ -850,7 +850,8 @@ class Run:
         ``--no-spec-against-none`` no engine without speculation starts: the
         first policy is measured against the others only. With
         ``--start-together`` the engines up before the first cell start at
-        once, the first policy's first baseline among them.
+        once, the first policy's first baseline among them (beside the engine
+        without speculation, three engines: --kv-cache-gib sizes them to fit).
 
         Cold start: the engine without speculation sends top-k/top-p first,
         the others greedy, so a full run shows whether a first request's cost
@@ -889,7 +890,7 @@ class Run:
             first = ([("nospec", spec_for(role, path, cold_start_first="topk_topp"))]
                      if a.spec_against_none and "nospec" not in engines else [])
             first += [(v, spec_of(k, v)) for v in [policy] + ([twin] if twin else [])]
-            if a.start_together and others and not a.spec_against_none:
+            if a.start_together and others:
                 first.append((others[0], spec_of(k, others[0])))
             engines.update(zip([n for n, _ in first],
                                self.start_engines([spec for _, spec in first], name)))

@@ -1220,6 +1220,25 @@ def test_start_together_brings_up_the_pair_and_the_twin_at_once(tmp_path, monkey
     assert "kv_cache_memory_bytes" not in apart.specs[0].llm_kwargs()
 
 
+def test_start_together_against_no_speculation_brings_up_three_engines_at_once(
+        tmp_path, monkeypatch):
+    """Against no speculation and stock (scripts/gpu-check.sh e2e-spec-methods):
+    the engine without speculation, the policy and stock start in one group,
+    and stock is not started again for its cells."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.34.0")
+    bench = GroupingRun(run.parse_args([
+        "--mixes", "ngram", "--spec-policies", "adaptive", "--spec-against-stock",
+        "--spec-verification", "plugin", "--ngram-method", "suffix", "--start-together",
+        "--kv-cache-gib", "7", "--out", str(tmp_path)]))
+    bench.model("8b", 151936)
+    starts = [e for e in bench.log if e[0] == "start"]
+    assert bench.log[0] == ("together", 3)
+    assert [(e[1], e[5]) for e in starts] == [("plugin", None), ("plugin", "adaptive"),
+                                            ("stock", None)]
+    assert [e[2:4] for e in bench.log if e[0] == "ngram"] == [
+        ("adaptive+verify-plugin", "nospec"), ("adaptive+verify-plugin", "upstream")]
+
+
 def test_start_together_needs_a_set_kv_cache(capsys):
     with pytest.raises(SystemExit):
         run.parse_args(["--start-together"])
