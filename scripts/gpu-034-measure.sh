@@ -1,20 +1,39 @@
 #!/usr/bin/env bash
-# vLLM 0.34 on the lent GPU, after the staging's last call (docs/gpu-staging.md):
-# the plugin's adaptive policy over SPEC_METHODS (suffix, then ngram) against
-# stock speculating with the same k and against no speculation, each method a
-# step of scripts/gpu-check.sh bounded by STEP_TIMEOUT; what matters is copied
-# under $OUT (the device tool brings back at most 8 files).
+# vLLM 0.34 on the lent GPU, after the staging's last call (docs/gpu-staging.md).
+#   bash scripts/gpu-034-measure.sh spec   the plugin's adaptive policy over
+#       SPEC_METHODS (default: suffix, then ngram) against stock speculating
+#       with the same k and against no speculation (gpu-check.sh e2e-spec-methods)
+#   bash scripts/gpu-034-measure.sh trace  TRACE_METHODS (default suffix) on
+#       TRACE_WORKLOADS (default ":agentic") replayed from real text
+#       (gpu-check.sh e2e-trace)
+# Each step is bounded by STEP_TIMEOUT; what matters is copied under $OUT
+# (the device tool brings back at most 8 files, two folders down).
 set -uo pipefail
 export PYTHONPATH=/tmp/vllm-site PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 work=/tmp/gpu-034
 mkdir -p "$work"
 python3 -m vllm_sampling_plugin.cli info > "$OUT/info.txt" 2>&1
 head -3 "$OUT/info.txt"
-for method in ${SPEC_METHODS:-suffix ngram}; do
-  OUT=$work SPEC_METHOD=$method bash scripts/gpu-check.sh e2e-spec-methods
-  for f in "$work"/e2e-spec-methods-"$method"-k*/*.json "$work"/e2e-spec-methods-"$method"-k*.log; do
-    [ -f "$f" ] && cp "$f" "$OUT/$method-$(basename "$f")"
-  done
-done
-cp "$work/failed-steps" "$work/flashinfer-sampling-build.log" "$OUT/" 2>/dev/null
+keep() {  # keep PREFIX FILE...: copy the files that exist under $OUT, named PREFIX-NAME
+  local prefix=$1; shift
+  for f in "$@"; do [ -f "$f" ] && cp "$f" "$OUT/$prefix-$(basename "$f")"; done
+}
+case ${1:-spec} in
+  spec)
+    for method in ${SPEC_METHODS:-suffix ngram}; do
+      OUT=$work SPEC_METHOD=$method bash scripts/gpu-check.sh e2e-spec-methods
+      keep "$method" "$work"/e2e-spec-methods-"$method"-k*/e2e.json \
+        "$work"/e2e-spec-methods-"$method"-k*.log
+    done ;;
+  trace)
+    OUT=$work TRACE_METHODS=${TRACE_METHODS:-suffix} TRACE_WORKLOADS=${TRACE_WORKLOADS:-:agentic} \
+      bash scripts/gpu-check.sh e2e-trace
+    keep trace "$work"/workloads/stats.json
+    for method in ${TRACE_METHODS:-suffix}; do
+      keep "$method" "$work"/e2e-trace-"$method"-k*/e2e.json "$work"/e2e-trace-"$method"-k*/*.png \
+        "$work"/e2e-trace-"$method"-k*.log
+    done ;;
+  *) echo "usage: $0 spec|trace" >&2; exit 2 ;;
+esac
+keep run "$work/failed-steps" "$work/flashinfer-sampling-build.log"
 exit 0
