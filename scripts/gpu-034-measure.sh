@@ -10,6 +10,16 @@
 # (the device tool brings back at most 8 files, two folders down).
 set -uo pipefail
 export PYTHONPATH=/tmp/vllm-site PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
+# vLLM 0.34's kernel warm-up imports the CuTe DSL (`cutlass`) for every
+# model; its wheels reach sys.path through a .pth file, which PYTHONPATH
+# does not read, so the staging's cutlass parts are unpacked beside vLLM
+# and their package folder named on PYTHONPATH.
+dsl=/tmp/vllm-site/nvidia_cutlass_dsl/dsl_packages
+if [ ! -d "$dsl" ] && ls /tmp/cutlass-parts/part_* > /dev/null 2>&1; then
+  cat /tmp/cutlass-parts/part_* | xz -d | tar -x -C /tmp/vllm-site
+fi
+[ -d "$dsl" ] && export PYTHONPATH=$PYTHONPATH:$dsl
+python3 -c "import cutlass; print('cutlass', cutlass.__file__)" 2>&1 | tail -1
 work=/tmp/gpu-034
 mkdir -p "$work"
 python3 -m vllm_sampling_plugin.cli info > "$OUT/info.txt" 2>&1
