@@ -106,6 +106,9 @@ fi
 # Python-side minor-version check would raise on a cuDNN path (conv, RNN),
 # which a dense model does not take; the variable makes it a warning.
 env_line="PYTHONPATH=$site"
+# The CuTe DSL (sent from 0.34) reaches sys.path through a .pth file, which
+# PYTHONPATH does not read: its package folder is named instead.
+[ -d "$site/nvidia_cutlass_dsl/dsl_packages" ] && env_line="$env_line:$site/nvidia_cutlass_dsl/dsl_packages"
 grep -q '^nvidia-cudnn-cu13' "$expects" 2>/dev/null && env_line="$env_line PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1"
 echo "$me ready: export $env_line  ($(env $env_line python3 -c 'import vllm, torch, triton
 x = torch.ones(256, 256, device="cuda", dtype=torch.bfloat16)

@@ -111,7 +111,7 @@ cat > "$work/exclude.txt" <<'LIST'
 # A. Not imported on the dense-model path.
 tokenspeed-mla                 MLA attention backends only (DeepSeek-style models), imported lazily there
 tokenspeed-triton              needed only by tokenspeed-mla
-nvidia-cutlass-dsl             CuTe DSL: `cutlass` is importable only through a .pth file, which Python reads in site directories, not on PYTHONPATH; on the device it is absent whether sent or not
+nvidia-cutlass-dsl             CuTe DSL: `cutlass` is importable only through a .pth file, which Python reads in site directories, not on PYTHONPATH (0.34 sends it: below)
 nvidia-cutlass-dsl-libs-base   CuTe DSL, as above
 nvidia-cutlass-dsl-libs-core   CuTe DSL, as above
 nvidia-cutlass-dsl-libs-cu12   CuTe DSL, as above (and the CUDA 12 build)
@@ -139,6 +139,13 @@ LIST
 # on a CPU machine whose python3 holds torch 2.11.0's cu130 set). NCCL is not
 # here: torch 2.13 and 2.14 use NCCL symbols that the machine's 2.28.9 lacks,
 # and the import fails there (undefined symbol: ncclCommResume).
+# From 0.34 the kernel warm-up imports the CuTe DSL for every model (the
+# MiniMax-M3 MSA warm-up, under current_platform.is_cuda()): an engine
+# without `cutlass` fails to start. Its CUDA 13 build is sent; the device step
+# names its package folder on PYTHONPATH in place of the .pth file.
+if [ "$(printf '%s\n' 0.34 "$line" | sort -V | head -1)" = 0.34 ]; then
+  sed -i -E '/^nvidia-cutlass-dsl(-libs-(base|core|cu13))? /d' "$work/exclude.txt"
+fi
 [ "${STAGE_SEND_CUDA_LIBS:-0}" = 1 ] || cat >> "$work/exclude.txt" <<'LIST'
 nvidia-cublas==13.1.0.3          torch 2.13 and 2.14 pin 13.1.1.3
 nvidia-cudnn-cu13==9.19.0.56     torch 2.13 pins 9.20.0.48, 2.14 9.24.0.43; torch.backends.cudnn's minor-version check raises when reached (cuDNN paths: conv, RNN; none on a dense model), and the device step's export line turns it into a warning
