@@ -99,7 +99,7 @@ def test_unmeasured_lines_say_so():
     assert {ratio for _, _, _, ratio in rows} == {measurements.NOT_MEASURED}
 
 
-@pytest.mark.parametrize("line", ["0.32", "0.33"])
+@pytest.mark.parametrize("line", ["0.32", "0.33", "0.34"])
 def test_newer_line_ratios_name_their_measurement(line):
     for part, entry in measurements.load()[line].items():
         source = entry["source"]
