@@ -11,15 +11,11 @@
 set -uo pipefail
 export PYTHONPATH=/tmp/vllm-site PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 # vLLM 0.34's kernel warm-up imports the CuTe DSL (`cutlass`) for every
-# model; its wheels reach sys.path through a .pth file, which PYTHONPATH
-# does not read, so the staging's cutlass parts are unpacked beside vLLM
-# and their package folder named on PYTHONPATH.
+# model; the staging sends it, and its package folder goes on PYTHONPATH,
+# which does not read the .pth file that names it in a site directory.
 dsl=/tmp/vllm-site/nvidia_cutlass_dsl/dsl_packages
-if [ ! -d "$dsl" ] && ls /tmp/cutlass-parts/part_* > /dev/null 2>&1; then
-  cat /tmp/cutlass-parts/part_* | xz -d | tar -x -C /tmp/vllm-site
-fi
 [ -d "$dsl" ] && export PYTHONPATH=$PYTHONPATH:$dsl
-python3 -c "import cutlass; print('cutlass', cutlass.__file__)" 2>&1 | tail -1
+python3 -c "import cutlass, quack" || { echo "the staging lacks the CuTe DSL or quack: stage 0.34 again (docs/gpu-staging.md)"; exit 1; }
 work=/tmp/gpu-034
 mkdir -p "$work"
 python3 -m vllm_sampling_plugin.cli info > "$OUT/info.txt" 2>&1

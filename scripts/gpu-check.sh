@@ -206,8 +206,9 @@ print(defaults(LINE_SEAMS[release_line(installed_vllm_version())]).get("speculat
       # vLLM 0.34: the plugin's adaptive policy over SPEC_METHOD (suffix or
       # ngram) against stock speculating with the same k (VLLM_PLUGINS=none)
       # and against no speculation, on text that does not repeat and text
-      # that accepts, 8B, greedy, three engines started together (7 GiB of KV
-      # cache each, room for 256 sequences: three fit an H100's 80 GB).
+      # that accepts, 8B, greedy, three engines started together with 5.5 GiB
+      # of KV cache each (with 7 GiB, 25-27.6 GiB an engine, stock's ran out of
+      # memory on an H100, 2026-12-06).
       build_flashinfer_sampling_in_background
       run "$step-${SPEC_METHOD:-suffix}-k${SPEC_K:-3}" python3 -m benchmarks e2e \
         --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \
@@ -215,7 +216,7 @@ print(defaults(LINE_SEAMS[release_line(installed_vllm_version())]).get("speculat
         --spec-workloads nonrepeating,accepting --spec-mixes ngram --max-num-seqs 256 \
         --pairs 2 --num-requests 512 --output-len 128 --identity-requests 32 \
         --breakdown-mixes none --gpu-memory-utilization 0.28 --start-together \
-        --kv-cache-gib 7 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
+        --kv-cache-gib 5.5 ${E2E_ARGS:-} --time-budget $((limit - 60)) \
         --out "$out/$step-${SPEC_METHOD:-suffix}-k${SPEC_K:-3}" ;;
     e2e-trace)
       # Issue 63's cells: the workloads of python -m benchmarks.workloads

@@ -116,7 +116,7 @@ nvidia-cutlass-dsl-libs-base   CuTe DSL, as above
 nvidia-cutlass-dsl-libs-core   CuTe DSL, as above
 nvidia-cutlass-dsl-libs-cu12   CuTe DSL, as above (and the CUDA 12 build)
 nvidia-cutlass-dsl-libs-cu13   CuTe DSL, as above
-quack-kernels                  imports cutlass at its top; used by FA4 (cute) and sm_100 kernels, while sm_90 runs FA3
+quack-kernels                  imports cutlass at its top; used by FA4 (cute) and sm_100 kernels, while sm_90 runs FA3 (0.34 sends it: below)
 humming-kernels                mixed-precision quantization kernels; vLLM asks has_humming() and goes without
 nvidia-cuda-nvcc               needed only by humming-kernels[cu13]; FlashInfer's JIT uses the machine's nvcc (CUDA_HOME, `which nvcc`, /usr/local/cuda), Triton its own ptxas
 nvidia-nvvm                    needed only by nvidia-cuda-nvcc
@@ -139,12 +139,13 @@ LIST
 # on a CPU machine whose python3 holds torch 2.11.0's cu130 set). NCCL is not
 # here: torch 2.13 and 2.14 use NCCL symbols that the machine's 2.28.9 lacks,
 # and the import fails there (undefined symbol: ncclCommResume).
-# From 0.34 the kernel warm-up imports the CuTe DSL for every model (the
-# MiniMax-M3 MSA warm-up, under current_platform.is_cuda()): an engine
-# without `cutlass` fails to start. Its CUDA 13 build is sent; the device step
-# names its package folder on PYTHONPATH in place of the .pth file.
+# From 0.34 the kernel warm-up imports the MiniMax-M3 MSA warm-up for every
+# model (under current_platform.is_cuda()), which imports the CuTe DSL and
+# quack: an engine without them fails to start (seen on an H100, 2026-12-06).
+# The DSL's CUDA 13 build and quack are sent; the device step names the DSL's
+# package folder on PYTHONPATH in place of its .pth file.
 if [ "$(printf '%s\n' 0.34 "$line" | sort -V | head -1)" = 0.34 ]; then
-  sed -i -E '/^nvidia-cutlass-dsl(-libs-(base|core|cu13))? /d' "$work/exclude.txt"
+  sed -i -E '/^(nvidia-cutlass-dsl(-libs-(base|core|cu13))?|quack-kernels) /d' "$work/exclude.txt"
 fi
 [ "${STAGE_SEND_CUDA_LIBS:-0}" = 1 ] || cat >> "$work/exclude.txt" <<'LIST'
 nvidia-cublas==13.1.0.3          torch 2.13 and 2.14 pin 13.1.1.3
