@@ -6,6 +6,9 @@
 #   bash scripts/gpu-034-measure.sh trace  TRACE_METHODS (default suffix) on
 #       TRACE_WORKLOADS (default ":agentic") replayed from real text
 #       (gpu-check.sh e2e-trace)
+#   bash scripts/gpu-034-measure.sh sampling  no speculation: top-k/top-p and
+#       seeded top-p, the plugin against stock, 8B, 64 and 256 sequences
+#       (gpu-check.sh e2e-8b-all)
 # Each step is bounded by STEP_TIMEOUT; what matters is copied under $OUT
 # (the device tool brings back at most 8 files, two folders down).
 set -uo pipefail
@@ -16,7 +19,7 @@ export PYTHONPATH=/tmp/vllm-site PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 dsl=/tmp/vllm-site/nvidia_cutlass_dsl/dsl_packages
 [ -d "$dsl" ] && export PYTHONPATH=$PYTHONPATH:$dsl
 python3 -c "import cutlass, quack" || { echo "the staging lacks the CuTe DSL or quack: stage 0.34 again (docs/gpu-staging.md)"; exit 1; }
-work=/tmp/gpu-034
+work=${WORK:-/tmp/gpu-034}
 mkdir -p "$work"
 python3 -m vllm_sampling_plugin.cli info > "$OUT/info.txt" 2>&1
 head -3 "$OUT/info.txt"
@@ -39,7 +42,11 @@ case ${1:-spec} in
       keep "$method" "$work"/e2e-trace-"$method"-k*/e2e.json "$work"/e2e-trace-"$method"-k*/*.png \
         "$work"/e2e-trace-"$method"-k*.log
     done ;;
-  *) echo "usage: $0 spec|trace" >&2; exit 2 ;;
+  sampling)
+    OUT=$work E2E_ARGS="--mixes topk_topp,seeded_topp ${E2E_ARGS:-}" \
+      bash scripts/gpu-check.sh e2e-8b-all
+    keep sampling "$work"/e2e-8b-all/e2e.json "$work"/e2e-8b-all/e2e.png "$work"/e2e-8b-all.log ;;
+  *) echo "usage: $0 spec|trace|sampling" >&2; exit 2 ;;
 esac
 keep run "$work/failed-steps" "$work/flashinfer-sampling-build.log"
 exit 0
