@@ -110,6 +110,8 @@ env_line="PYTHONPATH=$site"
 # PYTHONPATH does not read: its package folder is named instead.
 [ -d "$site/nvidia_cutlass_dsl/dsl_packages" ] && env_line="$env_line:$site/nvidia_cutlass_dsl/dsl_packages"
 grep -q '^nvidia-cudnn-cu13' "$expects" 2>/dev/null && env_line="$env_line PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1"
+# The work after `--last &&` reads the same line: `. /tmp/vllm-site/env.sh`.
+echo "export $env_line" > "$site/env.sh"
 echo "$me ready: export $env_line  ($(env $env_line python3 -c 'import vllm, torch, triton
 x = torch.ones(256, 256, device="cuda", dtype=torch.bfloat16)
 print("vllm", vllm.__version__, "torch", torch.__version__, "triton", triton.__version__, "cuda", torch.cuda.is_available(), "matmul", float((x @ x)[0, 0]), "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1))"

@@ -12,12 +12,10 @@
 # Each step is bounded by STEP_TIMEOUT; what matters is copied under $OUT
 # (the device tool brings back at most 8 files, two folders down).
 set -uo pipefail
-export PYTHONPATH=/tmp/vllm-site PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
-# vLLM 0.34's kernel warm-up imports the CuTe DSL (`cutlass`) for every
-# model; the staging sends it, and its package folder goes on PYTHONPATH,
-# which does not read the .pth file that names it in a site directory.
-dsl=/tmp/vllm-site/nvidia_cutlass_dsl/dsl_packages
-[ -d "$dsl" ] && export PYTHONPATH=$PYTHONPATH:$dsl
+# The environment the staging's last call wrote (PYTHONPATH with vLLM and the
+# CuTe DSL's package folder, which 0.34's kernel warm-up imports for every model).
+site=${VLLM_SITE:-/tmp/vllm-site}
+. "$site/env.sh" || { echo "no $site/env.sh: stage vLLM 0.34 first (docs/gpu-staging.md)"; exit 1; }
 python3 -c "import cutlass, quack" || { echo "the staging lacks the CuTe DSL or quack: stage 0.34 again (docs/gpu-staging.md)"; exit 1; }
 work=${WORK:-/tmp/gpu-034}
 mkdir -p "$work"

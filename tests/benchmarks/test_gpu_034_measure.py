@@ -7,20 +7,25 @@ from pathlib import Path
 import pytest
 
 from benchmarks.e2e import run
+from tests.benchmarks.test_gpu_check import stand_in_python
 from tests.scripts_dir import SCRIPTS
 
 
 def measure(tmp_path: Path, mode: str, **env: str) -> tuple[subprocess.CompletedProcess, list]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    """The script after a staging's last call (its ``env.sh`` in a site
+    folder of its own), ``python3`` a stand-in; the bench e2e commands it
+    ran, parsed."""
+    bin_dir = stand_in_python(tmp_path)
     calls = tmp_path / "python3-calls"
-    (bin_dir / "python3").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
-    (bin_dir / "python3").chmod(0o755)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "env.sh").write_text(f"export PYTHONPATH={site}\n")
     (tmp_path / "out").mkdir()
     proc = subprocess.run(
         ["bash", str(SCRIPTS / "gpu-034-measure.sh"), mode],
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path / "out"),
-             "WORK": str(tmp_path / "work"), "STEP_TIMEOUT": "60", **env},
+             "WORK": str(tmp_path / "work"), "VLLM_SITE": str(site), "STEP_TIMEOUT": "60",
+             **env},
         cwd=SCRIPTS.parent, capture_output=True, text=True, timeout=120)
     lines = calls.read_text().splitlines() if calls.exists() else []
     e2e = [run.parse_args(line.split()[3:]) for line in lines
@@ -59,6 +64,12 @@ def test_trace_replays_the_named_workload(tmp_path):
     assert proc.returncode == 0, proc.stderr
     [args] = e2e
     assert args.ngram_method == "suffix" and args.trace_workloads == (str(work), ["chat"])
+
+
+def test_without_a_staging_nothing_runs(tmp_path):
+    (tmp_path / "gone").mkdir()
+    proc, e2e = measure(tmp_path, "spec", VLLM_SITE=str(tmp_path / "gone"))
+    assert proc.returncode == 1 and "stage vLLM 0.34 first" in proc.stdout and e2e == []
 
 
 def test_an_unknown_mode_is_refused(tmp_path):

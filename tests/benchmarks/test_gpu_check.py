@@ -8,16 +8,22 @@ from pathlib import Path
 from tests.scripts_dir import SCRIPTS
 
 
-def gpu_check(tmp_path: Path, *steps: str, python_exit: int = 0) -> subprocess.CompletedProcess:
-    """The script with ``python3`` a stand-in that exits ``python_exit`` and
-    appends its arguments to ``tmp_path / "python3-calls"``: nothing of a step
-    runs, on a machine with a GPU or without."""
+def stand_in_python(tmp_path: Path, python_exit: int = 0) -> Path:
+    """A folder to put first on PATH whose ``python3`` exits ``python_exit``
+    and appends its arguments to ``tmp_path / "python3-calls"``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(f'#!/bin/sh\necho stand-in\n'
                                      f'echo "$*" >> {tmp_path}/python3-calls\n'
                                      f"exit {python_exit}\n")
     (bin_dir / "python3").chmod(0o755)
+    return bin_dir
+
+
+def gpu_check(tmp_path: Path, *steps: str, python_exit: int = 0) -> subprocess.CompletedProcess:
+    """The script with ``python3`` a stand-in (:func:`stand_in_python`):
+    nothing of a step runs, on a machine with a GPU or without."""
+    bin_dir = stand_in_python(tmp_path, python_exit)
     return subprocess.run(["bash", str(SCRIPTS / "gpu-check.sh"), *steps],
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin", "OUT": str(tmp_path / "out"),
                                "STEP_TIMEOUT": "60"},
