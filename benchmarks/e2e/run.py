@@ -32,6 +32,14 @@ SPEC_ENGINES = ("plugin", "stock")
 # The proposers without a draft model: n-gram, and vLLM 0.34's suffix decoding.
 PROPOSER_METHODS = (*NGRAM_METHODS, "suffix")
 UPSTREAM_POLICY = "upstream"
+# Proposers that keep a corpus of finished responses across requests (vLLM
+# 0.34's suffix decoding): an engine that runs the same requests again drafts
+# its own earlier answers, so text that does not repeat would accept
+# everything from the second run on. Each run of theirs gets requests of its
+# own (``fresh_requests``); the copy checkpoint's prompts of run r take seed
+# ``max_num_seqs + RUN_SEED_STEP * r``.
+CORPUS_METHODS = ("suffix",)
+RUN_SEED_STEP = 1000
 # Upstream's speculation with its adaptive verification (vLLM 0.34's
 # speculative_config "enable_adaptive_verification"): a stock engine too.
 UPSTREAM_ADAPTIVE = "upstream-adaptive"
@@ -287,6 +295,12 @@ def kv_cache_bytes(args: argparse.Namespace) -> int | None:
     return int(args.kv_cache_gib * 2**30) if args.kv_cache_gib else None
 
 
+def fresh_requests(method: str) -> bool:
+    """Whether every run of a speculation cell of ``method`` needs requests
+    no earlier run of the engine has seen (``CORPUS_METHODS``)."""
+    return method in CORPUS_METHODS
+
+
 def spec_variants(args: argparse.Namespace) -> list[str]:
     """The speculating engines' names, in order: policies, each with the
     verification owners of ``--spec-verification``, then, with
@@ -385,6 +399,16 @@ class Run:
         # --trace-workloads: each workload's requests, read once.
         directory, names = args.trace_workloads or (None, [])
         self.trace_requests = {name: traces.load(directory, name) for name in names}
+        if fresh_requests(args.ngram_method):
+            runs = args.pairs + 1  # the warm-up's, then one set per rotation
+            for name, requests in self.trace_requests.items():
+                if len(requests) < runs * args.num_requests:
+                    raise SystemExit(
+                        f"bench e2e: {args.ngram_method} keeps finished responses across "
+                        f"requests, so each of its {runs} runs (warm-up and {args.pairs} "
+                        f"pairs) replays requests of its own: {name} has {len(requests)}, "
+                        f"not {runs} x {args.num_requests}; build {runs * args.num_requests} "
+                        f"with python3 -m benchmarks.workloads build --requests")
 
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
@@ -465,12 +489,12 @@ class Run:
         return engine
 
     def measure_pairs(self, engines: dict[str, Engine], roles: tuple[str, ...], mix: str,
-                      prompts_for: Callable[[int], list[list[int]]], wave: int,
+                      prompts_for: Callable[[int, int], list[list[int]]], wave: int,
                       continuous: bool = False,
-                      traces_for: Callable[[int], list[list[int]]] | None = None,
+                      traces_for: Callable[[int, int], list[list[int]]] | None = None,
                       ) -> tuple[list, dict, list[list[int]], dict, dict]:
         """Warm the engines on this cell, then the interleaved pairs (rotations
-        of ``roles``), on ``prompts_for(count)``: ``--num-requests`` prompts,
+        of ``roles``), each run on ``--num-requests`` prompts,
         or more where ``--min-run-s`` asks runs to last longer than that many
         would at the fastest engine's throughput. Returns the orders, each
         role's tok/s, the prompts it ran and each role's host use per run
@@ -479,14 +503,17 @@ class Run:
         has the last rotation's time for is not started: the cell keeps the
         pairs it has.
 
-        With ``traces_for`` (trace replay), request i of ``prompts_for(n)``
-        replays ``traces_for(n)[i]`` (an untimed run, such as the warm-up,
+        ``prompts_for(count, run)`` gives the prompts of a run: ``run`` 0 for
+        the untimed ones (the warm-up), rotation r's runs ``r + 1``; every
+        engine of a rotation gets the same ones (see :func:`fresh_requests`).
+        With ``traces_for`` (trace replay), request i of ``prompts_for(n, run)``
+        replays ``traces_for(n, run)[i]`` (an untimed run, such as the warm-up,
         only its first ``output_len`` tokens), and every run's tokens must be
         its traces (:func:`traces.check`); only then are the timed runs'
         counters summed (otherwise each role's are empty)."""
         a = self.args
-        prompts = prompts_for(a.num_requests)
-        replayed = traces_for(len(prompts)) if traces_for else None
+        prompts = prompts_for(a.num_requests, 0)
+        replayed = traces_for(len(prompts), 0) if traces_for else None
         spec: dict[str, dict] = {role: {} for role in roles}
 
         def throughput(role: str, count: int, output_len: int, timed: bool,
@@ -515,9 +542,7 @@ class Run:
             count = requests_for_run(a.min_run_s, max(full_tok_s), a.output_len)
         else:
             count = 0
-        if count > len(prompts):
-            prompts = prompts_for(count)
-            replayed = traces_for(count) if traces_for else None
+        count = max(count, len(prompts))
         orders = workload.pair_orders(a.pairs, roles)
         tok_s: dict[str, list[float]] = {role: [] for role in roles}
         host: dict[str, list[dict]] = {role: [] for role in roles}
@@ -532,6 +557,8 @@ class Run:
                 orders = orders[:done]
                 break
             started = time.perf_counter()
+            prompts = prompts_for(count, done + 1)
+            replayed = traces_for(count, done + 1) if traces_for else None
             for role in order:
                 result = throughput(role, len(prompts), a.output_len, timed=True,
                                     continuous=continuous)
@@ -549,7 +576,8 @@ class Run:
                     return
                 orders, tok_s, prompts, host, _ = self.measure_pairs(
                     engines, ("stock", self.second), mix,
-                    lambda n: workload.random_prompts(n, a.prompt_len, vocab, seed=wave), wave)
+                    lambda n, _run: workload.random_prompts(n, a.prompt_len, vocab, seed=wave),
+                    wave)
                 cell = report.pair_cell(model, mix, wave, orders, tok_s["stock"],
                                         tok_s[self.second], against=self.second)
                 cell["requests"] = len(prompts)
@@ -698,8 +726,9 @@ class Run:
                 # wait for the wave's slowest request).
                 orders, tok_s, prompts, host, _ = self.measure_pairs(
                     rotation, tuple(rotation), mix,
-                    lambda n: copying.workload_prompts(workload_name, n, a.prompt_len, vocab,
-                                                       seed=wave),
+                    lambda n, run: copying.workload_prompts(
+                        workload_name, n, a.prompt_len, vocab,
+                        seed=wave + RUN_SEED_STEP * run * fresh_requests(a.ngram_method)),
                     wave, continuous=True)
                 drafted = None
                 for against in [baseline] + ([twin] if twin else []):
@@ -735,9 +764,12 @@ class Run:
             for wave in a.max_num_seqs:
                 if self.out_of_time(f"{model} {name} k={k} {policy} vs {baseline} B={wave}"):
                     return
+                fresh = fresh_requests(a.ngram_method)
                 orders, tok_s, timed, host, spec = self.measure_pairs(
-                    rotation, tuple(rotation), "ngram", lambda n: prompts[:n], wave,
-                    continuous=True, traces_for=lambda n: replayed[:n])
+                    rotation, tuple(rotation), "ngram",
+                    lambda n, run: traces.run_slice(prompts, n, run, fresh), wave,
+                    continuous=True,
+                    traces_for=lambda n, run: traces.run_slice(replayed, n, run, fresh))
                 for against in [baseline] + ([twin] if twin else []):
                     cell = report.trace_cell(model, name, a.ngram_method, wave, k, policy,
                                              against, orders, tok_s[against], tok_s[policy],

@@ -58,6 +58,20 @@ def load(directory: str, name: str) -> list[dict]:
                 for row in map(json.loads, f) if row]
 
 
+def run_slice(items: list, count: int, run: int, fresh: bool) -> list:
+    """The ``count`` items of run ``run`` (0: the warm-up): with ``fresh``,
+    run r's own consecutive slice, so no run replays another's requests;
+    otherwise the first ``count`` for every run.
+
+    Example::
+
+        >>> run_slice(list(range(9)), 3, 2, fresh=True), run_slice(list(range(9)), 3, 2, fresh=False)
+        ([6, 7, 8], [0, 1, 2])
+    """
+    start = run * count if fresh else 0
+    return items[start:start + count]
+
+
 def max_model_len(requests: list[dict], k: int) -> int:
     """The engines' context: the longest prompt plus trace, and the drafts a
     last step may verify past it."""

@@ -1673,3 +1673,34 @@ def test_gpu_checks_draft_step_starts_the_plugin_its_twin_and_stock_with_one_dra
     assert [(s.role, s.ngram_k, s.draft_model) for s in bench.specs] == [
         ("plugin", 3, draft), ("plugin", 3, draft), ("stock", 3, draft)]
     assert bench.specs[0] == bench.specs[1]
+
+
+@pytest.mark.parametrize("method, fresh", [("ngram", False), ("suffix", True)])
+def test_suffix_cells_give_every_run_prompts_of_its_own(tmp_path, monkeypatch, method, fresh):
+    """Suffix decoding drafts from the engine's earlier responses, so each of
+    its runs (the warm-up, then each rotation, every engine of a rotation
+    alike) gets other prompts; an n-gram cell's runs repeat one set."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.34.0")
+    args = run.parse_args(["--mixes", "ngram", "--ngram-method", method, "--pairs", "2",
+                           "--num-requests", "4", "--output-len", "8", "--max-num-seqs", "4",
+                           "--spec-workloads", "nonrepeating", "--identity-requests", "2",
+                           "--breakdown-mixes", "none", "--out", str(tmp_path)])
+    runs = []
+
+    class Recording(SpeculatingEngine):
+        def call(self, command, **kwargs):
+            if command == "throughput":
+                runs.append((self.role, kwargs["prompts"]))
+            return super().call(command, **kwargs)
+
+    def answer(engine, kwargs):
+        return {"tokens": [[7, 7]] * len(kwargs["prompts"]), "token_logprobs": []}
+
+    engines = {role: Recording(role, [], 100.0, [], answer) for role in ("nospec", "adaptive")}
+    run.Run(args).ngram_cells("m", 1000, engines, "adaptive", "nospec", 3)
+    assert [role for role, _ in runs] == ["nospec", "adaptive", "nospec", "adaptive",
+                                          "adaptive", "nospec"]
+    sets = [prompts for _, prompts in runs]
+    assert sets[0] == sets[1] and sets[2] == sets[3] and sets[4] == sets[5]
+    assert (sets[0] != sets[2] != sets[4] != sets[0]) is fresh
+    assert sets[0] == copying.workload_prompts("nonrepeating", 4, args.prompt_len, 1000, seed=4)

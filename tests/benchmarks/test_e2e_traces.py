@@ -90,7 +90,8 @@ def test_each_configuration_gets_its_engine(workloads, tmp_path, method):
     stock engine and, for suffix only, upstream's adaptive verification;
     every engine replays traces, on the peaked checkpoint."""
     bench = RecordingRun(trace_args(workloads, tmp_path, "--spec-policies", "adaptive",
-                                    "--ngram-method", method))
+                                    "--ngram-method", method, "--pairs", "1",
+                                    "--num-requests", "1"))
     bench.model("8b", 151936)
     adaptive_too = method == "suffix"
     assert [e[3:] for e in bench.log if e[0] == "ngram"] == [
@@ -163,6 +164,31 @@ def test_trace_cells_replay_the_files_requests_and_report_acceptance(workloads, 
            "| 2/2 |" in table
     saved = json.loads((tmp_path / "out" / "e2e.json").read_text())
     assert saved["speculation"][1]["max_num_seqs"] == 16
+
+
+def test_suffix_replays_requests_of_its_own_in_every_run(workloads, tmp_path):
+    """Suffix decoding drafts from the engine's earlier responses: the
+    warm-up and each rotation replay their own slice of the file, the same
+    slice for every engine of a rotation, while n-gram runs repeat the first
+    requests (the test above)."""
+    folder = tmp_path / "six"
+    folder.mkdir()
+    six = [{"prompt_token_ids": [i], "trace_token_ids": [10 + i, 20 + i]} for i in range(6)]
+    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in six))
+    args = trace_args(folder, tmp_path, "--ngram-method", "suffix", "--pairs", "2",
+                      "--max-num-seqs", "16", "--num-requests", "2", "--output-len", "1")
+    seen = []
+    engines = {"nospec": ReplayingEngine("nospec", 100.0, seen, drafts=False),
+               "adaptive": ReplayingEngine("adaptive", 150.0, seen)}
+    run.Run(args).ngram_cells("8b", 151936, engines, "adaptive", "nospec", 3)
+    assert [(role, prompts) for role, prompts, _ in seen] == [
+        ("nospec", [[0], [1]]), ("adaptive", [[0], [1]]),
+        ("nospec", [[2], [3]]), ("adaptive", [[2], [3]]),
+        ("adaptive", [[4], [5]]), ("nospec", [[4], [5]])]
+    assert seen[-1][2] == [[14, 24], [15, 25]]
+    with pytest.raises(SystemExit, match="chat has 6, not 3 x 4; build 12"):
+        run.Run(trace_args(folder, tmp_path, "--ngram-method", "suffix", "--pairs", "2",
+                           "--num-requests", "4"))
 
 
 @pytest.mark.parametrize("wrong_role", ["nospec", "adaptive"])
