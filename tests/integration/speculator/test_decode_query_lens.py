@@ -65,3 +65,86 @@ def test_one_token_decode_steps_get_full_graphs_under_the_adaptive_policy(tmp_pa
         lengths, shapes, captured = result[f"fixed/{method}"]
         assert lengths == captured == [1 + 3]
         assert shapes["4"] == ["FULL", 4] and shapes["1"][1] != 1
+
+
+VARLEN_CODE = CODE.split("print(json.dumps(")[0] + """
+from vllm.v1.attention.backend import AttentionCGSupport
+from vllm_sampling_plugin.integration.speculator import decode_graphs
+
+class Builder:
+    def __init__(self, support, bound):
+        self.support, self.bound = support, bound
+    def get_cudagraph_support(self, vllm_config, spec):
+        return self.support
+    def get_varlen_cudagraph_max_query_len(self, vllm_config, spec):
+        return self.bound
+
+class FlashAttentionBackend:
+    pass
+
+def group(support, bound=None):
+    return types.SimpleNamespace(
+        get_metadata_builder=lambda i: Builder(support, bound), kv_cache_spec=None,
+        layer_names={"model.layers.0.self_attn.attn"}, backend=FlashAttentionBackend)
+
+def fake_capture(self, model, model_state, input_buffers, intermediate_tensors,
+                 block_tables, attn_groups, kv_cache_config, pcp_manager=None):
+    pass
+
+def mixed_steps(policy, support, bound=None):
+    vllm_config = EngineArgs(
+        model=MODEL, load_format="dummy", max_model_len=256, max_num_seqs=MAX_SEQS,
+        speculative_config={"method": "suffix", "num_speculative_tokens": K},
+        speculation_policy=policy,
+    ).create_engine_config()
+    vllm_config.compilation_config.decode_cudagraph_capture_request_sizes = [1, 2, 4, 8]
+    vllm_config.compilation_config.max_decode_cudagraph_capture_requests = 8
+    vllm_config.compilation_config.prefill_cudagraph_capture_token_sizes = [1, 2, 4, 8, 16, 32]
+    vllm_config.compilation_config.max_cudagraph_capture_size = 64
+    m = cg.ModelCudaGraphManager(
+        vllm_config, torch.device("cpu"), CUDAGraphMode.FULL_AND_PIECEWISE,
+        decode_query_lens=vllm_config.get_decode_cudagraph_query_lens(1 + K),
+    )
+    decode_graphs.replaying_mixed_decode_steps(fake_capture)(
+        m, None, None, None, None, None, [[group(support, bound)]], None)
+    m._graphs_captured = True
+    steps = {"mixed": (4, 10, None, 4), "one-token": (4, 4, 1, 1), "full-drafts": (4, 16, 4, 4),
+             "prefill": (4, 10, None, None)}
+    shapes = {}
+    for name, (reqs, tokens, uniform, longest) in steps.items():
+        desc = m.dispatch(num_reqs=reqs, num_tokens=tokens, uniform_token_count=uniform,
+                          num_active_loras=0, max_query_len=longest)
+        shapes[name] = [desc.cg_mode.name, desc.num_tokens, desc.max_query_len]
+    return m.varlen_decode, shapes
+
+print(json.dumps({
+    "adaptive": mixed_steps("adaptive", AttentionCGSupport.ALWAYS),
+    "adaptive-bounded": mixed_steps("adaptive", AttentionCGSupport.UNIFORM_BATCH, 2),
+    "fixed": mixed_steps("fixed", AttentionCGSupport.ALWAYS),
+}))
+"""
+
+
+def test_mixed_length_decode_steps_replay_upstreams_varlen_graphs(tmp_path):
+    """Under the adaptive policy, where the target's attention replays decode
+    queries of 1 to 1 + k tokens (upstream's check), the manager captures
+    upstream's variable-length decode graphs: a step mixing requests with
+    and without drafts replays a full graph instead of a piecewise one, the
+    uniform steps do too, and a step with a prefill stays piecewise. A
+    backend bounded below 1 + k, and the fixed policy, keep upstream's
+    uniform graphs."""
+    model = write_tiny_llama(tmp_path / "tiny")
+    out = run_python(f"MODEL = {str(model)!r}\n" + VARLEN_CODE, prelude=CPU_DEVICE_SHIM)
+    import json
+
+    result = json.loads(out.strip().splitlines()[-1])
+    varlen, shapes = result["adaptive"]
+    assert varlen is True
+    assert {name: shape[0] for name, shape in shapes.items()} == {
+        "mixed": "FULL", "one-token": "FULL", "full-drafts": "FULL", "prefill": "PIECEWISE"}
+    assert shapes["mixed"][1] >= 10 and shapes["mixed"][2] == 4
+    for case in ("adaptive-bounded", "fixed"):
+        varlen, shapes = result[case]
+        assert varlen is False
+        assert shapes["mixed"][0] == "PIECEWISE" and shapes["full-drafts"][0] == "FULL"
+    assert result["adaptive-bounded"][1]["one-token"][0] == "FULL"

@@ -55,7 +55,17 @@ captures (``decode_query_lens``, query length -> most requests; 0.34.0
 ``cudagraph_utils.py:150-190``), which dynamic speculation already uses for
 several lengths: the plugin adds the one-token length to that map
 (:func:`adding_one_token_decode_query`) and upstream captures and dispatches
-those graphs itself; mixed-length decode steps keep upstream's graphs.
+those graphs itself. For mixed-length decode steps 0.34 has graphs of its own:
+the variable-length decode graphs of its adaptive verification
+(``varlen_decode``: token-keyed full graphs of up to ``1 + k`` tokens a
+request, which also take the uniform steps; 0.34.0 ``cudagraph_utils.py:313-330``).
+Where the target's attention replays such batches (upstream's own check,
+``get_varlen_cudagraph_unsupported_backend``), the plugin switches the
+manager to them before it captures (:func:`replaying_mixed_decode_steps`).
+Without them, a chat workload's steps (some requests drafting, some not)
+ran piecewise: on an H100 at 8B and 64 sequences, suffix decoding under the
+adaptive policy ran at 0.74x of the fixed policy's tok/s with the same
+acceptance (docs/benchmarks.md).
 
 One log line says which way the engine went.
 """
@@ -117,6 +127,57 @@ def adding_one_token_decode_query(init):
     return __init__
 
 
+def replaying_mixed_decode_steps(capture):
+    """Wrap 0.34's ``ModelCudaGraphManager.capture``: under the adaptive
+    policy, where every attention backend of the target replays decode
+    batches of 1 to ``1 + k`` tokens a request from full graphs, the manager
+    takes upstream's variable-length decode graphs instead of one set per
+    uniform query length, so that steps mixing requests with and without
+    drafts replay full graphs rather than piecewise ones."""
+    signature = inspect.signature(capture)
+
+    @functools.wraps(capture)
+    def _capture(self, *args: Any, **kwargs: Any) -> None:
+        if _full_decode_graphs_under_adaptive(self) and not self.varlen_decode:
+            attn_groups = signature.bind(self, *args, **kwargs).arguments["attn_groups"]
+            reason = _why_no_varlen_decode_graphs(self, attn_groups)
+            if reason is None:
+                _use_varlen_decode_graphs(self)
+            log_once(
+                logging.INFO,
+                "vllm-sampling-plugin adaptive speculation: decode steps of mixed draft lengths "
+                + (f"replay full CUDA graphs of 1 to {self.decode_query_len} tokens a request "
+                   "(upstream's variable-length decode graphs)." if reason is None
+                   else f"run piecewise CUDA graphs ({reason})."),
+            )
+        capture(self, *args, **kwargs)
+
+    return _capture
+
+
+def _why_no_varlen_decode_graphs(manager: Any, attn_groups: list[list[Any]]) -> str | None:
+    from vllm.v1.worker.gpu.attn_utils import get_varlen_cudagraph_unsupported_backend
+
+    if manager.dp_size > 1:
+        return "data parallel ranks must agree on the graph of each step"
+    unsupported = get_varlen_cudagraph_unsupported_backend(
+        attn_groups, manager.vllm_config, manager.decode_query_len
+    )
+    if unsupported is None:
+        return None
+    backend, bound = unsupported
+    return f"{backend} replays decode queries of {'no' if bound is None else f'at most {bound}'} varying lengths"
+
+
+def _use_varlen_decode_graphs(manager: Any) -> None:
+    """Rebuild the manager's descriptors as upstream builds them for its
+    adaptive verification (``_init_candidates`` with ``varlen_decode``); the
+    tables start empty, as in ``__init__``."""
+    manager.varlen_decode = True
+    manager._candidates, manager._decode_descs, manager._capture_descs = {}, {}, {}
+    manager._init_candidates()
+
+
 def adding_single_token_decode_graphs(init_candidates):
     """Wrap ``_init_candidates`` of the target model's CUDA graph manager."""
 
@@ -130,9 +191,14 @@ def adding_single_token_decode_graphs(init_candidates):
 
 
 def needs_single_token_graphs(manager: Any) -> bool:
+    return bool(manager._candidates) and _full_decode_graphs_under_adaptive(manager)
+
+
+def _full_decode_graphs_under_adaptive(manager: Any) -> bool:
+    """The adaptive policy speculates in this engine and decode steps run a
+    routine of full graphs of their own."""
     return (
         manager.decode_query_len > 1
-        and bool(manager._candidates)
         and is_adaptive(manager.vllm_config)
         and manager.cudagraph_mode.separate_routine()
         and manager.cudagraph_mode.decode_mode() == CUDAGraphMode.FULL
