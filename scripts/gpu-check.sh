@@ -229,12 +229,13 @@ print(defaults(LINE_SEAMS[release_line(installed_vllm_version())]).get("speculat
       # TRACE_WORKLOADS narrows the workloads (e.g. ":code-edit,agentic").
       # Four 8B engines, two at a time, start one after another, so a whole
       # method fits a call only with STEP_TIMEOUT=590 and one workload
-      # (TRACE_WORKLOADS=":chat"). Suffix decoding replays other requests in
-      # each of its 3 runs (warm-up, 2 pairs: bench e2e's CORPUS_METHODS), so
-      # the build holds 3 x 256 (a folder already there is used as it is).
+      # (TRACE_WORKLOADS=":chat"). Suffix decoding replays requests no engine
+      # has seen in every run (bench e2e's CORPUS_METHODS): 2 batch sizes x 3
+      # cells x 3 runs x 256, so the build holds 4608 a workload (a minute or
+      # more; a folder already in $out/workloads is used as it is).
       build_flashinfer_sampling_in_background
       [ -f "$out/workloads/stats.json" ] || python3 -m benchmarks.workloads build \
-        --out "$out/workloads" --seed 0 --requests 768 > "$out/workloads-build.log" 2>&1
+        --out "$out/workloads" --seed 0 --requests 4608 > "$out/workloads-build.log" 2>&1
       for method in ${TRACE_METHODS:-ngram suffix}; do
         run "$step-$method-k${SPEC_K:-3}" python3 -m benchmarks e2e \
           --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \

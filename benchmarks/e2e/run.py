@@ -301,6 +301,17 @@ def fresh_requests(method: str) -> bool:
     return method in CORPUS_METHODS
 
 
+def trace_request_sets(args: argparse.Namespace) -> int:
+    """The request sets a trace run hands out at most: a warm-up and one per
+    pair in each cell, a cell per batch size and baseline (no speculation,
+    then each other configuration of :func:`spec_variants`; an A/A twin
+    runs beside the policy in its cells)."""
+    others = len(spec_variants(args)) - 1 - bool(args.control)
+    baselines = int(args.spec_against_none) + others + (bool(args.control) and not
+                                                         args.control_alongside)
+    return len(args.max_num_seqs) * baselines * (args.pairs + 1)
+
+
 def spec_variants(args: argparse.Namespace) -> list[str]:
     """The speculating engines' names, in order: policies, each with the
     verification owners of ``--spec-verification``, then, with
@@ -399,16 +410,20 @@ class Run:
         # --trace-workloads: each workload's requests, read once.
         directory, names = args.trace_workloads or (None, [])
         self.trace_requests = {name: traces.load(directory, name) for name in names}
+        # Request sets handed out so far (``measure_pairs``): with
+        # ``fresh_requests``, no engine ever replays a set it has seen.
+        self.request_sets = 0
         if fresh_requests(args.ngram_method):
-            runs = args.pairs + 1  # the warm-up's, then one set per rotation
+            sets = trace_request_sets(args)
             for name, requests in self.trace_requests.items():
-                if len(requests) < runs * args.num_requests:
+                if len(requests) < sets * args.num_requests:
                     raise SystemExit(
                         f"bench e2e: {args.ngram_method} keeps finished responses across "
-                        f"requests, so each of its {runs} runs (warm-up and {args.pairs} "
-                        f"pairs) replays requests of its own: {name} has {len(requests)}, "
-                        f"not {runs} x {args.num_requests}; build {runs * args.num_requests} "
-                        f"with python3 -m benchmarks.workloads build --requests")
+                        f"requests, so each of its runs replays requests no engine has seen "
+                        f"({sets} sets: warm-up and {args.pairs} pairs of each cell): {name} "
+                        f"has {len(requests)}, not {sets} x {args.num_requests}; build "
+                        f"{sets * args.num_requests} with python3 -m benchmarks.workloads "
+                        f"build --requests")
 
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
@@ -503,17 +518,22 @@ class Run:
         has the last rotation's time for is not started: the cell keeps the
         pairs it has.
 
-        ``prompts_for(count, run)`` gives the prompts of a run: ``run`` 0 for
-        the untimed ones (the warm-up), rotation r's runs ``r + 1``; every
-        engine of a rotation gets the same ones (see :func:`fresh_requests`).
+        ``prompts_for(count, run)`` gives the prompts of a run: ``run`` counts
+        the request sets of the whole benchmark (``self.request_sets``), the
+        cell's first for the untimed runs (the warm-up), the next for each
+        rotation; every engine of a rotation gets the same ones, and no engine
+        sees a set twice (see :func:`fresh_requests`).
         With ``traces_for`` (trace replay), request i of ``prompts_for(n, run)``
         replays ``traces_for(n, run)[i]`` (an untimed run, such as the warm-up,
         only its first ``output_len`` tokens), and every run's tokens must be
         its traces (:func:`traces.check`); only then are the timed runs'
         counters summed (otherwise each role's are empty)."""
         a = self.args
-        prompts = prompts_for(a.num_requests, 0)
-        replayed = traces_for(len(prompts), 0) if traces_for else None
+        # This cell's request sets: the warm-up's, then one per rotation.
+        first_set = self.request_sets
+        self.request_sets += a.pairs + 1
+        prompts = prompts_for(a.num_requests, first_set)
+        replayed = traces_for(len(prompts), first_set) if traces_for else None
         spec: dict[str, dict] = {role: {} for role in roles}
 
         def throughput(role: str, count: int, output_len: int, timed: bool,
@@ -557,8 +577,8 @@ class Run:
                 orders = orders[:done]
                 break
             started = time.perf_counter()
-            prompts = prompts_for(count, done + 1)
-            replayed = traces_for(count, done + 1) if traces_for else None
+            prompts = prompts_for(count, first_set + done + 1)
+            replayed = traces_for(count, first_set + done + 1) if traces_for else None
             for role in order:
                 result = throughput(role, len(prompts), a.output_len, timed=True,
                                     continuous=continuous)

@@ -69,6 +69,8 @@ def run_slice(items: list, count: int, run: int, fresh: bool) -> list:
         ([6, 7, 8], [0, 1, 2])
     """
     start = run * count if fresh else 0
+    if fresh and start + count > len(items):
+        raise IndexError(f"request set {run} of {count} is past the file's {len(items)} requests")
     return items[start:start + count]
 
 

@@ -89,9 +89,11 @@ def test_each_configuration_gets_its_engine(workloads, tmp_path, method):
     """The plugin's policy against no speculation, upstream's fixed k in a
     stock engine and, for suffix only, upstream's adaptive verification;
     every engine replays traces, on the peaked checkpoint."""
+    # Suffix replays new requests in every run: 3 cells of 2 runs at B=64.
+    (workloads / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in REQUESTS * 3))
     bench = RecordingRun(trace_args(workloads, tmp_path, "--spec-policies", "adaptive",
                                     "--ngram-method", method, "--pairs", "1",
-                                    "--num-requests", "1"))
+                                    "--num-requests", "1", "--max-num-seqs", "64"))
     bench.model("8b", 151936)
     adaptive_too = method == "suffix"
     assert [e[3:] for e in bench.log if e[0] == "ngram"] == [
@@ -166,29 +168,43 @@ def test_trace_cells_replay_the_files_requests_and_report_acceptance(workloads, 
     assert saved["speculation"][1]["max_num_seqs"] == 16
 
 
-def test_suffix_replays_requests_of_its_own_in_every_run(workloads, tmp_path):
+def test_suffix_replays_requests_no_engine_has_seen(workloads, tmp_path):
     """Suffix decoding drafts from the engine's earlier responses: the
     warm-up and each rotation replay their own slice of the file, the same
-    slice for every engine of a rotation, while n-gram runs repeat the first
-    requests (the test above)."""
-    folder = tmp_path / "six"
+    slice for every engine of a rotation, and the next cell goes on from
+    there, so the policy's engine (in every cell) never replays a request
+    its corpus holds; n-gram runs repeat the first requests (the test
+    above)."""
+    folder = tmp_path / "many"
     folder.mkdir()
-    six = [{"prompt_token_ids": [i], "trace_token_ids": [10 + i, 20 + i]} for i in range(6)]
-    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in six))
-    args = trace_args(folder, tmp_path, "--ngram-method", "suffix", "--pairs", "2",
-                      "--max-num-seqs", "16", "--num-requests", "2", "--output-len", "1")
+    many = [{"prompt_token_ids": [i], "trace_token_ids": [100 + i, 200 + i]} for i in range(18)]
+    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in many))
+    args = trace_args(folder, tmp_path, "--ngram-method", "suffix", "--spec-policies", "adaptive",
+                      "--pairs", "2", "--max-num-seqs", "16", "--num-requests", "2",
+                      "--output-len", "1")
     seen = []
     engines = {"nospec": ReplayingEngine("nospec", 100.0, seen, drafts=False),
-               "adaptive": ReplayingEngine("adaptive", 150.0, seen)}
-    run.Run(args).ngram_cells("8b", 151936, engines, "adaptive", "nospec", 3)
+               "adaptive": ReplayingEngine("adaptive", 150.0, seen),
+               "upstream": ReplayingEngine("upstream", 120.0, seen)}
+    bench = run.Run(args)
+    bench.ngram_cells("8b", 151936, engines, "adaptive", "nospec", 3)
+    bench.ngram_cells("8b", 151936, engines, "adaptive", "upstream", 3)
     assert [(role, prompts) for role, prompts, _ in seen] == [
         ("nospec", [[0], [1]]), ("adaptive", [[0], [1]]),
         ("nospec", [[2], [3]]), ("adaptive", [[2], [3]]),
-        ("adaptive", [[4], [5]]), ("nospec", [[4], [5]])]
-    assert seen[-1][2] == [[14, 24], [15, 25]]
-    with pytest.raises(SystemExit, match="chat has 6, not 3 x 4; build 12"):
-        run.Run(trace_args(folder, tmp_path, "--ngram-method", "suffix", "--pairs", "2",
-                           "--num-requests", "4"))
+        ("adaptive", [[4], [5]]), ("nospec", [[4], [5]]),
+        ("upstream", [[6], [7]]), ("adaptive", [[6], [7]]),
+        ("upstream", [[8], [9]]), ("adaptive", [[8], [9]]),
+        ("adaptive", [[10], [11]]), ("upstream", [[10], [11]])]
+    assert seen[-1][2] == [[110, 210], [111, 211]]
+    with pytest.raises(IndexError, match="request set 9 of 2 is past the file's 18 requests"):
+        traces.run_slice(many, 2, 9, fresh=True)
+    # Against no speculation, stock's fixed k and stock's adaptive
+    # verification at two batch sizes: 3 cells a batch size, 3 sets a cell.
+    with pytest.raises(SystemExit, match=r"\(18 sets: .*chat has 18, not 18 x 4; build 72"):
+        run.Run(trace_args(folder, tmp_path, "--ngram-method", "suffix", "--spec-policies",
+                           "adaptive", "--pairs", "2", "--num-requests", "4",
+                           "--max-num-seqs", "64,256"))
 
 
 @pytest.mark.parametrize("wrong_role", ["nospec", "adaptive"])
