@@ -100,12 +100,13 @@ def mixed_steps(policy, support, bound=None):
     vllm_config.compilation_config.decode_cudagraph_capture_request_sizes = [1, 2, 4, 8]
     vllm_config.compilation_config.max_decode_cudagraph_capture_requests = 8
     vllm_config.compilation_config.prefill_cudagraph_capture_token_sizes = [1, 2, 4, 8, 16, 32]
+    vllm_config.compilation_config.cudagraph_capture_sizes = [1, 2, 4, 8, 16, 32, 64]
     vllm_config.compilation_config.max_cudagraph_capture_size = 64
     m = cg.ModelCudaGraphManager(
         vllm_config, torch.device("cpu"), CUDAGraphMode.FULL_AND_PIECEWISE,
         decode_query_lens=vllm_config.get_decode_cudagraph_query_lens(1 + K),
     )
-    decode_graphs.replaying_mixed_decode_steps(fake_capture)(
+    decode_graphs.adding_mixed_decode_graphs(fake_capture)(
         m, None, None, None, None, None, [[group(support, bound)]], None)
     m._graphs_captured = True
     steps = {"mixed": (4, 10, None, 4), "one-token": (4, 4, 1, 1), "full-drafts": (4, 16, 4, 4),
@@ -115,9 +116,12 @@ def mixed_steps(policy, support, bound=None):
         desc = m.dispatch(num_reqs=reqs, num_tokens=tokens, uniform_token_count=uniform,
                           num_active_loras=0, max_query_len=longest)
         shapes[name] = [desc.cg_mode.name, desc.num_tokens, desc.max_query_len]
-    return m.varlen_decode, shapes
+    bounded = [d.num_tokens for d in m._capture_descs[CUDAGraphMode.FULL] if d.max_query_len]
+    return sorted(bounded), shapes
 
 print(json.dumps({
+    # The plugin installed the wrapper on vLLM's manager (run below on a stand-in capture).
+    "installed": cg.ModelCudaGraphManager.capture.__code__.co_filename.endswith("decode_graphs.py"),
     "adaptive": mixed_steps("adaptive", AttentionCGSupport.ALWAYS),
     "adaptive-bounded": mixed_steps("adaptive", AttentionCGSupport.UNIFORM_BATCH, 2),
     "fixed": mixed_steps("fixed", AttentionCGSupport.ALWAYS),
@@ -125,26 +129,27 @@ print(json.dumps({
 """
 
 
-def test_mixed_length_decode_steps_replay_upstreams_varlen_graphs(tmp_path):
-    """Under the adaptive policy, where the target's attention replays decode
-    queries of 1 to 1 + k tokens (upstream's check), the manager captures
-    upstream's variable-length decode graphs: a step mixing requests with
-    and without drafts replays a full graph instead of a piecewise one, the
-    uniform steps do too, and a step with a prefill stays piecewise. A
-    backend bounded below 1 + k, and the fixed policy, keep upstream's
-    uniform graphs."""
+def test_mixed_length_decode_steps_replay_full_graphs(tmp_path):
+    """Under the adaptive policy, where the target's attention replays any
+    batch from a full graph, the manager also captures full graphs bounding
+    the longest query at 1 + k: a step mixing requests with and without
+    drafts replays one instead of a piecewise graph, the uniform steps keep
+    upstream's uniform graphs, and a step with a prefill stays piecewise. A
+    backend that replays uniform batches only, and the fixed policy, leave
+    upstream's graphs as they are."""
     model = write_tiny_llama(tmp_path / "tiny")
     out = run_python(f"MODEL = {str(model)!r}\n" + VARLEN_CODE, prelude=CPU_DEVICE_SHIM)
     import json
 
     result = json.loads(out.strip().splitlines()[-1])
-    varlen, shapes = result["adaptive"]
-    assert varlen is True
-    assert {name: shape[0] for name, shape in shapes.items()} == {
-        "mixed": "FULL", "one-token": "FULL", "full-drafts": "FULL", "prefill": "PIECEWISE"}
-    assert shapes["mixed"][1] >= 10 and shapes["mixed"][2] == 4
+    assert result["installed"]
+    bounded, shapes = result["adaptive"]
+    # Every capture size up to max_num_seqs x (1 + k) = 32 tokens.
+    assert bounded == [1, 2, 4, 8, 16, 32]
+    assert shapes == {"mixed": ["FULL", 16, 4], "one-token": ["FULL", 4, None],
+                      "full-drafts": ["FULL", 16, None], "prefill": ["PIECEWISE", 16, None]}
     for case in ("adaptive-bounded", "fixed"):
-        varlen, shapes = result[case]
-        assert varlen is False
+        bounded, shapes = result[case]
+        assert bounded == []
         assert shapes["mixed"][0] == "PIECEWISE" and shapes["full-drafts"][0] == "FULL"
     assert result["adaptive-bounded"][1]["one-token"][0] == "FULL"

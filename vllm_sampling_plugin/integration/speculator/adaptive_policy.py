@@ -10,8 +10,7 @@ shapes of the speculator seam (seams/speculator.py).
   plans which steps propose (speculation_policy.py);
 * the target model's CUDA graph manager adds full one-token decode graphs
   and, where its attention replays any batch, full graphs for decode steps
-  of mixed draft lengths: the plugin's up to 0.33, upstream's
-  variable-length decode graphs from 0.34 (decode_graphs.py);
+  of mixed draft lengths (decode_graphs.py);
 * ``ModelConfig``'s class default of ``speculation_policy`` is the shape's
   (integration/settings/defaults.py).
 
@@ -50,11 +49,10 @@ def patch_adaptive_policy(default_policy: str) -> None:
         ModelCudaGraphManager.__init__ = decode_graphs.adding_one_token_decode_query(
             ModelCudaGraphManager.__init__
         )
-        ModelCudaGraphManager.capture = decode_graphs.replaying_mixed_decode_steps(ModelCudaGraphManager.capture)
-        return
-    ModelCudaGraphManager._init_candidates = decode_graphs.adding_single_token_decode_graphs(
-        ModelCudaGraphManager._init_candidates
-    )
+    else:
+        ModelCudaGraphManager._init_candidates = decode_graphs.adding_single_token_decode_graphs(
+            ModelCudaGraphManager._init_candidates
+        )
     ModelCudaGraphManager.capture = decode_graphs.adding_mixed_decode_graphs(ModelCudaGraphManager.capture)
     if decode_graphs.dispatch_takes_only_the_shape(ModelCudaGraphManager):
         setattr(ModelCudaGraphManager, decode_graphs.MIXED_DECODE_GRAPHS_ATTR, None)

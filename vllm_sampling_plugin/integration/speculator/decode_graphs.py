@@ -16,7 +16,7 @@ uniform one-token batches and skips them for every other shape
 
 The candidate table differs by release, and the layout in use is read off
 the manager: 0.20 keeps a list indexed by token count whose slots share one
-list per capture size; 0.32 and 0.33 keep a dict keyed by (token count,
+list per capture size; 0.32 to 0.34 keep a dict keyed by (token count,
 LoRA case), one list per key, and their descriptors carry the LoRA case
 (``lora_capture_cases``; 0.33.0 ``cudagraph_utils.py:376-389``). A one-token
 batch then has uniform_token_count 1 (``get_uniform_decode_token_count``,
@@ -34,11 +34,12 @@ for a step without prefill (every request schedules at most ``1 + k``
 tokens). How a release tells a decode step from one with a prefill decides
 the route:
 
-* 0.32 and 0.33: ``dispatch`` takes the step's longest query
+* 0.32 to 0.34: ``dispatch`` takes the step's longest query
   (``max_query_len``, None for a step with a prefill; 0.33.0
-  ``model_runner.py:1802-1811``) and descriptors bound it, the way upstream's
-  own variable-length decode graphs for its adaptive verification do
-  (``varlen_decode``, 0.33.0 ``cudagraph_utils.py:302-320``). The plugin adds
+  ``model_runner.py:1802-1811``, 0.34.0 ``model_runner.py:1865-1873``) and
+  descriptors bound it, the way upstream's own variable-length decode graphs
+  for its adaptive verification do (``varlen_decode``, 0.33.0
+  ``cudagraph_utils.py:302-320``, 0.34.0 ``:313-330``). The plugin adds
   the same descriptors: ``min(tokens, max_num_seqs)`` requests of at most
   ``1 + k`` tokens at every capture size up to ``max_num_seqs * (1 + k)``,
   after vLLM's full graphs of each size, and vLLM's ``dispatch`` picks them.
@@ -55,17 +56,11 @@ captures (``decode_query_lens``, query length -> most requests; 0.34.0
 ``cudagraph_utils.py:150-190``), which dynamic speculation already uses for
 several lengths: the plugin adds the one-token length to that map
 (:func:`adding_one_token_decode_query`) and upstream captures and dispatches
-those graphs itself. For mixed-length decode steps 0.34 has graphs of its own:
-the variable-length decode graphs of its adaptive verification
-(``varlen_decode``: token-keyed full graphs of up to ``1 + k`` tokens a
-request, which also take the uniform steps; 0.34.0 ``cudagraph_utils.py:313-330``).
-Where the target's attention replays such batches (upstream's own check,
-``get_varlen_cudagraph_unsupported_backend``), the plugin switches the
-manager to them before it captures (:func:`replaying_mixed_decode_steps`).
-Without them, a chat workload's steps (some requests drafting, some not)
-ran piecewise: on an H100 at 8B and 64 sequences, suffix decoding under the
-adaptive policy ran at 0.74x of the fixed policy's tok/s with the same
-acceptance (docs/benchmarks.md).
+those graphs itself; the mixed-length decode graphs are added as on 0.32 and
+0.33, and uniform steps keep upstream's uniform graphs. Without them a chat
+workload's steps (some requests drafting, some not) ran piecewise: on an H100
+at 8B and 64 sequences, suffix decoding under the adaptive policy ran at 0.74x
+the fixed policy's tok/s with the same acceptance (docs/benchmarks.md).
 
 One log line says which way the engine went.
 """
@@ -127,57 +122,6 @@ def adding_one_token_decode_query(init):
     return __init__
 
 
-def replaying_mixed_decode_steps(capture):
-    """Wrap 0.34's ``ModelCudaGraphManager.capture``: under the adaptive
-    policy, where every attention backend of the target replays decode
-    batches of 1 to ``1 + k`` tokens a request from full graphs, the manager
-    takes upstream's variable-length decode graphs instead of one set per
-    uniform query length, so that steps mixing requests with and without
-    drafts replay full graphs rather than piecewise ones."""
-    signature = inspect.signature(capture)
-
-    @functools.wraps(capture)
-    def _capture(self, *args: Any, **kwargs: Any) -> None:
-        if _full_decode_graphs_under_adaptive(self) and not self.varlen_decode:
-            attn_groups = signature.bind(self, *args, **kwargs).arguments["attn_groups"]
-            reason = _why_no_varlen_decode_graphs(self, attn_groups)
-            if reason is None:
-                _use_varlen_decode_graphs(self)
-            log_once(
-                logging.INFO,
-                "vllm-sampling-plugin adaptive speculation: decode steps of mixed draft lengths "
-                + (f"replay full CUDA graphs of 1 to {self.decode_query_len} tokens a request "
-                   "(upstream's variable-length decode graphs)." if reason is None
-                   else f"run piecewise CUDA graphs ({reason})."),
-            )
-        capture(self, *args, **kwargs)
-
-    return _capture
-
-
-def _why_no_varlen_decode_graphs(manager: Any, attn_groups: list[list[Any]]) -> str | None:
-    from vllm.v1.worker.gpu.attn_utils import get_varlen_cudagraph_unsupported_backend
-
-    if manager.dp_size > 1:
-        return "data parallel ranks must agree on the graph of each step"
-    unsupported = get_varlen_cudagraph_unsupported_backend(
-        attn_groups, manager.vllm_config, manager.decode_query_len
-    )
-    if unsupported is None:
-        return None
-    backend, bound = unsupported
-    return f"{backend} replays decode queries of {'no' if bound is None else f'at most {bound}'} varying lengths"
-
-
-def _use_varlen_decode_graphs(manager: Any) -> None:
-    """Rebuild the manager's descriptors as upstream builds them for its
-    adaptive verification (``_init_candidates`` with ``varlen_decode``); the
-    tables start empty, as in ``__init__``."""
-    manager.varlen_decode = True
-    manager._candidates, manager._decode_descs, manager._capture_descs = {}, {}, {}
-    manager._init_candidates()
-
-
 def adding_single_token_decode_graphs(init_candidates):
     """Wrap ``_init_candidates`` of the target model's CUDA graph manager."""
 
@@ -191,14 +135,9 @@ def adding_single_token_decode_graphs(init_candidates):
 
 
 def needs_single_token_graphs(manager: Any) -> bool:
-    return bool(manager._candidates) and _full_decode_graphs_under_adaptive(manager)
-
-
-def _full_decode_graphs_under_adaptive(manager: Any) -> bool:
-    """The adaptive policy speculates in this engine and decode steps run a
-    routine of full graphs of their own."""
     return (
         manager.decode_query_len > 1
+        and bool(manager._candidates)
         and is_adaptive(manager.vllm_config)
         and manager.cudagraph_mode.separate_routine()
         and manager.cudagraph_mode.decode_mode() == CUDAGraphMode.FULL
@@ -306,7 +245,7 @@ def dispatch_takes_only_the_shape(manager_cls: Any) -> bool:
 
 
 def dispatch_bounds_the_query_length(manager_cls: Any) -> bool:
-    """0.32 and 0.33: descriptors bound the longest query and ``dispatch`` takes it."""
+    """0.32 to 0.34: descriptors bound the longest query and ``dispatch`` takes it."""
     return "max_query_len" in inspect.signature(manager_cls.dispatch).parameters and (
         "max_query_len" in {field.name for field in dataclasses.fields(BatchExecutionDescriptor)}
     )
@@ -334,7 +273,7 @@ def _add_mixed_decode_graphs(manager: Any) -> None:
         manager.max_num_reqs * manager.decode_query_len,
         manager.compilation_config.max_cudagraph_capture_size,
     )
-    sizes = sorted(n for n in set(manager.compilation_config.cudagraph_capture_sizes) if n <= max_tokens)
+    sizes = sorted(n for n in set(manager.compilation_config.cudagraph_capture_sizes or []) if n <= max_tokens)
     if dispatch_takes_only_the_shape(type(manager)):
         added, largest = _add_shape_dispatched_graphs(manager, sizes)
     else:
@@ -372,7 +311,7 @@ def _add_shape_dispatched_graphs(manager: Any, sizes: list[int]) -> tuple[list[A
 
 
 def _add_query_bounded_graphs(manager: Any, sizes: list[int]) -> tuple[list[Any], int]:
-    """0.32 and 0.33: graphs whose descriptors bound the longest query at
+    """0.32 to 0.34: graphs whose descriptors bound the longest query at
     ``1 + k``, placed after vLLM's full graphs among each token count's
     candidates, so that uniform steps keep theirs and a step with a prefill
     (``max_query_len`` None) matches none of them."""
