@@ -58,9 +58,8 @@ several lengths: the plugin adds the one-token length to that map
 (:func:`adding_one_token_decode_query`) and upstream captures and dispatches
 those graphs itself; the mixed-length decode graphs are added as on 0.32 and
 0.33, and uniform steps keep upstream's uniform graphs. Without them a chat
-workload's steps (some requests drafting, some not) ran piecewise: on an H100
-at 8B and 64 sequences, suffix decoding under the adaptive policy ran at 0.74x
-the fixed policy's tok/s with the same acceptance (docs/benchmarks.md).
+workload's steps (some requests drafting, some not) run piecewise, slower
+than fixed k at the same acceptance (docs/benchmarks.md has the measurement).
 
 One log line says which way the engine went.
 """
