@@ -231,11 +231,15 @@ print(defaults(LINE_SEAMS[release_line(installed_vllm_version())]).get("speculat
       # method fits a call only with STEP_TIMEOUT=590 and one workload
       # (TRACE_WORKLOADS=":chat"). Suffix decoding replays requests no engine
       # has seen in every run (bench e2e's CORPUS_METHODS): 2 batch sizes x 3
-      # cells x 3 runs x 256, so the build holds 4608 a workload (a minute or
-      # more; a folder already in $out/workloads is used as it is).
+      # cells x 3 runs x 256, so the build holds TRACE_REQUESTS (default 4608)
+      # a workload; a larger build repeats more across requests (chat: 83% of
+      # a trace's 3-grams in earlier requests at 4608, 30% at 768), so narrow
+      # the cells and build fewer (docs/gpu-staging.md). A folder already in
+      # $out/workloads is used as it is.
       build_flashinfer_sampling_in_background
       [ -f "$out/workloads/stats.json" ] || python3 -m benchmarks.workloads build \
-        --out "$out/workloads" --seed 0 --requests 4608 > "$out/workloads-build.log" 2>&1
+        --out "$out/workloads" --seed 0 --requests "${TRACE_REQUESTS:-4608}" \
+        > "$out/workloads-build.log" 2>&1
       for method in ${TRACE_METHODS:-ngram suffix}; do
         run "$step-$method-k${SPEC_K:-3}" python3 -m benchmarks e2e \
           --models 8b:151936 --mixes ngram --spec-policies adaptive --spec-verification plugin \
