@@ -82,11 +82,13 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
         # ModelConfigs built elsewhere (EngineArgs learned
         # speculation_policy earlier, at platform discovery: integration/settings/early.py).
         # 0.34: the graph manager takes its decode query lengths at
-        # construction, and the suffix speculator's module is imported (its
-        # class is patched there: integration/speculator/upstream_suffix.py).
+        # construction (the one-token length is added there, the mixed-length
+        # decode graphs at capture as before), and the suffix speculator's
+        # module is imported (its class is patched there:
+        # integration/speculator/upstream_suffix.py).
         on_0_34 = "decode_query_lens" in inspect.signature(ModelCudaGraphManager.__init__).parameters
-        graphs = (["ModelCudaGraphManager.__init__"] if on_0_34 else
-                  ["ModelCudaGraphManager._init_candidates", "ModelCudaGraphManager.capture"])
+        graphs = ["ModelCudaGraphManager.__init__" if on_0_34 else
+                  "ModelCudaGraphManager._init_candidates", "ModelCudaGraphManager.capture"]
         assert changed == [
             "AsyncScheduler._update_after_schedule",
             "GPUModelRunner._dummy_sampler_run",
