@@ -303,13 +303,20 @@ def fresh_requests(method: str) -> bool:
 
 def trace_request_sets(args: argparse.Namespace) -> int:
     """The request sets a trace run hands out at most: a warm-up and one per
-    pair in each cell, a cell per batch size and baseline (no speculation,
-    then each other configuration of :func:`spec_variants`; an A/A twin
-    runs beside the policy in its cells)."""
-    others = len(spec_variants(args)) - 1 - bool(args.control)
-    baselines = int(args.spec_against_none) + others + (bool(args.control) and not
-                                                         args.control_alongside)
-    return len(args.max_num_seqs) * baselines * (args.pairs + 1)
+    pair in each cell, a cell per k, batch size and baseline (no
+    speculation, then each other engine of :func:`spec_variants` but a twin
+    kept beside the policy, :func:`twin_beside`)."""
+    others = len(spec_variants(args)) - 1
+    baselines = int(args.spec_against_none) + others - twin_beside(args, others)
+    return len(args.ngram_k) * len(args.max_num_seqs) * baselines * (args.pairs + 1)
+
+
+def twin_beside(args: argparse.Namespace, others: int) -> bool:
+    """Whether ``--control-alongside`` keeps the twin (the last of the
+    ``others`` engines after the policy) beside every pair instead of taking
+    a baseline's place at the end; where it is the only engine to measure
+    against, it stays that."""
+    return args.control_alongside and (args.spec_against_none or others > 1)
 
 
 def spec_variants(args: argparse.Namespace) -> list[str]:
@@ -576,9 +583,9 @@ class Run:
                          f"rotation ({rotation_s:.0f} s): {done} of {len(orders)} pairs")
                 orders = orders[:done]
                 break
-            started = time.perf_counter()
             prompts = prompts_for(count, first_set + done + 1)
             replayed = traces_for(count, first_set + done + 1) if traces_for else None
+            started = time.perf_counter()
             for role in order:
                 result = throughput(role, len(prompts), a.output_len, timed=True,
                                     continuous=continuous)
@@ -736,6 +743,7 @@ class Run:
             self.trace_cells(model, rotation, policy, baseline, k, twin)
             return
         cells = [(w, mix) for w in a.spec_workloads for mix in a.spec_mixes]
+        fresh = fresh_requests(a.ngram_method)
         for workload_name, mix in cells:
             name = workload_name if mix == "ngram" else f"{workload_name}/{mix}"
             for wave in a.max_num_seqs:
@@ -748,7 +756,7 @@ class Run:
                     rotation, tuple(rotation), mix,
                     lambda n, run: copying.workload_prompts(
                         workload_name, n, a.prompt_len, vocab,
-                        seed=wave + RUN_SEED_STEP * run * fresh_requests(a.ngram_method)),
+                        seed=wave + (RUN_SEED_STEP * run if fresh else 0)),
                     wave, continuous=True)
                 drafted = None
                 for against in [baseline] + ([twin] if twin else []):
@@ -778,13 +786,13 @@ class Run:
         the cells' counters are the timed runs' (``measure_pairs``), and a
         token that is not its trace's stops the run there."""
         a = self.args
+        fresh = fresh_requests(a.ngram_method)
         for name, requests in self.trace_requests.items():
             prompts = [r["prompt_token_ids"] for r in requests]
             replayed = [r["trace_token_ids"] for r in requests]
             for wave in a.max_num_seqs:
                 if self.out_of_time(f"{model} {name} k={k} {policy} vs {baseline} B={wave}"):
                     return
-                fresh = fresh_requests(a.ngram_method)
                 orders, tok_s, timed, host, spec = self.measure_pairs(
                     rotation, tuple(rotation), "ngram",
                     lambda n, run: traces.run_slice(prompts, n, run, fresh), wave,
@@ -918,11 +926,7 @@ class Run:
         draft = self.checkpoint(a.spec_draft, vocab, "copy")[1] if a.spec_draft else None
         role = a.spec_engines
         policy, *others = spec_variants(a)
-        # --control-alongside: the twin (last of the variants) stays up beside
-        # every pair of this k instead of taking a baseline's place at the end;
-        # where it is the only engine to measure against, it stays that.
-        beside = a.control_alongside and (a.spec_against_none or len(others) > 1)
-        twin = others.pop() if beside else None
+        twin = others.pop() if twin_beside(a, len(others)) else None
 
         def spec_of(k: int, variant: str) -> EngineSpec:
             chosen, owner = split_variant(variant)

@@ -272,7 +272,7 @@ def _add_mixed_decode_graphs(manager: Any) -> None:
         manager.max_num_reqs * manager.decode_query_len,
         manager.compilation_config.max_cudagraph_capture_size,
     )
-    sizes = sorted(n for n in set(manager.compilation_config.cudagraph_capture_sizes or []) if n <= max_tokens)
+    sizes = sorted(n for n in set(manager.compilation_config.cudagraph_capture_sizes) if n <= max_tokens)
     if dispatch_takes_only_the_shape(type(manager)):
         added, largest = _add_shape_dispatched_graphs(manager, sizes)
     else:
