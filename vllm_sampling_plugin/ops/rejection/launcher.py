@@ -149,10 +149,11 @@ def _rejection_kernel(
             )
         if ONE_LAUNCH:
             if running != 0:
+                all_arrived = num_blocks * (step + 1)
                 arrived = _arrive(arrivals_ptr + req_idx) + 1
                 if (reached == 0) | (step == num_drafts):
                     running = running * 0
-                    if arrived == num_blocks * (step + 1):
+                    if arrived == all_arrived:
                         # The request's last block: every winner is in. Nobody
                         # reads the counter again, so it is reset for the next call.
                         tl.store(arrivals_ptr + req_idx, 0)
@@ -163,24 +164,15 @@ def _rejection_kernel(
                         )
                 else:
                     # The next step judges the draft from every block's sums.
-                    _wait_for_all(arrivals_ptr + req_idx, arrived, num_blocks * (step + 1))
+                    _wait_for_all(arrivals_ptr + req_idx, arrived, all_arrived)
         elif block_idx == 0:
-            _record_step(reached_row_ptr, num_accepted_ptr + req_idx, step, running != 0,
-                         reached, num_drafts)
+            tl.store(reached_row_ptr + step, reached.to(tl.int8))
+            if (running != 0) & (reached == 0):
+                tl.store(num_accepted_ptr + req_idx, step - 1)
+            if reached & (step == num_drafts):
+                tl.store(num_accepted_ptr + req_idx, step)
     if ONE_LAUNCH:
         _leave_launch(launch_counters_ptr)
-
-
-@triton.jit
-def _record_step(reached_row_ptr, num_accepted_ptr, step, active, reached, num_drafts):
-    """Step by step, for the next launch and ``_emit_kernel``: whether row
-    ``step`` was reached (every draft before it accepted), and the request's
-    accepted drafts once they are known."""
-    tl.store(reached_row_ptr + step, reached.to(tl.int8))
-    if active & (reached == 0):
-        tl.store(num_accepted_ptr, step - 1)
-    if reached & (step == num_drafts):
-        tl.store(num_accepted_ptr, step)
 
 
 @triton.jit
