@@ -231,7 +231,7 @@ def _rejection(
     # Requests with NUM_SPEC_STEPS drafts and a bonus position each, laid out
     # as the V2 runner packs them. The launch plan follows the batch and the
     # SM count as on an H100: 2 requests take the single launch
-    # (_rejection_kernel), 256 its step-by-step launches and _emit_kernel.
+    # (_rejection_kernel), 256 the step-by-step launches and _emit_kernel.
     # Nothing runs, so the logits stay uninitialised.
     max_num_reqs = num_reqs + 2
     num_logits = num_reqs * (NUM_SPEC_STEPS + 1)

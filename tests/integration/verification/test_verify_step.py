@@ -683,7 +683,7 @@ def test_warm_up_compiles_every_variant_the_verification_steps_launch():
                 max_reqs, CPU, dtypes, (torch.int64,), as_drafter_passes(draft_logits)
             )
             names = {key[0] for key in keys}
-            assert {"_rejection_kernel", "_emit_kernel",
+            assert {"_rejection_kernel", "_rejection_step_kernel", "_emit_kernel",
                     "_list_chunks_kernel", "_threshold_kernel", "_accept_matching_kernel"} <= names, names
             # Greedy batches are matched against the Sampler's draws of every
             # logit: the draw's warm-up (the seam's, after this one) covers them.

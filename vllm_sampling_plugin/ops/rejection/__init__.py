@@ -18,12 +18,12 @@ traffic follows the acceptance pattern, in standard and synthetic mode alike.
 
 Two launch styles run that body (``plan_launch`` picks one per call):
 
-* small batches: one launch of ``_rejection_kernel``. The blocks of a
-  request meet at a per-request barrier between steps and the last one to
-  finish writes the tokens. One launch instead of ``K + 2`` is what a small
-  batch needs: its kernels take microseconds, the host's launches tens.
-* large batches: one launch of the same kernel per step (its constexpr
-  ``ONE_LAUNCH`` off), then ``_emit_kernel``. With several waves of programs, blocks that wait at a
+* small batches: one launch, ``_rejection_kernel``. The blocks of a request
+  meet at a per-request barrier between steps and the last one to finish
+  writes the tokens. One launch instead of ``K + 2`` is what a small batch
+  needs: its kernels take microseconds, the host's launches tens.
+* large batches: one launch of ``_rejection_step_kernel`` per step, then
+  ``_emit_kernel``. With several waves of programs, blocks that wait at a
   barrier would hold their SM slots idle; separate launches keep every slot
   streaming.
 

@@ -1,9 +1,9 @@
 """The two launch styles of the rejection step body, their emit kernel, and
 ``rejection_sample_packed``, the launcher on vLLM's packed layout.
 
-Small batches run every step in one launch of ``_rejection_kernel`` (the blocks
-of a request meet at per-request barriers); large ones launch it once per step
-(``ONE_LAUNCH=False``) and then ``_emit_kernel``. ``plan.plan_launch`` picks the style.
+Small batches run every step in one launch (``_rejection_kernel``: the blocks of
+a request meet at per-request barriers); large ones run ``_rejection_step_kernel``
+once per step and then ``_emit_kernel``. ``plan.plan_launch`` picks the style.
 """
 
 
@@ -49,22 +49,17 @@ def _arrive(counter_ptr):
     return tl.atomic_add(counter_ptr, 1, sem="acq_rel")
 
 
-@triton.jit(do_not_specialize=["launch_step"])
+@triton.jit
 def _rejection_kernel(
-    # ONE_LAUNCH, where the kernel emits: [num_reqs, num_spec_steps + 1]
+    # [num_reqs, num_spec_steps + 1]
     sampled_ptr,
     sampled_stride,
-    # ONE_LAUNCH: [num_reqs]
+    # [num_reqs]
     num_sampled_ptr,
-    # ONE_LAUNCH: [2]: tickets handed out, programs finished; zero between calls
+    # [2]: tickets handed out, programs finished; zero between calls
     launch_counters_ptr,
-    # ONE_LAUNCH: [num_reqs]: blocks of each request that finished a step; zero between calls
+    # [num_reqs]: blocks of each request that finished a step; zero between calls
     arrivals_ptr,
-    # Step by step: [num_reqs, num_spec_steps + 1]: row `step` reached (drafts
-    # 0..step-1 accepted)
-    reached_ptr,
-    # Step by step: [num_reqs]
-    num_accepted_ptr,
     # The step body's arguments, as ``rejection_step`` documents them:
     winners,  # 4 x [num_reqs, num_blocks]
     tile_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
@@ -72,7 +67,6 @@ def _rejection_kernel(
     draft_logits,  # ([max_num_reqs, num_spec_steps, V], two strides)
     requests,  # per-logit and per-slot request state, filter thresholds
     sizes,  # (vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit)
-    launch_step,  # step by step: the step this launch runs
     num_blocks,
     block_size,
     CHUNK: tl.constexpr,
@@ -87,92 +81,61 @@ def _rejection_kernel(
     APPLY_TEMPERATURE: tl.constexpr,
     FILTERED: tl.constexpr,
     SCALE_DRAFT: tl.constexpr,
-    ONE_LAUNCH: tl.constexpr,
 ):
-    """The rejection step body over a grid of (request, vocabulary block).
+    """Every step of every request in one launch: the blocks of a request
+    meet at a per-request barrier between steps, and the last block to
+    finish emits the request's tokens.
 
-    ``ONE_LAUNCH``: every step of every request in this launch. The blocks of
-    a request meet at a per-request barrier between steps, and the last block
-    to finish emits the request's tokens. Waiting is safe because blocks take
-    their (request, block) from a ticket counter in the order they start:
-    every block of an earlier request has started (and so is resident)
-    before any block of a later one, all requests but the newest have every
-    block running and finish without help, and the launcher keeps
-    ``num_blocks`` at most the SM count, so the newest request's blocks
-    always fit once the others are done.
-
-    Otherwise step ``launch_step`` of every request, for launch plans whose
-    blocks cannot wait for each other (see ``plan_launch``): a request takes
-    part while draft ``launch_step - 1`` exists and every draft before it was
-    accepted; ``_emit_kernel`` follows the last step.
+    Waiting is safe because blocks take their (request, block) from a ticket
+    counter in the order they start: every block of an earlier request has
+    started (and so is resident) before any block of a later one, all
+    requests but the newest have every block running and finish without
+    help, and the launcher keeps ``num_blocks`` at most the SM count, so the
+    newest request's blocks always fit once the others are done.
     """
     draft_tokens_ptr, cu_num_logits_ptr, idx_mapping_ptr, _, temperature_ptr, seeds_ptr, _, _ = (
         requests
     )
     vocab_size, num_spec_steps, _, _, _ = sizes
-    if ONE_LAUNCH:
-        ticket = tl.atomic_add(launch_counters_ptr, 1, sem="relaxed")
-        req_idx = ticket // num_blocks
-        block_idx = ticket % num_blocks
-    else:
-        # Requests on grid axis 0: axes 1 and 2 are limited to 65535 programs.
-        req_idx = tl.program_id(0)
-        block_idx = tl.program_id(1)
+    ticket = tl.atomic_add(launch_counters_ptr, 1, sem="relaxed")
+    req_idx = ticket // num_blocks
+    block_idx = ticket % num_blocks
     block_start = block_idx * block_size
+    block_end = tl.minimum(block_start + block_size, vocab_size)
     start = tl.load(cu_num_logits_ptr + req_idx)
     num_drafts = tl.minimum(tl.load(cu_num_logits_ptr + req_idx + 1) - start - 1, num_spec_steps)
     state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
     temp = tl.load(temperature_ptr + state_idx).to(tl.float32)
     seed = tl.load(seeds_ptr + state_idx)
+
     request = (req_idx, start, num_drafts, state_idx, temp, seed)
-    block = (block_idx, num_blocks, block_start, tl.minimum(block_start + block_size, vocab_size))
+    block = (block_idx, num_blocks, block_start, block_end)
 
     running = tl.full([], 1, tl.int32)
-    reached_row_ptr = reached_ptr + req_idx * (num_spec_steps + 1)
-    if ONE_LAUNCH:
-        first_step = 0
-        last_step = num_drafts
-    else:
-        first_step = launch_step
-        last_step = launch_step
-        if launch_step > 0:
-            running = (
-                (tl.load(reached_row_ptr + launch_step - 1) != 0) & (launch_step - 1 < num_drafts)
-            ).to(tl.int32)
-    for step in range(first_step, last_step + 1):
-        reached = step < 0
+    for step in range(num_drafts + 1):
         if running != 0:
             reached = rejection_step(
                 step, request, block, winners, tile_stats, target_logits, draft_logits,
                 requests, sizes, CHUNK, SAMPLE_CHUNK, STATS_TILE, NUM_TILES_PAD,
                 SYNTHETIC_MODE, HAS_DRAFT_LOGITS, NOISE, APPLY_TEMPERATURE, FILTERED, SCALE_DRAFT,
             )
-        if ONE_LAUNCH:
-            if running != 0:
-                all_arrived = num_blocks * (step + 1)
-                arrived = _arrive(arrivals_ptr + req_idx) + 1
-                if (reached == 0) | (step == num_drafts):
-                    running = running * 0
-                    if arrived == all_arrived:
-                        # The request's last block: every winner is in. Nobody
-                        # reads the counter again, so it is reset for the next call.
-                        tl.store(arrivals_ptr + req_idx, 0)
-                        emit_row(
-                            req_idx, tl.where(reached, step, step - 1), start, sampled_ptr,
-                            sampled_stride, num_sampled_ptr, winners, draft_tokens_ptr,
-                            num_spec_steps, num_blocks, NUM_BLOCKS_PAD, OUT_PAD,
-                        )
-                else:
-                    # The next step judges the draft from every block's sums.
-                    _wait_for_all(arrivals_ptr + req_idx, arrived, all_arrived)
-        elif block_idx == 0:
-            tl.store(reached_row_ptr + step, reached.to(tl.int8))
-            if (running != 0) & (reached == 0):
-                tl.store(num_accepted_ptr + req_idx, step - 1)
-            if reached & (step == num_drafts):
-                tl.store(num_accepted_ptr + req_idx, step)
-    if ONE_LAUNCH:
-        _leave_launch(launch_counters_ptr)
+            all_arrived = num_blocks * (step + 1)
+            arrived = _arrive(arrivals_ptr + req_idx) + 1
+            if (reached == 0) | (step == num_drafts):
+                running = running * 0
+                if arrived == all_arrived:
+                    # The request's last block: every winner is in. Nobody
+                    # reads the counter again, so it is reset for the next call.
+                    tl.store(arrivals_ptr + req_idx, 0)
+                    emit_row(
+                        req_idx, tl.where(reached, step, step - 1), start, sampled_ptr,
+                        sampled_stride, num_sampled_ptr, winners, draft_tokens_ptr,
+                        num_spec_steps, num_blocks, NUM_BLOCKS_PAD, OUT_PAD,
+                    )
+            else:
+                # The next step judges the draft from every block's sums.
+                _wait_for_all(arrivals_ptr + req_idx, arrived, all_arrived)
+    _leave_launch(launch_counters_ptr)
 
 
 @triton.jit
@@ -193,6 +156,78 @@ def _leave_launch(launch_counters_ptr):
     if tl.atomic_add(launch_counters_ptr + 1, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         tl.store(launch_counters_ptr, 0)
         tl.store(launch_counters_ptr + 1, 0)
+
+
+@triton.jit(do_not_specialize=["step"])
+def _rejection_step_kernel(
+    # [num_reqs, num_spec_steps + 1]: row `step` reached (drafts 0..step-1 accepted)
+    reached_ptr,
+    # [num_reqs]
+    num_accepted_ptr,
+    # The step body's arguments, as ``rejection_step`` documents them:
+    winners,  # 4 x [num_reqs, num_blocks]
+    tile_stats,  # 5 x [num_reqs, num_spec_steps, num_tiles]
+    target_logits,  # ([num_logits, V], row stride)
+    draft_logits,  # ([max_num_reqs, num_spec_steps, V], two strides)
+    requests,  # per-logit and per-slot request state, filter thresholds
+    sizes,  # (vocab_size, num_spec_steps, num_tiles, fixed_one, fixed_unit)
+    step,
+    block_size,
+    CHUNK: tl.constexpr,
+    SAMPLE_CHUNK: tl.constexpr,
+    STATS_TILE: tl.constexpr,
+    NUM_TILES_PAD: tl.constexpr,
+    SYNTHETIC_MODE: tl.constexpr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    NOISE: tl.constexpr,
+    APPLY_TEMPERATURE: tl.constexpr,
+    FILTERED: tl.constexpr,
+    SCALE_DRAFT: tl.constexpr,
+):
+    """One step of every request per launch, for launch plans whose blocks
+    cannot wait for each other (see ``plan_launch``); ``_emit_kernel`` follows."""
+    _, cu_num_logits_ptr, idx_mapping_ptr, _, temperature_ptr, seeds_ptr, _, _ = requests
+    vocab_size, num_spec_steps, _, _, _ = sizes
+    # Requests on grid axis 0: axes 1 and 2 are limited to 65535 programs.
+    req_idx = tl.program_id(0)
+    block_idx = tl.program_id(1)
+    block_start = block_idx * block_size
+    start = tl.load(cu_num_logits_ptr + req_idx)
+    num_drafts = tl.minimum(tl.load(cu_num_logits_ptr + req_idx + 1) - start - 1, num_spec_steps)
+    reached_row_ptr = reached_ptr + req_idx * (num_spec_steps + 1)
+    # A request takes part in launch `step` while draft step - 1 exists and
+    # every draft before it was accepted.
+    active = step == 0
+    if step > 0:
+        active = (tl.load(reached_row_ptr + step - 1) != 0) & (step - 1 < num_drafts)
+    reached = step < 0
+    if active:
+        state_idx = tl.load(idx_mapping_ptr + req_idx).to(tl.int64)
+        request = (
+            req_idx,
+            start,
+            num_drafts,
+            state_idx,
+            tl.load(temperature_ptr + state_idx).to(tl.float32),
+            tl.load(seeds_ptr + state_idx),
+        )
+        block = (
+            block_idx,
+            tl.num_programs(1),
+            block_start,
+            tl.minimum(block_start + block_size, vocab_size),
+        )
+        reached = rejection_step(
+            step, request, block, winners, tile_stats, target_logits, draft_logits,
+            requests, sizes, CHUNK, SAMPLE_CHUNK, STATS_TILE, NUM_TILES_PAD,
+            SYNTHETIC_MODE, HAS_DRAFT_LOGITS, NOISE, APPLY_TEMPERATURE, FILTERED, SCALE_DRAFT,
+        )
+    if block_idx == 0:
+        tl.store(reached_row_ptr + step, reached.to(tl.int8))
+        if active & (reached == 0):
+            tl.store(num_accepted_ptr + req_idx, step - 1)
+        if reached & (step == num_drafts):
+            tl.store(num_accepted_ptr + req_idx, step)
 
 
 @triton.jit
@@ -374,8 +409,7 @@ def rejection_sample_packed(
     if plan.single_launch:
         _rejection_kernel[(num_reqs * plan.num_blocks,)](
             sampled, sampled.stride(0), num_sampled, work.launch_counters, work.arrivals,
-            work.reached, work.num_accepted, *step_inputs, 0, plan.num_blocks, plan.block,
-            **constants, **emit_constants, ONE_LAUNCH=True,
+            *step_inputs, plan.num_blocks, plan.block, **constants, **emit_constants,
         )
     else:
         _launch_step_by_step(
@@ -518,13 +552,16 @@ def _launch_step_by_step(
     cu_num_logits,
     num_speculative_steps,
 ) -> None:
-    """One launch of ``_rejection_kernel`` per step, then ``_emit_kernel``."""
+    """One launch of ``_rejection_step_kernel`` per step, then ``_emit_kernel``."""
     num_reqs = num_sampled.shape[0]
     for step in range(num_speculative_steps + 1):
-        _rejection_kernel[(num_reqs, plan.num_blocks)](
-            sampled, sampled.stride(0), num_sampled, work.launch_counters, work.arrivals,
-            work.reached, work.num_accepted, *step_inputs, step, plan.num_blocks, plan.block,
-            **constants, **emit_constants, ONE_LAUNCH=False,
+        _rejection_step_kernel[(num_reqs, plan.num_blocks)](
+            work.reached,
+            work.num_accepted,
+            *step_inputs,
+            step,
+            plan.block,
+            **constants,
         )
     _emit_kernel[(num_reqs,)](
         sampled,
