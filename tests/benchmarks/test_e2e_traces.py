@@ -174,7 +174,9 @@ def test_suffix_replays_requests_no_engine_has_seen(workloads, tmp_path):
     slice for every engine of a rotation, and the next cell goes on from
     there, so the policy's engine (in every cell) never replays a request
     its corpus holds; n-gram runs repeat the first requests (the test
-    above)."""
+    above). An engine joining the policy for a later cell first serves,
+    untimed, the runs the policy served before it, so both corpora hold the
+    same responses; the engine without speculation never does."""
     folder = tmp_path / "many"
     folder.mkdir()
     many = [{"prompt_token_ids": [i], "trace_token_ids": [100 + i, 200 + i]} for i in range(18)]
@@ -193,10 +195,19 @@ def test_suffix_replays_requests_no_engine_has_seen(workloads, tmp_path):
         ("nospec", [[0], [1]]), ("adaptive", [[0], [1]]),
         ("nospec", [[2], [3]]), ("adaptive", [[2], [3]]),
         ("adaptive", [[4], [5]]), ("nospec", [[4], [5]]),
+        ("upstream", [[0], [1]]), ("upstream", [[2], [3]]), ("upstream", [[4], [5]]),
         ("upstream", [[6], [7]]), ("adaptive", [[6], [7]]),
         ("upstream", [[8], [9]]), ("adaptive", [[8], [9]]),
         ("adaptive", [[10], [11]]), ("upstream", [[10], [11]])]
     assert seen[-1][2] == [[110, 210], [111, 211]]
+    # The catch-up repeats each run as it was served: the warm-up with its
+    # traces cut to --output-len, the timed runs whole.
+    assert [traces_ for role, _, traces_ in seen[6:9]] == [
+        [[100], [101]], [[102, 202], [103, 203]], [[104, 204], [105, 205]]]
+    # A third cell with the same rotation replays nothing more.
+    bench.ngram_cells("8b", 151936, engines, "adaptive", "upstream", 3)
+    assert [role for role, _, _ in seen[15:]] == [
+        "upstream", "adaptive", "upstream", "adaptive", "adaptive", "upstream"]
     with pytest.raises(IndexError, match="request set 9 of 2 is past the file's 18 requests"):
         traces.run_slice(many, 2, 9, fresh=True)
     # Against no speculation, stock's fixed k and stock's adaptive
