@@ -42,6 +42,7 @@ Gumbel calls in its own dummy runs and CUDA-graph capture.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -70,6 +71,21 @@ def ngram_variant(n: int, history_len: int, device: torch.device) -> tuple[int, 
     return block, integer_class(num_splits)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Buffers:
+    """What every warm-up launch reads: zero logits and the slots,
+    positions and counts of up to ``max_rows`` rows."""
+
+    logits: torch.Tensor  # [max_num_reqs, V] float32 zeros
+    rows: torch.Tensor  # [max_rows, V]: every row the one zero row, read by stride
+    # [max_num_reqs + 1]: 0 .. max_num_reqs; [: n + 1] is also the
+    # cu_num_logits of one logit per request
+    counts: torch.Tensor
+    slots: torch.Tensor  # [max_rows] int32: request slots 0 .. max_num_reqs - 1, repeated
+    positions: torch.Tensor  # [max_rows] int64 zeros
+    draft_tokens: torch.Tensor  # [max_num_reqs] zeros, in the runner's input-id dtype
+
+
 @torch.inference_mode()
 def warm_up_sampling(runner: Any) -> list[str]:
     """Launch every plugin kernel the runner can use at one batch size per
@@ -81,11 +97,6 @@ def warm_up_sampling(runner: Any) -> list[str]:
     if not isinstance(sampler, PluginSampler):
         return []
     start = time.perf_counter()
-    device = runner.device
-    max_num_reqs = runner.max_num_reqs
-    vocab_size = sampler.sampling_states.vocab_size
-    use_fp64 = sampler.use_fp64_gumbel
-    launches = 0
     rejection_sampler = runner.rejection_sampler
     if not isinstance(rejection_sampler, PluginRejectionSampler):
         rejection_sampler = None
@@ -93,18 +104,51 @@ def warm_up_sampling(runner: Any) -> list[str]:
     matching = rejection_sampler is not None and rejection_sampler.verifies_by_matching(
         draft_logits)
     # Verifying by matching draws every logit: up to 1 + K rows per request.
-    max_rows = max_num_reqs * (1 + rejection_sampler.num_speculative_steps if matching else 1)
-    logits = torch.zeros(max_num_reqs, vocab_size, dtype=torch.float32, device=device)
-    # The plugin's kernels read rows by stride: every row of ``rows`` is the
-    # one zero row, whatever the batch.
-    rows = logits[:1].expand(max_rows, vocab_size)
-    # Slots 0 .. n-1 for n requests; [: n + 1] is also the cu_num_logits of
-    # one logit per request.
-    counts = torch.arange(max_num_reqs + 1, dtype=torch.int32, device=device)
-    slots = torch.arange(max_rows, dtype=torch.int32, device=device) % max_num_reqs
-    positions = torch.zeros(max_rows, dtype=torch.int64, device=device)
+    max_rows = runner.max_num_reqs * (
+        1 + rejection_sampler.num_speculative_steps if matching else 1)
+    buffers = _buffers(runner, sampler.sampling_states.vocab_size, max_rows)
+    warmed = _warm_up_draws(sampler, buffers, runner.device)
+    if matching:
+        warmed.update(_warm_up_matching(rejection_sampler, buffers))
+    elif rejection_sampler is not None:
+        warmed.update(_warm_up_rejection(rejection_sampler, buffers, draft_logits, sampler,
+                                         runner.device))
+    if isinstance(runner.speculator, NgramProposerGPU):
+        warmed.update(_warm_up_ngram(runner, buffers))
+    if runner.device.type == "cuda":
+        torch.cuda.synchronize(runner.device)
+    logger.info(
+        "vllm-sampling-plugin warm-up: compiled and ran %s in %s, %d launches "
+        "covering every batch size 1..%d, in %.1f s.",
+        ", ".join(warmed),
+        "FP64" if sampler.use_fp64_gumbel else "FP32",
+        sum(warmed.values()),
+        runner.max_num_reqs,
+        time.perf_counter() - start,
+    )
+    return list(warmed)
 
-    # The masked route draws with the Gumbel kernel.
+
+def _buffers(runner: Any, vocab_size: int, max_rows: int) -> _Buffers:
+    device, max_num_reqs = runner.device, runner.max_num_reqs
+    logits = torch.zeros(max_num_reqs, vocab_size, dtype=torch.float32, device=device)
+    return _Buffers(
+        logits=logits,
+        rows=logits[:1].expand(max_rows, vocab_size),
+        counts=torch.arange(max_num_reqs + 1, dtype=torch.int32, device=device),
+        slots=torch.arange(max_rows, dtype=torch.int32, device=device) % max_num_reqs,
+        positions=torch.zeros(max_rows, dtype=torch.int64, device=device),
+        draft_tokens=torch.zeros(
+            max_num_reqs, dtype=runner.input_buffers.input_ids.dtype, device=device),
+    )
+
+
+def _warm_up_draws(sampler: PluginSampler, buffers: _Buffers,
+                   device: torch.device) -> dict[str, int]:
+    """Each draw route at one batch size per variant (FlashInfer's at every
+    size); the masked route draws with the Gumbel kernel. Launches by route."""
+    max_rows, vocab_size = buffers.rows.shape
+    use_fp64 = sampler.use_fp64_gumbel
     batch_sizes = {
         Route.GUMBEL: representatives(
             max_rows, lambda n: gumbel_variant(n, vocab_size, use_fp64, device)
@@ -114,67 +158,57 @@ def warm_up_sampling(runner: Any) -> list[str]:
         ),
     }
     if sampler.use_flashinfer:
-        batch_sizes[Route.FLASHINFER] = list(range(1, max_num_reqs + 1))
+        batch_sizes[Route.FLASHINFER] = list(range(1, buffers.logits.shape[0] + 1))
     for route, sizes in batch_sizes.items():
         for n in sizes:
-            batch = logits[:n] if route is Route.FLASHINFER else rows[:n]
-            sampler.draw(route, batch, slots[:n], positions[:n])
-        launches += len(sizes)
-    warmed = [route.value for route in batch_sizes]
+            batch = buffers.logits[:n] if route is Route.FLASHINFER else buffers.rows[:n]
+            sampler.draw(route, batch, buffers.slots[:n], buffers.positions[:n])
+    return {route.value: len(sizes) for route, sizes in batch_sizes.items()}
 
-    draft_tokens = torch.zeros(
-        max_num_reqs, dtype=runner.input_buffers.input_ids.dtype, device=device
+
+def _warm_up_matching(rejection_sampler: PluginRejectionSampler,
+                      buffers: _Buffers) -> dict[str, int]:
+    """One compile variant: the output width is the engine's K + 1; the
+    sampler's tokens are int64, the drafts the runner's input ids."""
+    accept_matching_drafts(
+        buffers.positions[:1], buffers.draft_tokens[:1], buffers.counts[:2],
+        rejection_sampler.num_speculative_steps,
     )
-    if matching:
-        # One compile variant: the output width is the engine's K + 1; the
-        # sampler's tokens are int64, the drafts the runner's input ids.
-        accept_matching_drafts(
-            positions[:1], draft_tokens[:1], counts[:2], rejection_sampler.num_speculative_steps
-        )
-        launches += 1
-        warmed.append("matching_verification")
-    elif rejection_sampler is not None:
-        # The launch plan depends on the number of requests only, so one
-        # logit (the bonus position) per request reaches every plan.
-        sizes = representatives(
-            max_num_reqs, lambda n: rejection_variant(n, vocab_size, use_fp64, device)
-        )
-        for n in sizes:
-            rejection_sampler.draw(
-                logits[:n],
-                draft_tokens[:n],
-                counts[: n + 1],
-                counts[:n],
-                positions[:n],
-                draft_logits,
-            )
-        launches += len(sizes)
-        warmed.append(f"rejection_{rejection_sampler.rejection_sample_method}")
+    return {"matching_verification": 1}
 
-    speculator = runner.speculator
-    if isinstance(speculator, NgramProposerGPU):
-        num_sampled = torch.ones(max_num_reqs, dtype=torch.int32, device=device)
-        fill_tokens = runner.req_states.last_sampled_tokens
-        # The history the drafts scan (NgramProposerGPU.draft).
-        history_len = speculator.req_states.all_token_ids.gpu.shape[1]
-        sizes = representatives(
-            max_num_reqs, lambda n: ngram_variant(n, history_len, device)
-        )
-        for n in sizes:
-            speculator.draft(counts[:n], num_sampled[:n], fill_tokens)
-        launches += len(sizes)
-        warmed.append("ngram")
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    logger.info(
-        "vllm-sampling-plugin warm-up: compiled and ran %s in %s, %d launches "
-        "covering every batch size 1..%d, in %.1f s.",
-        ", ".join(warmed),
-        "FP64" if use_fp64 else "FP32",
-        launches,
+def _warm_up_rejection(rejection_sampler: PluginRejectionSampler, buffers: _Buffers,
+                       draft_logits: torch.Tensor | None, sampler: PluginSampler,
+                       device: torch.device) -> dict[str, int]:
+    """The launch plan depends on the number of requests only, so one logit
+    (the bonus position) per request reaches every plan."""
+    max_num_reqs, vocab_size = buffers.logits.shape
+    sizes = representatives(
         max_num_reqs,
-        time.perf_counter() - start,
+        lambda n: rejection_variant(n, vocab_size, sampler.use_fp64_gumbel, device),
     )
-    return warmed
+    for n in sizes:
+        rejection_sampler.draw(
+            buffers.logits[:n],
+            buffers.draft_tokens[:n],
+            buffers.counts[: n + 1],
+            buffers.counts[:n],
+            buffers.positions[:n],
+            draft_logits,
+        )
+    return {f"rejection_{rejection_sampler.rejection_sample_method}": len(sizes)}
 
+
+def _warm_up_ngram(runner: Any, buffers: _Buffers) -> dict[str, int]:
+    """The scan at one batch size per variant, over the history the drafts
+    scan (``NgramProposerGPU.draft``)."""
+    speculator, max_num_reqs = runner.speculator, runner.max_num_reqs
+    num_sampled = torch.ones(max_num_reqs, dtype=torch.int32, device=runner.device)
+    history_len = speculator.req_states.all_token_ids.gpu.shape[1]
+    sizes = representatives(
+        max_num_reqs, lambda n: ngram_variant(n, history_len, runner.device)
+    )
+    fill_tokens = runner.req_states.last_sampled_tokens
+    for n in sizes:
+        speculator.draft(buffers.counts[:n], num_sampled[:n], fill_tokens)
+    return {"ngram": len(sizes)}
