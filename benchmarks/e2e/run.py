@@ -109,6 +109,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="stock/plugin pairs per cell (default 3)")
     runs.add_argument("--num-requests", type=int, default=1024,
                       help="requests per timed run (default 1024)")
+    runs.add_argument("--requests-per-seq", type=int, default=None, metavar="N",
+                      help="each run sends N x max_num_seqs requests in place of "
+                           "--num-requests, so that runs at concurrency 1 to 256 each last "
+                           "about as long as N requests (the trace cells' sweep)")
     runs.add_argument("--min-run-s", type=float, default=0.0, metavar="SECONDS",
                       help="send more requests per timed run where --num-requests would last "
                            "less than this (default 0: --num-requests always)")
@@ -214,6 +218,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
+    if args.requests_per_seq is not None and args.requests_per_seq < 1:
+        parser.error("--requests-per-seq must be at least 1")
     if args.control_alongside:
         if not args.control:
             parser.error("--control-alongside places the --control twin beside the pair; "
@@ -284,6 +290,12 @@ def trace_replay_errors(parser: argparse.ArgumentParser, args: argparse.Namespac
                      "with --requests instead of --min-run-s")
 
 
+def run_requests(args: argparse.Namespace, wave: int) -> int:
+    """Requests a run of a cell at ``wave`` sequences sends:
+    ``--requests-per-seq`` x ``wave``, or ``--num-requests``."""
+    return args.requests_per_seq * wave if args.requests_per_seq else args.num_requests
+
+
 def requests_for_run(min_run_s: float, tok_s: float, output_len: int) -> int:
     """Requests of ``output_len`` tokens that keep an engine generating
     ``tok_s`` busy for ``min_run_s`` seconds (0 when no minimum is asked)."""
@@ -301,14 +313,16 @@ def fresh_requests(method: str) -> bool:
     return method in CORPUS_METHODS
 
 
-def trace_request_sets(args: argparse.Namespace) -> int:
-    """The request sets a trace run hands out at most: a warm-up and one per
-    pair in each cell, a cell per k, batch size and baseline (no
-    speculation, then each other engine of :func:`spec_variants` but a twin
-    kept beside the policy, :func:`twin_beside`)."""
+def trace_requests_needed(args: argparse.Namespace) -> int:
+    """The requests a trace run hands out at most from each workload: a
+    warm-up set and one per pair in each cell (:func:`run_requests` each), a
+    cell per k, batch size and baseline (no speculation, then each other
+    engine of :func:`spec_variants` but a twin kept beside the policy,
+    :func:`twin_beside`)."""
     others = len(spec_variants(args)) - 1
     baselines = int(args.spec_against_none) + others - twin_beside(args, others)
-    return len(args.ngram_k) * len(args.max_num_seqs) * baselines * (args.pairs + 1)
+    per_k = sum(run_requests(args, wave) for wave in args.max_num_seqs)
+    return len(args.ngram_k) * baselines * (args.pairs + 1) * per_k
 
 
 def twin_beside(args: argparse.Namespace, others: int) -> bool:
@@ -425,17 +439,19 @@ class Run:
         # engine has served (``catch_up``).
         self.served_runs: dict[tuple[int, int, int], dict] = {}
         self.served: dict[Engine, set[tuple[int, int, int]]] = {}
-        if fresh_requests(args.ngram_method):
-            sets = trace_request_sets(args)
+        fresh = fresh_requests(args.ngram_method)
+        self.trace_sets = {name: traces.RequestSets(len(requests), fresh)
+                           for name, requests in self.trace_requests.items()}
+        if fresh:
+            needed = trace_requests_needed(args)
             for name, requests in self.trace_requests.items():
-                if len(requests) < sets * args.num_requests:
+                if len(requests) < needed:
                     raise SystemExit(
                         f"bench e2e: {args.ngram_method} keeps finished responses across "
                         f"requests, so each of its runs replays requests no engine has seen "
-                        f"({sets} sets: warm-up and {args.pairs} pairs of each cell): {name} "
-                        f"has {len(requests)}, not {sets} x {args.num_requests}; build "
-                        f"{sets * args.num_requests} with python3 -m benchmarks.workloads "
-                        f"build --requests")
+                        f"(a warm-up and {args.pairs} pairs in each cell): {name} has "
+                        f"{len(requests)}, not {needed}; build {needed} with python3 -m "
+                        f"benchmarks.workloads build --requests")
 
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.start:7.1f} s] {text}", flush=True)
@@ -521,7 +537,7 @@ class Run:
                       traces_for: Callable[[int, int], list[list[int]]] | None = None,
                       ) -> tuple[list, dict, list[list[int]], dict, dict]:
         """Warm the engines on this cell, then the interleaved pairs (rotations
-        of ``roles``), each run on ``--num-requests`` prompts,
+        of ``roles``), each run on :func:`run_requests` prompts,
         or more where ``--min-run-s`` asks runs to last longer than that many
         would at the fastest engine's throughput. Returns the orders, each
         role's tok/s, the prompts it ran and each role's host use per run
@@ -544,7 +560,7 @@ class Run:
         # This cell's request sets: the warm-up's, then one per rotation.
         first_set = self.request_sets
         self.request_sets += a.pairs + 1
-        prompts = prompts_for(a.num_requests, first_set)
+        prompts = prompts_for(run_requests(a, wave), first_set)
         replayed = traces_for(len(prompts), first_set) if traces_for else None
         spec: dict[str, dict] = {role: {} for role in roles}
         current_set = first_set
@@ -821,13 +837,13 @@ class Run:
     def trace_cells(self, model: str, rotation: dict[str, Engine], policy: str, baseline: str,
                     k: int, twin: str | None) -> None:
         """``ngram_cells`` on ``--trace-workloads``: every workload and batch
-        size, the requests of the workload's file (the first
-        ``--num-requests``) replaying their traces in continuous batching;
+        size, requests of the workload's file (:func:`run_requests` a run,
+        ``traces.RequestSets`` says which) replaying their traces in continuous batching;
         the cells' counters are the timed runs' (``measure_pairs``), and a
         token that is not its trace's stops the run there."""
         a = self.args
-        fresh = fresh_requests(a.ngram_method)
         for name, requests in self.trace_requests.items():
+            sets = self.trace_sets[name]
             prompts = [r["prompt_token_ids"] for r in requests]
             replayed = [r["trace_token_ids"] for r in requests]
             for wave in a.max_num_seqs:
@@ -835,9 +851,9 @@ class Run:
                     return
                 orders, tok_s, timed, host, spec = self.measure_pairs(
                     rotation, tuple(rotation), "ngram",
-                    lambda n, run: traces.run_slice(prompts, n, run, fresh), wave,
+                    lambda n, run: [prompts[i] for i in sets.indices(n, run)], wave,
                     continuous=True,
-                    traces_for=lambda n, run: traces.run_slice(replayed, n, run, fresh))
+                    traces_for=lambda n, run: [replayed[i] for i in sets.indices(n, run)])
                 for against in [baseline] + ([twin] if twin else []):
                     cell = report.trace_cell(model, name, a.ngram_method, wave, k, policy,
                                              against, orders, tok_s[against], tok_s[policy],

@@ -58,20 +58,45 @@ def load(directory: str, name: str) -> list[dict]:
                 for row in map(json.loads, f) if row]
 
 
-def run_slice(items: list, count: int, run: int, fresh: bool) -> list:
-    """The ``count`` items of run ``run`` (0: the warm-up): with ``fresh``,
-    run r's own consecutive slice, so no run replays another's requests;
-    otherwise the first ``count`` for every run.
+class RequestSets:
+    """Which of a workload file's ``size`` requests each request set of a
+    run replays (a set: the warm-up or one rotation of a cell, numbered
+    across the whole run).
+
+    With ``fresh`` (a method that drafts from the engine's finished
+    responses), each set takes the next ``count`` requests the first time it
+    is asked for, so no set replays another's, whatever each set's size;
+    asked again (its traces after its prompts, the warm-up's whole set after
+    its first wave), it gives the same ones. Otherwise every set is the
+    file's first ``count``.
 
     Example::
 
-        >>> run_slice(list(range(9)), 3, 2, fresh=True), run_slice(list(range(9)), 3, 2, fresh=False)
-        ([6, 7, 8], [0, 1, 2])
+        >>> sets = RequestSets(9, fresh=True)
+        >>> list(sets.indices(2, 0)), list(sets.indices(3, 1)), list(sets.indices(2, 0))
+        ([0, 1], [2, 3, 4], [0, 1])
+        >>> list(RequestSets(9, fresh=False).indices(3, 5))
+        [0, 1, 2]
     """
-    start = run * count if fresh else 0
-    if fresh and start + count > len(items):
-        raise IndexError(f"request set {run} of {count} is past the file's {len(items)} requests")
-    return items[start:start + count]
+
+    def __init__(self, size: int, fresh: bool) -> None:
+        self.size, self.fresh = size, fresh
+        self._starts: dict[int, tuple[int, int]] = {}  # set -> (first request, requests)
+        self._next = 0
+
+    def indices(self, count: int, set_index: int) -> range:
+        if not self.fresh:
+            return range(min(count, self.size))
+        if set_index not in self._starts:
+            if self._next + count > self.size:
+                raise IndexError(f"request set {set_index} of {count} is past the file's "
+                                 f"{self.size} requests ({self._next} replayed before it)")
+            self._starts[set_index] = (self._next, count)
+            self._next += count
+        start, reserved = self._starts[set_index]
+        if count > reserved:
+            raise ValueError(f"request set {set_index} holds {reserved} requests, not {count}")
+        return range(start, start + count)
 
 
 def max_model_len(requests: list[dict], k: int) -> int:

@@ -209,13 +209,48 @@ def test_suffix_replays_requests_no_engine_has_seen(workloads, tmp_path):
     assert [role for role, _, _ in seen[15:]] == [
         "upstream", "adaptive", "upstream", "adaptive", "adaptive", "upstream"]
     with pytest.raises(IndexError, match="request set 9 of 2 is past the file's 18 requests"):
-        traces.run_slice(many, 2, 9, fresh=True)
+        bench.trace_sets["chat"].indices(2, 9)
     # Against no speculation, stock's fixed k and stock's adaptive
     # verification at two batch sizes: 3 cells a batch size, 3 sets a cell.
-    with pytest.raises(SystemExit, match=r"\(18 sets: .*chat has 18, not 18 x 4; build 72"):
+    with pytest.raises(SystemExit, match=r"each cell\): chat has 18, not 72; build 72 "):
         run.Run(trace_args(folder, tmp_path, "--ngram-method", "suffix", "--spec-policies",
                            "adaptive", "--pairs", "2", "--num-requests", "4",
                            "--max-num-seqs", "64,256"))
+
+
+def test_requests_per_seq_sizes_each_run_by_its_concurrency(tmp_path, monkeypatch):
+    """--requests-per-seq N: a run at B sequences replays N x B requests (the
+    warm-up its first wave), so concurrency 1 and 16 fit beside 64 and 256;
+    with suffix, sets of different sizes still never share a request, and
+    the file must hold (pairs + 1) x the sum over B of N x B requests for
+    each baseline."""
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.34.0")
+    folder = tmp_path / "sized"
+    folder.mkdir()
+    # Baselines: none, stock's fixed k, stock's adaptive verification.
+    needed = 3 * (1 + 1) * (2 * 1 + 2 * 16)
+    many = [{"prompt_token_ids": [i], "trace_token_ids": [1000 + i]} for i in range(needed)]
+    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in many))
+    extra = ("--ngram-method", "suffix", "--spec-policies", "adaptive", "--pairs", "1",
+             "--max-num-seqs", "1,16", "--requests-per-seq", "2", "--output-len", "1")
+    args = trace_args(folder, tmp_path, *extra)
+    assert run.trace_requests_needed(args) == needed
+    assert [run.run_requests(args, wave) for wave in (1, 16, 256)] == [2, 32, 512]
+    seen = []
+    engines = {"nospec": ReplayingEngine("nospec", 100.0, seen, drafts=False),
+               "adaptive": ReplayingEngine("adaptive", 150.0, seen)}
+    bench = run.Run(args)
+    bench.ngram_cells("8b", 151936, engines, "adaptive", "nospec", 3)
+    firsts = [(role, len(prompts), prompts[0][0]) for role, prompts, _ in seen]
+    assert firsts == [
+        # B=1: the warm-up's first wave of set 0 (requests 0-1), then set 1's pair.
+        ("nospec", 1, 0), ("adaptive", 1, 0), ("nospec", 2, 2), ("adaptive", 2, 2),
+        # B=16: set 2 holds requests 4-35, set 3 the next 32.
+        ("nospec", 16, 4), ("adaptive", 16, 4), ("nospec", 32, 36), ("adaptive", 32, 36)]
+    assert [c["requests"] for c in bench.results["speculation"]] == [2, 32]
+    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in many[:-1]))
+    with pytest.raises(SystemExit, match=f"chat has {needed - 1}, not {needed}"):
+        run.Run(trace_args(folder, tmp_path, *extra))
 
 
 @pytest.mark.parametrize("wrong_role", ["nospec", "adaptive"])
