@@ -536,8 +536,9 @@ class Run:
                       continuous: bool = False,
                       traces_for: Callable[[int, int], list[list[int]]] | None = None,
                       ) -> tuple[list, dict, list[list[int]], dict, dict]:
-        """Warm the engines on this cell, then the interleaved pairs (rotations
-        of ``roles``), each run on :func:`run_requests` prompts,
+        """Bring the engines' corpora level (:meth:`catch_up`), warm them on
+        this cell, then the interleaved pairs (rotations of ``roles``), each
+        run on :func:`run_requests` prompts,
         or more where ``--min-run-s`` asks runs to last longer than that many
         would at the fastest engine's throughput. Returns the orders, each
         role's tok/s, the prompts it ran and each role's host use per run
@@ -557,6 +558,7 @@ class Run:
         its traces (:func:`traces.check`); only then are the timed runs'
         counters summed (otherwise each role's are empty)."""
         a = self.args
+        self.catch_up(engines)
         # This cell's request sets: the warm-up's, then one per rotation.
         first_set = self.request_sets
         self.request_sets += a.pairs + 1
@@ -629,7 +631,8 @@ class Run:
         return result
 
     def catch_up(self, rotation: dict[str, Engine]) -> None:
-        """Before a cell of a method that drafts from the engine's finished
+        """Before a cell (``measure_pairs``, once the time budget has let it
+        start) of a method that drafts from the engine's finished
         responses (``fresh_requests``): each speculating engine of the
         rotation first serves, untimed, the runs another one has served and
         it has not, so every corpus holds the same responses when the cell
@@ -794,7 +797,6 @@ class Run:
         a = self.args
         pair = {baseline: engines[baseline], policy: engines[policy]}
         rotation = {**pair, twin: engines[twin]} if twin else pair
-        self.catch_up(rotation)
         if self.trace_requests:
             self.trace_cells(model, rotation, policy, baseline, k, twin)
             return

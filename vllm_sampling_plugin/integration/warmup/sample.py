@@ -111,8 +111,8 @@ def warm_up_sampling(runner: Any) -> list[str]:
     if matching:
         warmed.update(_warm_up_matching(rejection_sampler, buffers))
     elif rejection_sampler is not None:
-        warmed.update(_warm_up_rejection(rejection_sampler, buffers, draft_logits, sampler,
-                                         runner.device))
+        warmed.update(_warm_up_rejection(rejection_sampler, buffers, draft_logits,
+                                         sampler.use_fp64_gumbel, runner.device))
     if isinstance(runner.speculator, NgramProposerGPU):
         warmed.update(_warm_up_ngram(runner, buffers))
     if runner.device.type == "cuda":
@@ -178,14 +178,14 @@ def _warm_up_matching(rejection_sampler: PluginRejectionSampler,
 
 
 def _warm_up_rejection(rejection_sampler: PluginRejectionSampler, buffers: _Buffers,
-                       draft_logits: torch.Tensor | None, sampler: PluginSampler,
+                       draft_logits: torch.Tensor | None, use_fp64: bool,
                        device: torch.device) -> dict[str, int]:
     """The launch plan depends on the number of requests only, so one logit
     (the bonus position) per request reaches every plan."""
     max_num_reqs, vocab_size = buffers.logits.shape
     sizes = representatives(
         max_num_reqs,
-        lambda n: rejection_variant(n, vocab_size, sampler.use_fp64_gumbel, device),
+        lambda n: rejection_variant(n, vocab_size, use_fp64, device),
     )
     for n in sizes:
         rejection_sampler.draw(
