@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 63's trace cells, one step after another, for a plan that outlasts one
+# device call (`bash scripts/gpu-background.sh start scripts/gpu-034-trace-plan.sh
+# STEP...`, after the vLLM 0.34 staging's last call). Each STEP is
+#   WORKLOAD:METHOD:SECONDS[:CONCURRENCIES[:KV_GIB]]
+# e.g. agentic:suffix:700:16,64:11 (defaults: 16,64 sequences, 11 GiB of KV
+# cache an engine, enough for 64 agentic or code-edit requests; two engines at
+# a time). Every step runs `scripts/gpu-034-measure.sh trace` on one workload
+# and method (no speculation, upstream's fixed k, upstream's adaptive
+# verification where the method accepts it, the plugin's policy and its A/A
+# twin, each run N x concurrency requests with N = 1) in a folder of its own,
+# its results under $PLAN_OUT/WORKLOAD-METHOD. The workloads come from
+# $WORKLOADS (default /tmp/gpu-034/workloads: copy the carried build there);
+# PLAN_E2E_ARGS adds bench e2e options to every step.
+set -uo pipefail
+src=${WORKLOADS:-/tmp/gpu-034/workloads}
+for step in "$@"; do
+  IFS=: read -r workload method seconds seqs kv <<< "$step"
+  name=$workload-$method
+  work=/tmp/gpu-034/plan/$name
+  mkdir -p "$work/workloads" "$PLAN_OUT/$name"
+  cp "$src/$workload.jsonl" "$src/stats.json" "$work/workloads/" || exit 1
+  echo "=== $(date +%T) $name: $seconds s, ${seqs:-16,64} sequences"
+  WORK=$work OUT=$PLAN_OUT/$name STEP_TIMEOUT=$seconds TRACE_METHODS=$method \
+    TRACE_WORKLOADS=":$workload" \
+    E2E_ARGS="--max-num-seqs ${seqs:-16,64} --requests-per-seq 1 --kv-cache-gib ${kv:-11} --control ${PLAN_E2E_ARGS:-}" \
+    bash scripts/gpu-034-measure.sh trace
+done
