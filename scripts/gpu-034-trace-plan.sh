@@ -11,13 +11,15 @@
 # twin, each run N x concurrency requests with N = 1) in a folder of its own,
 # its results under $PLAN_OUT/WORKLOAD-METHOD. The workloads come from
 # $WORKLOADS (default /tmp/gpu-034/workloads: copy the carried build there);
-# PLAN_E2E_ARGS adds bench e2e options to every step.
+# PLAN_E2E_ARGS adds bench e2e options to every step; PLAN_WORK names the
+# steps' folders' root (default /tmp/gpu-034/plan).
 set -uo pipefail
 src=${WORKLOADS:-/tmp/gpu-034/workloads}
+: "${PLAN_OUT:?run me through scripts/gpu-background.sh start, which names PLAN_OUT}"
 for step in "$@"; do
   IFS=: read -r workload method seconds seqs kv <<< "$step"
   name=$workload-$method
-  work=/tmp/gpu-034/plan/$name
+  work=${PLAN_WORK:-/tmp/gpu-034/plan}/$name
   mkdir -p "$work/workloads" "$PLAN_OUT/$name"
   cp "$src/$workload.jsonl" "$src/stats.json" "$work/workloads/" || exit 1
   echo "=== $(date +%T) $name: $seconds s, ${seqs:-16,64} sequences"

@@ -6,7 +6,8 @@
 #       runs `bash PLAN ARG...` in a process session of its own, which the
 #       machine keeps running after the call returns (device README: only such
 #       processes outlive their call) until the machine goes back; PLAN
-#       writes what it keeps under $PLAN_OUT (/tmp/gpu-plan/out).
+#       writes what it keeps under $PLAN_OUT ($GPU_PLAN_ROOT/out, the root
+#       /tmp/gpu-plan unless named).
 #   bash scripts/gpu-background.sh wait SECONDS
 #       waits until the plan ends or SECONDS pass, packs $PLAN_OUT into
 #       $OUT/plan.tgz (one file back, whatever the plan wrote) and prints the
@@ -16,7 +17,7 @@
 # all the plan has written so far, so a machine taken back loses only the
 # step in flight.
 set -uo pipefail
-root=/tmp/gpu-plan
+root=${GPU_PLAN_ROOT:-/tmp/gpu-plan}
 export PLAN_OUT=$root/out
 case ${1:-} in
   start)
@@ -24,9 +25,10 @@ case ${1:-} in
     [ $# -ge 1 ] || { echo "usage: $0 start PLAN [ARG...]" >&2; exit 2; }
     mkdir -p "$PLAN_OUT"
     rm -f "$root/exit-status"
+    : > "$root/log"
     # The call's $OUT is emptied before the next call: the plan writes under
     # $PLAN_OUT instead.
-    setsid bash -c 'bash "$@" > "'"$root"'/log" 2>&1; echo $? > "'"$root"'/exit-status"' \
+    setsid bash -c 'bash "$@" >> "'"$root"'/log" 2>&1; echo $? > "'"$root"'/exit-status"' \
       plan "$@" < /dev/null > /dev/null 2>&1 &
     echo "plan started (pid $!): $*" ;;
   wait)

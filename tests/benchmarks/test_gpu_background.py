@@ -1,0 +1,104 @@
+"""scripts/gpu-background.sh (a plan that outlives its device call) and
+scripts/gpu-034-trace-plan.sh (issue 63's cells a step each), run here with
+plans of a few lines and ``python3`` a stand-in."""
+
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks.e2e import run
+from tests.benchmarks.test_gpu_check import stand_in_python
+from tests.scripts_dir import SCRIPTS
+
+
+def background(tmp_path: Path, *args: str, path: str = "/usr/bin:/bin",
+               **env: str) -> subprocess.CompletedProcess:
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return subprocess.run(
+        ["bash", str(SCRIPTS / "gpu-background.sh"), *args],
+        env={"PATH": path, "OUT": str(tmp_path / "out"),
+             "GPU_PLAN_ROOT": str(tmp_path / "plan"), **env},
+        cwd=SCRIPTS.parent, capture_output=True, text=True, timeout=120)
+
+
+def packed(tmp_path: Path) -> dict[str, str]:
+    with tarfile.open(tmp_path / "out" / "plan.tgz") as tar:
+        return {m.name.removeprefix("./"): tar.extractfile(m).read().decode()
+                for m in tar.getmembers() if m.isfile()}
+
+
+def test_the_plan_runs_on_after_start_returns_and_wait_brings_back_what_it_wrote(tmp_path):
+    gate = tmp_path / "gate"
+    plan = tmp_path / "plan.sh"
+    plan.write_text('mkdir -p "$PLAN_OUT/step"; echo "$1" > "$PLAN_OUT/step/first.json"\n'
+                    f'while [ ! -e {gate} ]; do sleep 0.2; done\n'
+                    'echo done > "$PLAN_OUT/step/second.json"; echo "second step"; exit 7\n')
+    started = background(tmp_path, "start", str(plan), "cell-A")
+    assert started.returncode == 0 and "plan started" in started.stdout
+    waiting = background(tmp_path, "wait", "1")
+    assert "still running after 1 s" in waiting.stdout
+    assert packed(tmp_path) == {"step/first.json": "cell-A\n"}
+    gate.touch()
+    ended = background(tmp_path, "wait", "60")
+    assert "second step" in ended.stdout and "plan ended, exit status 7" in ended.stdout
+    assert packed(tmp_path) == {"step/first.json": "cell-A\n", "step/second.json": "done\n"}
+
+
+def test_wait_without_a_started_plan_says_so(tmp_path):
+    proc = background(tmp_path, "wait", "1")
+    assert proc.returncode == 3 and "no plan was started" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["start"], ["everything"]])
+def test_a_call_without_a_plan_is_refused(tmp_path, args):
+    proc = background(tmp_path, *args)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+@pytest.fixture
+def vllm_0_34(monkeypatch):
+    monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.34.0")
+
+
+def test_the_trace_plan_measures_each_step_in_a_folder_of_its_own(tmp_path, vllm_0_34):
+    workloads = tmp_path / "workloads"
+    workloads.mkdir()
+    (workloads / "stats.json").write_text("{}")
+    for name in ("agentic", "code-edit"):
+        (workloads / f"{name}.jsonl").write_text(
+            '{"prompt_token_ids": [1], "trace_token_ids": [2]}\n')
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "env.sh").write_text(f"export PYTHONPATH={site}\n")
+    bin_dir = stand_in_python(tmp_path)
+    env = {"WORKLOADS": str(workloads), "PLAN_WORK": str(tmp_path / "work"),
+           "VLLM_SITE": str(site)}
+    background(tmp_path, "start", str(SCRIPTS / "gpu-034-trace-plan.sh"),
+               "agentic:suffix:120:16,64:11", "code-edit:ngram:90:1,16:4",
+               path=f"{bin_dir}:/usr/bin:/bin", **env)
+    ended = background(tmp_path, "wait", "60")
+    assert "plan ended, exit status 0" in ended.stdout
+    lines = (tmp_path / "python3-calls").read_text().splitlines()
+    e2e = [run.parse_args(line.split()[3:]) for line in lines
+           if line.startswith("-m benchmarks e2e")]
+    assert [(a.ngram_method, a.trace_workloads, a.max_num_seqs, a.kv_cache_gib, a.time_budget)
+            for a in e2e] == [
+        ("suffix", (str(tmp_path / "work" / "agentic-suffix" / "workloads"), ["agentic"]),
+         [16, 64], 11.0, 60),
+        ("ngram", (str(tmp_path / "work" / "code-edit-ngram" / "workloads"), ["code-edit"]),
+         [1, 16], 4.0, 30)]
+    assert all(a.requests_per_seq == 1 and a.control for a in e2e)
+    assert {"agentic-suffix/info.txt", "code-edit-ngram/info.txt"} <= set(packed(tmp_path))
+
+
+def test_the_trace_plan_stops_at_a_workload_it_was_not_given(tmp_path):
+    (tmp_path / "workloads").mkdir()
+    bin_dir = stand_in_python(tmp_path)
+    background(tmp_path, "start", str(SCRIPTS / "gpu-034-trace-plan.sh"), "chat:ngram:60",
+               path=f"{bin_dir}:/usr/bin:/bin", WORKLOADS=str(tmp_path / "workloads"),
+               PLAN_WORK=str(tmp_path / "work"))
+    ended = background(tmp_path, "wait", "60")
+    assert "plan ended, exit status 1" in ended.stdout
+    assert not (tmp_path / "python3-calls").exists()
