@@ -38,7 +38,8 @@ case ${1:-} in
     while [ ! -f "$root/exit-status" ] && [ $((SECONDS - started)) -lt "$limit" ]; do
       sleep 5
     done
-    tar -czf "${OUT:-.}/plan.tgz" -C "$PLAN_OUT" . 2>/dev/null
+    # -h: what the plan links from $PLAN_OUT (a step's files while it runs) too.
+    tar -czhf "${OUT:-.}/plan.tgz" -C "$PLAN_OUT" . 2>/dev/null
     tail -n "${TAIL:-40}" "$root/log"
     if [ -f "$root/exit-status" ]; then
       echo "=== plan ended, exit status $(cat "$root/exit-status")"

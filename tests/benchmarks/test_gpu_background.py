@@ -90,7 +90,10 @@ def test_the_trace_plan_measures_each_step_in_a_folder_of_its_own(tmp_path, vllm
         ("ngram", (str(tmp_path / "work" / "code-edit-ngram" / "workloads"), ["code-edit"]),
          [1, 16], 4.0, 30)]
     assert all(a.requests_per_seq == 1 and a.control for a in e2e)
-    assert {"agentic-suffix/info.txt", "code-edit-ngram/info.txt"} <= set(packed(tmp_path))
+    files = packed(tmp_path)
+    assert {"agentic-suffix/info.txt", "code-edit-ngram/info.txt"} <= set(files)
+    # The step's log, linked while it runs, travels with every wait.
+    assert "stand-in" in files["code-edit-ngram/in-flight.log"]
 
 
 def test_the_trace_plan_stops_at_a_workload_it_was_not_given(tmp_path):
