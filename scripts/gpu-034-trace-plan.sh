@@ -24,8 +24,8 @@ for step in "$@"; do
   cp "$src/$workload.jsonl" "$src/stats.json" "$work/workloads/" || exit 1
   # The cells so far of the step in flight travel with every wait too: bench
   # e2e saves its JSON after each cell, the measure script copies it at the end.
-  ln -sfn "$work/e2e-trace-$method-k3" "$PLAN_OUT/$name/in-flight"
-  ln -sfn "$work/e2e-trace-$method-k3.log" "$PLAN_OUT/$name/in-flight.log"
+  ln -sfn "$work/e2e-trace-$method-k${SPEC_K:-3}" "$PLAN_OUT/$name/in-flight"
+  ln -sfn "$work/e2e-trace-$method-k${SPEC_K:-3}.log" "$PLAN_OUT/$name/in-flight.log"
   echo "=== $(date +%T) $name: $seconds s, ${seqs:-16,64} sequences"
   WORK=$work OUT=$PLAN_OUT/$name STEP_TIMEOUT=$seconds TRACE_METHODS=$method \
     TRACE_WORKLOADS=":$workload" \
