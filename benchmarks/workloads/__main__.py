@@ -1,11 +1,16 @@
 """``python -m benchmarks.workloads build --out DIR --seed 0``: writes the trace
-workloads and stats.json, prints the copyable-share table and the build time."""
+workloads and stats.json, prints the copyable-share table and the build time.
+``python -m benchmarks.workloads ceiling DIR``: replays a build's traces
+against a prompt-lookup proposer (benchmarks/workloads/ceiling.py), writes
+DIR/ceiling.json and prints its table."""
 
 import argparse
+import json
 import time
 from pathlib import Path
 
-from benchmarks.workloads.build import DEFAULT_REQUESTS, build, table
+from benchmarks.workloads import ceiling
+from benchmarks.workloads.build import DEFAULT_REQUESTS, WORKLOADS, build, table
 from benchmarks.workloads.request import Lengths
 from benchmarks.workloads.tokenizer import DEFAULT_VOCAB_SIZE
 
@@ -24,7 +29,13 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
     run.add_argument("--training-bytes", type=int, default=None,
                      help="train the tokenizer on this much of the corpus (default: all of it)")
+    limits = commands.add_parser("ceiling", help="what n-gram speculation can take from a build")
+    limits.add_argument("dir", type=Path)
+    limits.add_argument("--k", type=int, default=3, help="draft tokens a step (default 3)")
     args = parser.parse_args(argv)
+    if args.command == "ceiling":
+        write_ceilings(args.dir, args.k)
+        return
     started = time.perf_counter()
     stats = build(args.out, args.seed, args.requests,
                   Lengths(args.prompt_max, args.trace_min, args.trace_max),
@@ -32,6 +43,21 @@ def main(argv: list[str] | None = None) -> None:
     print(table(stats))
     print(f"built in {time.perf_counter() - started:.1f} s (Python {stats['python']}, "
           f"{stats['vocab_size']} tokens): {args.out}")
+
+
+def write_ceilings(folder: Path, k: int) -> None:
+    """The ceiling of every workload file of a build in ``folder``."""
+    ceilings = {}
+    for name in WORKLOADS:
+        path = folder / f"{name}.jsonl"
+        if path.exists():
+            requests = [json.loads(line) for line in path.read_text().splitlines()]
+            ceilings[name] = ceiling.workload_ceiling(
+                [(r["prompt_token_ids"], r["trace_token_ids"]) for r in requests], k)
+    if not ceilings:
+        raise SystemExit(f"{folder} holds no workload file (build one first)")
+    (folder / "ceiling.json").write_text(json.dumps(ceilings, indent=2) + "\n")
+    print(ceiling.table(ceilings))
 
 
 if __name__ == "__main__":
