@@ -15,6 +15,15 @@
 # steps' folders' root (default /tmp/gpu-034/plan).
 set -uo pipefail
 src=${WORKLOADS:-/tmp/gpu-034/workloads}
+# The A/A twin runs in the same rotations as the pair where three engines
+# with the steps' KV caches fit the GPU (an H200: 3 x about 29 GiB at 11 GiB
+# of KV cache), and after the other cells elsewhere (an H100 holds two).
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+twin="" where="after the other cells"
+if [ "${gpu_mib:-0}" -gt 100000 ]; then
+  twin="--control-alongside --gpu-memory-utilization 0.3" where="alongside"
+fi
+echo "=== GPU memory ${gpu_mib:-unknown} MiB: the A/A twin runs $where"
 : "${PLAN_OUT:?run me through scripts/gpu-background.sh start, which names PLAN_OUT}"
 for step in "$@"; do
   IFS=: read -r workload method seconds seqs kv <<< "$step"
@@ -29,6 +38,6 @@ for step in "$@"; do
   echo "=== $(date +%T) $name: $seconds s, ${seqs:-16,64} sequences"
   WORK=$work OUT=$PLAN_OUT/$name STEP_TIMEOUT=$seconds TRACE_METHODS=$method \
     TRACE_WORKLOADS=":$workload" \
-    E2E_ARGS="--max-num-seqs ${seqs:-16,64} --requests-per-seq 1 --kv-cache-gib ${kv:-11} --control ${PLAN_E2E_ARGS:-}" \
+    E2E_ARGS="--max-num-seqs ${seqs:-16,64} --requests-per-seq 1 --kv-cache-gib ${kv:-11} --control $twin ${PLAN_E2E_ARGS:-}" \
     bash scripts/gpu-034-measure.sh trace
 done

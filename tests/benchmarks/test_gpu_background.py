@@ -62,7 +62,9 @@ def vllm_0_34(monkeypatch):
     monkeypatch.setattr(run, "installed_vllm_version", lambda: "0.34.0")
 
 
-def test_the_trace_plan_measures_each_step_in_a_folder_of_its_own(tmp_path, vllm_0_34):
+def trace_plan(tmp_path: Path, *steps: str, gpu_mib: int | None = None) -> list:
+    """The trace plan through start and wait, ``python3`` a stand-in (and
+    ``nvidia-smi`` one reporting ``gpu_mib``); the bench e2e commands it ran."""
     workloads = tmp_path / "workloads"
     workloads.mkdir()
     (workloads / "stats.json").write_text("{}")
@@ -73,27 +75,41 @@ def test_the_trace_plan_measures_each_step_in_a_folder_of_its_own(tmp_path, vllm
     site.mkdir()
     (site / "env.sh").write_text(f"export PYTHONPATH={site}\n")
     bin_dir = stand_in_python(tmp_path)
+    if gpu_mib is not None:
+        (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho {gpu_mib}\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
     env = {"WORKLOADS": str(workloads), "PLAN_WORK": str(tmp_path / "work"),
            "VLLM_SITE": str(site)}
-    background(tmp_path, "start", str(SCRIPTS / "gpu-034-trace-plan.sh"),
-               "agentic:suffix:120:16,64:11", "code-edit:ngram:90:1,16:4",
+    background(tmp_path, "start", str(SCRIPTS / "gpu-034-trace-plan.sh"), *steps,
                path=f"{bin_dir}:/usr/bin:/bin", **env)
     ended = background(tmp_path, "wait", "60")
     assert "plan ended, exit status 0" in ended.stdout
     lines = (tmp_path / "python3-calls").read_text().splitlines()
-    e2e = [run.parse_args(line.split()[3:]) for line in lines
-           if line.startswith("-m benchmarks e2e")]
+    return [run.parse_args(line.split()[3:]) for line in lines
+            if line.startswith("-m benchmarks e2e")]
+
+
+def test_the_trace_plan_measures_each_step_in_a_folder_of_its_own(tmp_path, vllm_0_34):
+    e2e = trace_plan(tmp_path, "agentic:suffix:120:16,64:11", "code-edit:ngram:90:1,16:4",
+                     gpu_mib=81559)
     assert [(a.ngram_method, a.trace_workloads, a.max_num_seqs, a.kv_cache_gib, a.time_budget)
             for a in e2e] == [
         ("suffix", (str(tmp_path / "work" / "agentic-suffix" / "workloads"), ["agentic"]),
          [16, 64], 11.0, 60),
         ("ngram", (str(tmp_path / "work" / "code-edit-ngram" / "workloads"), ["code-edit"]),
          [1, 16], 4.0, 30)]
-    assert all(a.requests_per_seq == 1 and a.control for a in e2e)
+    assert all(a.requests_per_seq == 1 and a.control and not a.control_alongside for a in e2e)
     files = packed(tmp_path)
     assert {"agentic-suffix/info.txt", "code-edit-ngram/info.txt"} <= set(files)
     # The step's log, linked while it runs, travels with every wait.
     assert "stand-in" in files["code-edit-ngram/in-flight.log"]
+
+
+@pytest.mark.parametrize("gpu_mib, alongside", [(143771, True), (81559, False)])
+def test_the_twin_runs_alongside_where_three_engines_fit(tmp_path, vllm_0_34, gpu_mib, alongside):
+    [args] = trace_plan(tmp_path, "agentic:suffix:120", gpu_mib=gpu_mib)
+    assert args.control and args.control_alongside == alongside
+    assert args.max_num_seqs == [16, 64] and args.kv_cache_gib == 11.0
 
 
 def test_the_trace_plan_stops_at_a_workload_it_was_not_given(tmp_path):
