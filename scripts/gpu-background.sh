@@ -23,6 +23,9 @@ case ${1:-} in
   start)
     shift
     [ $# -ge 1 ] || { echo "usage: $0 start PLAN [ARG...]" >&2; exit 2; }
+    if [ -f "$root/pid" ] && [ ! -f "$root/exit-status" ] && kill -0 "$(cat "$root/pid")" 2>/dev/null; then
+      echo "a plan is still running (pid $(cat "$root/pid")): wait for it" >&2; exit 4
+    fi
     mkdir -p "$PLAN_OUT"
     rm -f "$root/exit-status"
     : > "$root/log"
@@ -30,6 +33,7 @@ case ${1:-} in
     # $PLAN_OUT instead.
     setsid bash -c 'bash "$@" >> "'"$root"'/log" 2>&1; echo $? > "'"$root"'/exit-status"' \
       plan "$@" < /dev/null > /dev/null 2>&1 &
+    echo $! > "$root/pid"
     echo "plan started (pid $!): $*" ;;
   wait)
     limit=${2:?usage: $0 wait SECONDS}

@@ -37,6 +37,8 @@ def test_the_plan_runs_on_after_start_returns_and_wait_brings_back_what_it_wrote
                     'echo done > "$PLAN_OUT/step/second.json"; echo "second step"; exit 7\n')
     started = background(tmp_path, "start", str(plan), "cell-A")
     assert started.returncode == 0 and "plan started" in started.stdout
+    second = background(tmp_path, "start", str(plan), "cell-B")
+    assert second.returncode == 4 and "still running" in second.stderr
     waiting = background(tmp_path, "wait", "1")
     assert "still running after 1 s" in waiting.stdout
     assert packed(tmp_path) == {"step/first.json": "cell-A\n"}
