@@ -2,7 +2,7 @@
 workloads and stats.json, prints the copyable-share table and the build time.
 ``python -m benchmarks.workloads ceiling DIR``: replays a build's traces
 against a prompt-lookup proposer (benchmarks/workloads/ceiling.py), writes
-DIR/ceiling.json and prints its table."""
+DIR/ceiling-OCCURRENCE-kK.json and prints its table."""
 
 import argparse
 import json
@@ -32,9 +32,13 @@ def main(argv: list[str] | None = None) -> None:
     limits = commands.add_parser("ceiling", help="what n-gram speculation can take from a build")
     limits.add_argument("dir", type=Path)
     limits.add_argument("--k", type=int, default=3, help="draft tokens a step (default 3)")
+    limits.add_argument("--occurrence", choices=ceiling.OCCURRENCES, default="latest",
+                        help="the matched n-gram's occurrence a draft copies: latest (vLLM "
+                             "0.34's V2 n-gram speculator, the default) or earliest (vLLM's "
+                             "CPU proposer and the plugin's kernel)")
     args = parser.parse_args(argv)
     if args.command == "ceiling":
-        write_ceilings(args.dir, args.k)
+        write_ceilings(args.dir, args.k, args.occurrence)
         return
     started = time.perf_counter()
     stats = build(args.out, args.seed, args.requests,
@@ -45,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{stats['vocab_size']} tokens): {args.out}")
 
 
-def write_ceilings(folder: Path, k: int) -> None:
+def write_ceilings(folder: Path, k: int, occurrence: str) -> None:
     """The ceiling of every workload file of a build in ``folder``."""
     ceilings = {}
     for name in WORKLOADS:
@@ -53,10 +57,10 @@ def write_ceilings(folder: Path, k: int) -> None:
         if path.exists():
             requests = [json.loads(line) for line in path.read_text().splitlines()]
             ceilings[name] = ceiling.workload_ceiling(
-                [(r["prompt_token_ids"], r["trace_token_ids"]) for r in requests], k)
+                [(r["prompt_token_ids"], r["trace_token_ids"]) for r in requests], k, occurrence)
     if not ceilings:
         raise SystemExit(f"{folder} holds no workload file (build one first)")
-    (folder / "ceiling.json").write_text(json.dumps(ceilings, indent=2) + "\n")
+    (folder / f"ceiling-{occurrence}-k{k}.json").write_text(json.dumps(ceilings, indent=2) + "\n")
     print(ceiling.table(ceilings))
 
 

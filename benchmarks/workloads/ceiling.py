@@ -1,8 +1,10 @@
 """What n-gram speculation can take from a workload before any engine runs:
 each request's trace replayed step by step against a prompt-lookup proposer
-(the rule of vLLM's n-gram proposer and the plugin's kernel: the longest
-n in [min_n, max_n] whose last-n tokens occurred earlier in the request,
-then the earliest such occurrence; up to k of the tokens that followed it).
+(the longest n in [min_n, max_n] whose last-n tokens occurred earlier in the
+request with a token after them, then one of those occurrences, up to k of
+the tokens that followed it). Which occurrence is the proposer's: vLLM
+0.34's V2 n-gram speculator takes the latest (the one the GPU cells of
+0.34 run), vLLM's CPU proposer and the plugin's kernel the earliest.
 
 A step verifies the proposal against the trace, emits the accepted prefix
 and one token more, as greedy verification does. Per workload this gives
@@ -15,7 +17,7 @@ say what it costs where the batch is compute-bound. Tokens only: the
 proposer sees what an engine's would, and no GPU speed is assumed.
 
 ``python -m benchmarks.workloads ceiling DIR`` prints the table for a build
-and writes DIR/ceiling.json.
+and writes DIR/ceiling-OCCURRENCE-kK.json.
 """
 
 from collections.abc import Sequence
@@ -23,26 +25,38 @@ from collections.abc import Sequence
 # The n-gram sizes bench e2e's engines ask for (speculative_config's
 # prompt_lookup_min and prompt_lookup_max, benchmarks/e2e/engine.py).
 MIN_N, MAX_N = 2, 4
+# Which earlier occurrence of the matched n-gram a proposer drafts from.
+OCCURRENCES = ("latest", "earliest")
 
 
 class PromptLookup:
-    """A request's history with, for each n, the first position where every
-    n-gram that has a following token occurred; ``propose`` is the proposer's
-    answer for the history so far."""
+    """A request's history with, for each n, the position where each n-gram
+    that has a following token occurred (the earliest or the latest, as
+    ``occurrence`` says); ``propose`` is the proposer's answer for the
+    history so far."""
 
-    def __init__(self, prompt: Sequence[int], min_n: int = MIN_N, max_n: int = MAX_N) -> None:
+    def __init__(self, prompt: Sequence[int], occurrence: str = "latest",
+                 min_n: int = MIN_N, max_n: int = MAX_N) -> None:
+        if occurrence not in OCCURRENCES:
+            raise ValueError(f"occurrence must be one of {OCCURRENCES}, not {occurrence!r}")
         self.tokens: list[int] = []
+        self.keep_latest = occurrence == "latest"
         self.min_n, self.max_n = min_n, max_n
-        self.first: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(min_n, max_n + 1)}
+        self.starts: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(min_n, max_n + 1)}
         for token in prompt:
             self.append(token)
 
     def append(self, token: int) -> None:
         # The n-grams ending just before the new token now have a follower.
         end = len(self.tokens)
-        for n, first in self.first.items():
+        for n, starts in self.starts.items():
             if end >= n:
-                first.setdefault(tuple(self.tokens[end - n:end]), end - n)
+                gram = tuple(self.tokens[end - n:end])
+                if self.keep_latest:
+                    starts[gram] = end - n
+                else:
+                    starts.setdefault(gram, end - n)
         self.tokens.append(token)
 
     def propose(self, k: int) -> list[int]:
@@ -50,17 +64,18 @@ class PromptLookup:
         for n in range(self.max_n, self.min_n - 1, -1):
             if end < n:
                 continue
-            start = self.first[n].get(tuple(self.tokens[end - n:]))
+            start = self.starts[n].get(tuple(self.tokens[end - n:]))
             if start is not None:
                 return self.tokens[start + n:start + n + k]
         return []
 
 
-def replay(prompt: Sequence[int], trace: Sequence[int], k: int) -> dict[str, int]:
+def replay(prompt: Sequence[int], trace: Sequence[int], k: int,
+           occurrence: str = "latest") -> dict[str, int]:
     """One request: steps taken, steps with a proposal, drafts proposed,
     drafts accepted, and the slots a fixed-k verification would have verified
     (k a step)."""
-    history = PromptLookup(prompt)
+    history = PromptLookup(prompt, occurrence)
     counts = {"steps": 0, "drafting_steps": 0, "proposed": 0, "accepted": 0, "fixed_slots": 0,
               "tokens": len(trace)}
     emitted = 0
@@ -82,7 +97,8 @@ def replay(prompt: Sequence[int], trace: Sequence[int], k: int) -> dict[str, int
     return counts
 
 
-def workload_ceiling(requests: Sequence[tuple[list[int], list[int]]], k: int) -> dict:
+def workload_ceiling(requests: Sequence[tuple[list[int], list[int]]], k: int,
+                     occurrence: str = "latest") -> dict:
     """Sums of :func:`replay` over (prompt ids, trace ids) pairs, and the
     ratios a reader compares: the acceptance length (tokens a step), the
     share of steps with a proposal, drafts proposed a step, and per policy
@@ -90,12 +106,13 @@ def workload_ceiling(requests: Sequence[tuple[list[int], list[int]]], k: int) ->
     totals = dict.fromkeys(("steps", "drafting_steps", "proposed", "accepted", "fixed_slots",
                             "tokens"), 0)
     for prompt, trace in requests:
-        for key, value in replay(prompt, trace, k).items():
+        for key, value in replay(prompt, trace, k, occurrence).items():
             totals[key] += value
     steps, accepted = totals["steps"], max(totals["accepted"], 1)
     return {
         **totals,
         "k": k,
+        "occurrence": occurrence,
         "acceptance_length": round(totals["tokens"] / steps, 3),
         "steps_with_drafts": round(totals["drafting_steps"] / steps, 3),
         "drafts_per_step": round(totals["proposed"] / steps, 3),
@@ -108,12 +125,12 @@ def workload_ceiling(requests: Sequence[tuple[list[int], list[int]]], k: int) ->
 
 def table(ceilings: dict[str, dict]) -> str:
     """The ceilings of a build as a markdown table."""
-    rows = ["| workload | k | acceptance length (tokens a step) | steps with drafts "
+    rows = ["| workload | occurrence | k | acceptance length (tokens a step) | steps with drafts "
             "| drafts proposed a step | drafts verified per accepted draft: fixed k / adaptive |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     for name, c in ceilings.items():
         per = c["verified_per_accepted"]
-        rows.append(f"| {name} | {c['k']} | {c['acceptance_length']:.2f} "
+        rows.append(f"| {name} | {c['occurrence']} | {c['k']} | {c['acceptance_length']:.2f} "
                     f"| {100 * c['steps_with_drafts']:.0f}% | {c['drafts_per_step']:.2f} "
                     f"| {per['fixed']:.1f} / {per['adaptive']:.1f} |")
     return "\n".join(rows)

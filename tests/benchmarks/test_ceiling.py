@@ -1,7 +1,9 @@
 """benchmarks/workloads/ceiling.py: the prompt-lookup replay that says what
 n-gram speculation can take from a workload before any engine runs. Its
-proposer must be the plugin's kernel's (and so vLLM's CPU proposer's) rule,
-and its counts exact on traces whose answer is known."""
+proposer must follow the plugin's kernel (and so vLLM's CPU proposer) when
+it drafts from the earliest occurrence, vLLM 0.34's V2 speculator's rule
+when from the latest, and its counts must be exact on traces whose answer
+is known."""
 
 import json
 import subprocess
@@ -30,7 +32,21 @@ def test_the_proposer_is_the_kernels_on_random_histories(k):
     for row, length in enumerate(lens):
         history = tokens[row, :length].tolist()
         expected = drafts[row, :num_drafts[row]].tolist()
-        assert ceiling.PromptLookup(history).propose(k) == expected, history
+        assert ceiling.PromptLookup(history, "earliest").propose(k) == expected, history
+
+
+def test_the_latest_occurrence_is_vllm_0_34s_and_the_earliest_the_kernels():
+    # "1 2" occurred twice before the end, followed by 3 and by 4; the
+    # 3-gram "4 1 2" never occurred before, so n = 2 wins.
+    history = [1, 2, 3, 1, 2, 4, 1, 2]
+    assert ceiling.PromptLookup(history, "latest").propose(3) == [4, 1, 2]
+    assert ceiling.PromptLookup(history, "earliest").propose(3) == [3, 1, 2]
+    # The longest n wins over a later, shorter match ("1 2" before 6 7).
+    history = [7, 1, 2, 5, 0, 1, 2, 6, 7, 1, 2]
+    assert ceiling.PromptLookup(history, "latest").propose(2) == [5, 0]
+    assert ceiling.PromptLookup(history[4:], "latest").propose(2) == [6, 7]
+    with pytest.raises(ValueError, match="occurrence"):
+        ceiling.PromptLookup(history, "first")
 
 
 def test_a_trace_that_copies_its_prompt_is_accepted_k_tokens_a_step():
@@ -65,6 +81,7 @@ def test_fixed_k_pays_k_slots_a_step_and_the_adaptive_policy_what_was_proposed()
     assert result["acceptance_length"] == round(114 / 78, 3)
     assert result["steps_with_drafts"] == round(12 / 78, 3)
     assert result["verified_per_accepted"] == {"fixed": round(234 / 36, 2), "adaptive": 1.0}
+    assert result["occurrence"] == "latest"
 
 
 def test_the_command_writes_each_workload_of_a_build(tmp_path):
@@ -76,11 +93,11 @@ def test_the_command_writes_each_workload_of_a_build(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "benchmarks.workloads", "ceiling", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    written = json.loads((tmp_path / "ceiling.json").read_text())
+    written = json.loads((tmp_path / "ceiling-latest-k3.json").read_text())
     assert list(written) == ["code-edit", "chat"]
     assert written["code-edit"]["acceptance_length"] == round(50 / 14, 3)
     assert written["chat"]["acceptance_length"] == 1.0
-    assert "| code-edit | 3 | 3.57 | 86% | 2.57 | 1.2 / 1.0 |" in proc.stdout
+    assert "| code-edit | latest | 3 | 3.57 | 86% | 2.57 | 1.2 / 1.0 |" in proc.stdout
 
 
 def test_the_command_refuses_a_folder_without_workloads(tmp_path):
