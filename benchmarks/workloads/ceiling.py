@@ -60,6 +60,8 @@ class PromptLookup:
         self.tokens.append(token)
 
     def propose(self, k: int) -> list[int]:
+        """Up to ``k`` tokens that followed the longest matching n-gram's
+        occurrence (fewer near the history's end); none without a match."""
         end = len(self.tokens)
         for n in range(self.max_n, self.min_n - 1, -1):
             if end < n:
