@@ -33,16 +33,19 @@ def test_the_plan_runs_on_after_start_returns_and_wait_brings_back_what_it_wrote
     gate = tmp_path / "gate"
     plan = tmp_path / "plan.sh"
     plan.write_text('mkdir -p "$PLAN_OUT/step"; echo "$1" > "$PLAN_OUT/step/first.json"\n'
-                    f'while [ ! -e {gate} ]; do sleep 0.2; done\n'
+                    # Bounded, so that a failing test leaves no plan behind for long.
+                    f'for i in $(seq 300); do [ -e {gate} ] && break; sleep 0.2; done\n'
                     'echo done > "$PLAN_OUT/step/second.json"; echo "second step"; exit 7\n')
     started = background(tmp_path, "start", str(plan), "cell-A")
-    assert started.returncode == 0 and "plan started" in started.stdout
-    second = background(tmp_path, "start", str(plan), "cell-B")
-    assert second.returncode == 4 and "still running" in second.stderr
-    waiting = background(tmp_path, "wait", "1")
-    assert "still running after 1 s" in waiting.stdout
-    assert packed(tmp_path) == {"step/first.json": "cell-A\n"}
-    gate.touch()
+    try:
+        assert started.returncode == 0 and "plan started" in started.stdout
+        second = background(tmp_path, "start", str(plan), "cell-B")
+        assert second.returncode == 4 and "still running" in second.stderr
+        waiting = background(tmp_path, "wait", "1")
+        assert "still running after 1 s" in waiting.stdout
+        assert packed(tmp_path) == {"step/first.json": "cell-A\n"}
+    finally:
+        gate.touch()
     ended = background(tmp_path, "wait", "60")
     assert "second step" in ended.stdout and "plan ended, exit status 7" in ended.stdout
     assert packed(tmp_path) == {"step/first.json": "cell-A\n", "step/second.json": "done\n"}
