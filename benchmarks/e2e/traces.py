@@ -10,11 +10,11 @@ text while the step costs are the checkpoint's. Plain data, no vLLM import.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from benchmarks.e2e.report import first_difference
 from benchmarks.workloads.build import WORKLOADS
+from benchmarks.workloads.request import read_requests
 
 # The concurrencies of issue 63's cells.
 CONCURRENCIES = (1, 16, 64, 256)
@@ -53,9 +53,8 @@ def _path(directory: str, name: str) -> str:
 def load(directory: str, name: str) -> list[dict]:
     """A workload's requests in arrival order: ``prompt_token_ids`` and
     ``trace_token_ids`` of each line."""
-    with open(_path(directory, name)) as f:
-        return [{key: row[key] for key in ("prompt_token_ids", "trace_token_ids")}
-                for row in map(json.loads, f) if row]
+    return [{key: row[key] for key in ("prompt_token_ids", "trace_token_ids")}
+            for row in read_requests(_path(directory, name))]
 
 
 class RequestSets:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from benchmarks.workloads import ceiling
 from benchmarks.workloads.build import DEFAULT_REQUESTS, WORKLOADS, build, table
-from benchmarks.workloads.request import Lengths
+from benchmarks.workloads.request import Lengths, read_requests
 from benchmarks.workloads.tokenizer import DEFAULT_VOCAB_SIZE
 
 
@@ -55,7 +55,7 @@ def write_ceilings(folder: Path, k: int, occurrence: str) -> None:
     for name in WORKLOADS:
         path = folder / f"{name}.jsonl"
         if path.exists():
-            requests = [json.loads(line) for line in path.read_text().splitlines()]
+            requests = read_requests(path)
             ceilings[name] = ceiling.workload_ceiling(
                 [(r["prompt_token_ids"], r["trace_token_ids"]) for r in requests], k, occurrence)
     if not ceilings:

@@ -1,8 +1,10 @@
 """What every workload produces: requests of prompt and trace token ids within
 the configured lengths, and the helpers that cut real text to those lengths."""
 
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from tokenizers import Tokenizer
 
@@ -31,6 +33,13 @@ class Request:
         return {"request_id": self.request_id, "workload": self.workload,
                 "prompt_token_ids": self.prompt_token_ids,
                 "trace_token_ids": self.trace_token_ids}
+
+
+def read_requests(path: str | Path) -> list[dict]:
+    """A workload file's requests in arrival order: one JSON object a line,
+    as :meth:`Request.to_json` writes them."""
+    with open(path) as lines:
+        return [row for row in map(json.loads, lines) if row]
 
 
 def count_tokens(tokenizer: Tokenizer, text: str) -> int:
