@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.e2e import engine, report, run, traces
 from tests.benchmarks.test_e2e_plumbing import RecordingRun
-from tests.benchmarks.test_gpu_check import gpu_check
+from tests.benchmarks.test_gpu_check import e2e_commands, gpu_check
 
 REQUESTS = [
     {"request_id": "chat-0000", "workload": "chat", "prompt_token_ids": [5, 6, 7],
@@ -378,8 +378,7 @@ def test_the_gpu_check_step_runs_both_methods_on_the_built_workloads(tmp_path, m
     assert gpu_check(tmp_path, "e2e-trace").returncode == 0
     calls = (tmp_path / "python3-calls").read_text().splitlines()
     assert not any("benchmarks.workloads" in c for c in calls)
-    e2e = [c.split()[3:] for c in calls if c.startswith("-m benchmarks e2e")]
-    parsed = [run.parse_args(argv) for argv in e2e]
+    parsed = [run.parse_args(argv) for argv in e2e_commands(tmp_path)]
     assert [a.ngram_method for a in parsed] == ["ngram", "suffix"]
     assert all(a.trace_workloads == (str(folder), ["chat"]) and a.max_num_seqs == [64, 256]
                and a.models == [("8b", 151936)] for a in parsed)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.e2e import run
-from tests.benchmarks.test_gpu_check import stand_in_python
+from tests.benchmarks.test_gpu_check import e2e_commands, stand_in_python
 from tests.scripts_dir import SCRIPTS
 
 
@@ -16,7 +16,6 @@ def measure(tmp_path: Path, mode: str, **env: str) -> tuple[subprocess.Completed
     folder of its own), ``python3`` a stand-in; the bench e2e commands it
     ran, parsed."""
     bin_dir = stand_in_python(tmp_path)
-    calls = tmp_path / "python3-calls"
     site = tmp_path / "site"
     site.mkdir()
     (site / "env.sh").write_text(f"export PYTHONPATH={site}\n")
@@ -27,10 +26,7 @@ def measure(tmp_path: Path, mode: str, **env: str) -> tuple[subprocess.Completed
              "WORK": str(tmp_path / "work"), "VLLM_SITE": str(site), "STEP_TIMEOUT": "60",
              **env},
         cwd=SCRIPTS.parent, capture_output=True, text=True, timeout=120)
-    lines = calls.read_text().splitlines() if calls.exists() else []
-    e2e = [run.parse_args(line.split()[3:]) for line in lines
-           if line.startswith("-m benchmarks e2e")]
-    return proc, e2e
+    return proc, [run.parse_args(argv) for argv in e2e_commands(tmp_path)]
 
 
 @pytest.fixture(autouse=True)

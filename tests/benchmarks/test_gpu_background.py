@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.e2e import run
-from tests.benchmarks.test_gpu_check import stand_in_python
+from tests.benchmarks.test_gpu_check import e2e_commands, stand_in_python
 from tests.scripts_dir import SCRIPTS
 
 
@@ -89,9 +89,7 @@ def trace_plan(tmp_path: Path, *steps: str, gpu_mib: int | None = None) -> list:
                path=f"{bin_dir}:/usr/bin:/bin", **env)
     ended = background(tmp_path, "wait", "60")
     assert "plan ended, exit status 0" in ended.stdout
-    lines = (tmp_path / "python3-calls").read_text().splitlines()
-    return [run.parse_args(line.split()[3:]) for line in lines
-            if line.startswith("-m benchmarks e2e")]
+    return [run.parse_args(argv) for argv in e2e_commands(tmp_path)]
 
 
 def test_the_trace_plan_measures_each_step_in_a_folder_of_its_own(tmp_path, vllm_0_34):

@@ -20,6 +20,14 @@ def stand_in_python(tmp_path: Path, python_exit: int = 0) -> Path:
     return bin_dir
 
 
+def e2e_commands(tmp_path: Path) -> list[list[str]]:
+    """The arguments after ``-m benchmarks e2e`` of every bench e2e command
+    the stand-in ``python3`` (:func:`stand_in_python`) was asked to run."""
+    calls = tmp_path / "python3-calls"
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    return [line.split()[3:] for line in lines if line.startswith("-m benchmarks e2e")]
+
+
 def gpu_check(tmp_path: Path, *steps: str, python_exit: int = 0) -> subprocess.CompletedProcess:
     """The script with ``python3`` a stand-in (:func:`stand_in_python`):
     nothing of a step runs, on a machine with a GPU or without."""
