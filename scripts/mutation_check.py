@@ -55,6 +55,8 @@ PLAN_ON_ITS_OWN = (
     "tests/test_policy.py::"
     "test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often"
 )
+POLICY_RULE = "tests/test_policy.py::test_decisions_equal_the_rule_on_every_step"
+HOLD_RULE = "tests/test_policy.py::test_a_proposal_is_held_while_the_rate_pays_for_it"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +204,20 @@ MUTANTS = [
         "proposes = self.warm or self.steps_since_proposal >= PROBE_INTERVAL - 1",
         "proposes = True",
         (PLAN_IN_SCHEDULER, PLAN_ON_ITS_OWN),
+    ),
+    Mutant(
+        "proposal_not_held_through_async_lag",
+        f"{PACKAGE}/policy.py",
+        "elif report - getattr(request, FOUND_AT_ATTR) <= HOLD_REPORTS and rate >= hold_bar:",
+        "elif False:",
+        (HOLD_RULE, POLICY_RULE),
+    ),
+    Mutant(
+        "slot_bar_ignores_the_batch_size",
+        f"{PACKAGE}/policy.py",
+        "return batch / (batch + RIDGE_TOKENS)",
+        "return 1 / (1 + RIDGE_TOKENS)",
+        (HOLD_RULE,),
     ),
     Mutant(
         "prefill_steps_replay_mixed_decode_graphs",

@@ -1,19 +1,29 @@
 """The adaptive policy's decisions on their own (no vLLM, no engine, CPU).
 
-The decisions (verification length, cap, the placeholders handed to the
-next schedule) and the counters must equal those of the per-request rule
-written out below, on every step, including the zero-draft steps that take
-the fast path; and a zero-draft step must not touch the caps at all.
+The decisions (verification length, acceptance rate, the placeholders
+handed to the next schedule) and the counters must equal those of the
+per-request rule written out below, on every step, including the steps that
+take a fast path; and a zero-draft step with no request holding must not
+read a request's rate at all.
 """
 
+import math
 import random
 from types import SimpleNamespace
 
+import pytest
+
+from vllm_sampling_plugin import policy as policy_module
 from vllm_sampling_plugin.policy import (
-    CAP_ATTR,
+    ACCEPT_RATE_ATTR,
+    HOLD_REPORTS,
     PROPOSED_ATTR,
+    RATE_WEIGHT,
+    RIDGE_TOKENS,
     VERIFY_ATTR,
     AdaptiveSpeculation,
+    drafts_worth_verifying,
+    slot_bar,
 )
 
 K = 3
@@ -22,32 +32,65 @@ K = 3
 class FakeRequest:
     # Class defaults, as patch_scheduler sets them on vLLM's Request.
     vllm_sampling_plugin_verify_len = 1 << 30
-    vllm_sampling_plugin_verify_cap = 1 << 30
+    vllm_sampling_plugin_accept_rate = 1.0
+    vllm_sampling_plugin_found_at = -(1 << 30)
+    vllm_sampling_plugin_found = 0
 
     def __init__(self, spec_token_ids):
         self.spec_token_ids = spec_token_ids
 
 
-def reference_observe(requests, scheduled, req_ids, sampled, num_proposed, k):
-    """The policy's rule, one request at a time."""
-    for i, req_id in enumerate(req_ids):
-        request = requests.get(req_id)
-        if request is None:
-            continue
-        cap = getattr(request, CAP_ATTR)
-        drafts = scheduled.get(req_id)
-        if drafts and sampled[i]:
-            num_accepted = len(sampled[i]) - 1
-            cap = min(k, 2 * cap) if num_accepted >= len(drafts) else num_accepted + 1
-            setattr(request, CAP_ATTR, cap)
-        length = min(num_proposed[i], cap)
-        setattr(request, VERIFY_ATTR, length)
-        if request.spec_token_ids:
-            request.spec_token_ids = [-1] * length
+class Reference:
+    """The policy's rule, one request at a time, written out plainly: the
+    rate moves toward the accepted share of the drafts tried, a request
+    verifies min(found, the most drafts its rate pays for at this batch
+    size), and one without a proposal keeps the latest found count for
+    HOLD_REPORTS outputs while its rate is at least the square root of the
+    bar. A request that verified k drafts and accepted them all in a step
+    where every request proposed k and accepted everything keeps its state."""
+
+    def __init__(self, k):
+        self.k = k
+        self.outputs = 0
+        self.found = {}  # request id -> (output index, count) of its latest proposal
+        self.rate = {}
+
+    def observe(self, requests, scheduled, req_ids, sampled, num_proposed):
+        self.outputs += 1
+        k = self.k
+        bar = len(req_ids) / (len(req_ids) + RIDGE_TOKENS)
+        all_accepted = (num_proposed.count(k) == len(num_proposed) and all(
+            len(s) - 1 == len(scheduled.get(r, ())) for r, s in zip(req_ids, sampled)))
+        for i, req_id in enumerate(req_ids):
+            request = requests.get(req_id)
+            if request is None:
+                continue
+            if all_accepted and getattr(request, VERIFY_ATTR) >= k:
+                continue
+            rate = self.rate.get(req_id, 1.0)
+            drafts = scheduled.get(req_id)
+            if drafts and sampled[i]:
+                accepted = len(sampled[i]) - 1
+                rate += RATE_WEIGHT * (accepted / min(accepted + 1, len(drafts)) - rate)
+                self.rate[req_id] = rate
+            found = num_proposed[i]
+            if found:
+                self.found[req_id] = (self.outputs, found)
+            else:
+                at, count = self.found.get(req_id, (-(1 << 30), 0))
+                if self.outputs - at <= HOLD_REPORTS and rate >= math.sqrt(bar):
+                    found = count
+            most = max(j for j in range(1, k + 1) if j == 1 or rate ** j >= bar)
+            length = min(found, most)
+            setattr(request, VERIFY_ATTR, length)
+            setattr(request, ACCEPT_RATE_ATTR, rate)
+            if request.spec_token_ids:
+                request.spec_token_ids = [-1] * length
 
 
 def state(requests):
-    return {r: (getattr(q, VERIFY_ATTR), getattr(q, CAP_ATTR), list(q.spec_token_ids))
+    return {r: (getattr(q, VERIFY_ATTR), round(getattr(q, ACCEPT_RATE_ATTR), 9),
+                list(q.spec_token_ids))
             for r, q in requests.items()}
 
 
@@ -67,9 +110,9 @@ def random_step(rng, names, zero):
 
 
 def settled_state(requests):
-    """``state`` with the caps and lengths at or past k read as k: a request
-    never verifies more than k, so those values decide the same."""
-    return {r: (min(v, K), min(c, K), p) for r, (v, c, p) in state(requests).items()}
+    """``state`` with the lengths at or past k read as k: a request never
+    verifies more than k, so those values decide the same."""
+    return {r: (min(v, K), a, p) for r, (v, a, p) in state(requests).items()}
 
 
 class Twin:
@@ -79,6 +122,7 @@ class Twin:
         self.ours = {r: FakeRequest([-1] * K) for r in names}
         self.ref = {r: FakeRequest([-1] * K) for r in names}
         self.policy = AdaptiveSpeculation(K)
+        self.reference = Reference(K)
         self.counted = [0, 0, 0]
 
     def step(self, scheduled, req_ids, sampled, proposed):
@@ -86,7 +130,7 @@ class Twin:
                               **{PROPOSED_ATTR: proposed})
         self.policy.observe(
             self.ours, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
-        reference_observe(self.ref, scheduled, req_ids, sampled, proposed, K)
+        self.reference.observe(self.ref, scheduled, req_ids, sampled, proposed)
         assert settled_state(self.ours) == settled_state(self.ref)
         self.counted[0] += sum(proposed)
         self.counted[1] += sum(len(scheduled.get(r, ())) for r in req_ids if r in self.ref)
@@ -113,22 +157,30 @@ def test_decisions_equal_the_rule_on_every_step():
     assert twin.counters() == twin.counted
 
 
-class CapCounting(FakeRequest):
+class RateCounting(FakeRequest):
     reads = 0
 
     def __getattribute__(self, name):
-        if name == CAP_ATTR:
+        if name == ACCEPT_RATE_ATTR:
             type(self).reads += 1
         return super().__getattribute__(name)
 
 
-def test_zero_draft_step_leaves_caps_alone():
-    requests = {f"r{i}": CapCounting([-1] * K) for i in range(64)}
-    out = SimpleNamespace(req_ids=list(requests), sampled_token_ids=[[7]] * 64,
-                          **{PROPOSED_ATTR: [0] * 64})
-    AdaptiveSpeculation(K).observe(
-        requests, SimpleNamespace(scheduled_spec_decode_tokens={}), out)
-    assert CapCounting.reads == 0
+def zero_draft_output(requests):
+    return SimpleNamespace(req_ids=list(requests), sampled_token_ids=[[7]] * len(requests),
+                           **{PROPOSED_ATTR: [0] * len(requests)})
+
+
+def test_zero_draft_step_reads_no_request_once_no_request_holds():
+    requests = {f"r{i}": RateCounting([-1] * K) for i in range(64)}
+    policy = AdaptiveSpeculation(K)
+    nothing = SimpleNamespace(scheduled_spec_decode_tokens={})
+    # The first outputs of a policy walk: a proposal could be held.
+    for _ in range(HOLD_REPORTS):
+        policy.observe(requests, nothing, zero_draft_output(requests))
+    RateCounting.reads = 0
+    policy.observe(requests, nothing, zero_draft_output(requests))
+    assert RateCounting.reads == 0
     assert all(q.spec_token_ids == [] and getattr(q, VERIFY_ATTR) == 0
                for q in requests.values())
 
@@ -165,34 +217,82 @@ def test_accepting_steps_walk_only_the_unsettled_and_decide_as_the_rule():
 
 
 def test_settled_accepting_step_reads_no_request():
-    requests = {f"r{i}": CapCounting([-1] * K) for i in range(64)}
-    scheduled = {r: [-1] * K for r in requests}
+    requests = {f"r{i}": RateCounting([-1] * K) for i in range(64)}
+    scheduled = SimpleNamespace(scheduled_spec_decode_tokens={r: [-1] * K for r in requests})
     out = SimpleNamespace(req_ids=list(requests), sampled_token_ids=[[7] * (K + 1)] * 64,
                           **{PROPOSED_ATTR: [K] * 64})
     policy = AdaptiveSpeculation(K)
-    CapCounting.reads = 0
-    policy.observe(requests, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
-    assert CapCounting.reads == 0
+    RateCounting.reads = 0
+    policy.observe(requests, scheduled, out)
+    assert RateCounting.reads == 0
     assert (policy.proposed, policy.verified, policy.accepted) == (64 * K, 64 * K, 64 * K)
-    # One rejection sends that request (only) through the rule.
-    sampled = [[7] * (K + 1)] * 63 + [[7]]
-    out = SimpleNamespace(req_ids=list(requests), sampled_token_ids=sampled,
-                          **{PROPOSED_ATTR: [K] * 64})
-    policy.observe(requests, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
-    assert CapCounting.reads == 64  # the full walk: the step had a rejection
-    assert policy.unsettled == {"r63"}
-    assert getattr(requests["r63"], CAP_ATTR) == 1 and getattr(requests["r63"], VERIFY_ATTR) == 1
+    # Rejections send that request (only) through the rule: its rate falls
+    # by RATE_WEIGHT of the way to 0 each time; one rejection still pays
+    # for k drafts at 64 requests, a run of them brings it down to one.
+    bar = slot_bar(64)
+    rate = 1.0
+    lengths = []
+    for rejections in range(1, 16):
+        out = SimpleNamespace(req_ids=list(requests), sampled_token_ids=[[7] * (K + 1)] * 63 + [[7]],
+                              **{PROPOSED_ATTR: [K] * 64})
+        RateCounting.reads = 0
+        policy.observe(requests, scheduled, out)
+        assert RateCounting.reads == 64  # the full walk: the step had a rejection
+        rate *= 1 - RATE_WEIGHT
+        assert getattr(requests["r63"], ACCEPT_RATE_ATTR) == pytest.approx(rate)
+        lengths.append(getattr(requests["r63"], VERIFY_ATTR))
+        assert lengths[-1] == drafts_worth_verifying(rate, bar, K)
+        assert policy.unsettled == ({"r63"} if lengths[-1] < K else set())
+    assert lengths[0] == K and lengths[-1] == 1 and lengths == sorted(lengths, reverse=True)
+
+
+def test_drafts_worth_verifying_is_the_largest_count_whose_chance_clears_the_bar():
+    for rate in [0.0, 0.05, 0.2, 0.333, 0.5, 0.7, 0.9, 0.99, 1.0]:
+        for batch in [1, 16, 64, 256, 1024]:
+            bar = slot_bar(batch)
+            expected = max(j for j in range(1, K + 1) if j == 1 or rate ** j >= bar)
+            assert drafts_worth_verifying(rate, bar, K) == expected, (rate, batch)
+    # Half its drafts accepted: k at 16 requests, one at 256.
+    assert drafts_worth_verifying(0.5, slot_bar(16), K) == K
+    assert drafts_worth_verifying(0.5, slot_bar(256), K) == 1
+
+
+def verify_after(policy, requests, found_then_nothing):
+    """A request proposes k once, then nothing: its verification lengths."""
+    lengths = []
+    for found in found_then_nothing:
+        out = SimpleNamespace(req_ids=list(requests), sampled_token_ids=[[7]] * len(requests),
+                              **{PROPOSED_ATTR: [found] + [0] * (len(requests) - 1)})
+        policy.observe(requests, SimpleNamespace(scheduled_spec_decode_tokens={}), out)
+        lengths.append(getattr(requests["r0"], VERIFY_ATTR))
+    return lengths
+
+
+@pytest.mark.parametrize("batch, rate, held", [(16, 1.0, True), (16, 0.3, True),
+                                              (256, 1.0, True), (256, 0.3, False)])
+def test_a_proposal_is_held_while_the_rate_pays_for_it(batch, rate, held):
+    """Async scheduling verifies the drafts of one step with the proposal
+    count of the step before: a request that lost its proposal for a step
+    keeps its length for HOLD_REPORTS outputs where its rate clears the
+    square root of the bar, and verifies nothing after that."""
+    requests = {f"r{i}": FakeRequest([-1] * K) for i in range(batch)}
+    setattr(requests["r0"], ACCEPT_RATE_ATTR, rate)
+    lengths = verify_after(AdaptiveSpeculation(K), requests, [K] + [0] * (HOLD_REPORTS + 2))
+    first = drafts_worth_verifying(rate, slot_bar(batch), K)
+    kept = [first] * HOLD_REPORTS if held else [0] * HOLD_REPORTS
+    assert lengths == [first] + kept + [0, 0]
+    assert held == (rate >= math.sqrt(slot_bar(batch)))
 
 
 def test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often(monkeypatch):
-    import vllm_sampling_plugin.policy as policy_module
     from vllm_sampling_plugin.policy import PROPOSE_ATTR
 
     policy = AdaptiveSpeculation(K)
     plans = []
     for step in range(3 * policy_module.PROBE_INTERVAL):
         if step == 2:
-            policy.warm = False  # a report found nothing for anyone
+            # The latest PROBE_INTERVAL outputs found nothing for anyone.
+            policy.reports = policy.found_report + policy_module.PROBE_INTERVAL
         plans.append(policy.plan(SimpleNamespace()))
     interval = policy_module.PROBE_INTERVAL
     assert plans[:2] == [True, True]
@@ -200,7 +300,7 @@ def test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often(monkeypatch)
     # last proposing step (1), then one every PROBE_INTERVAL.
     assert [s for s, p in enumerate(plans) if p][2:] == [1 + interval, 1 + 2 * interval]
     so = SimpleNamespace()
-    policy.warm = True
+    policy.found_report = policy.reports
     assert policy.plan(so) and getattr(so, PROPOSE_ATTR) is True
 
     policy.proposed, policy.verified, policy.accepted = 12, 9, 6

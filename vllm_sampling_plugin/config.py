@@ -14,8 +14,9 @@ Two settings steer the plugin:
 
 ``speculation_policy`` (``--speculation-policy`` / ``LLM(speculation_policy=...)``)
     How many n-gram draft tokens a request verifies each step. ``adaptive``
-    verifies only what the proposer found, capped by the request's recent
-    acceptance, so requests without a proposal run one token; ``fixed``
+    verifies only what the proposer found, as many as the request's acceptance
+    rate pays for at the step's batch size, so requests without a proposal
+    run one token; ``fixed``
     verifies ``num_speculative_tokens`` for every request every step, as vLLM
     does. The default is ``adaptive`` on vLLM 0.20, 0.32 and 0.33, where
     engine runs measured it (integration/settings/defaults.py).
@@ -88,8 +89,8 @@ FP64_HELP = (
 SPECULATION_POLICY_HELP = (
     "How many n-gram draft tokens each request verifies per step "
     "(vllm-sampling-plugin). 'adaptive' verifies only the tokens the proposer "
-    "found, capped by the request's recent acceptance, so requests without a "
-    "proposal cost one token; 'fixed' verifies num_speculative_tokens for every "
+    "found, as many as the request's acceptance rate pays for at the step's "
+    "batch size, so requests without a proposal cost one token; 'fixed' verifies num_speculative_tokens for every "
     "request every step, as vLLM does."
 )
 

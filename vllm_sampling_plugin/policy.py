@@ -3,28 +3,43 @@ draft tokens a request verifies next, and whether the runner proposes
 after a step. integration/speculator/ installs it in vLLM's scheduler and
 runner; this module imports no vLLM and is tested on its own.
 
-A request verifies ``min(proposed, cap)`` draft tokens, where ``proposed``
-is how many tokens the proposer found for it in the latest step whose
-output has arrived and ``cap`` follows its acceptance: it doubles (up to k)
-after a step that accepted every verified draft and falls to one more than
-the accepted run after a step that rejected one. A request without a
-proposal therefore runs one token, as without speculation; one whose
-proposals are accepted keeps k. Walking every request costs host time each
-step, so a step in which every request proposed k and accepted every draft
+A verified draft slot costs the step about as much as one more request in
+the batch, and pays only if the draft is accepted. A step of ``B`` requests
+costs about ``RIDGE_TOKENS + B`` token-units on a GPU (its weights read once
+per step, then compute per token), so one more slot pays off where it is
+accepted with a probability above ``B / (B + RIDGE_TOKENS)``: nearly always
+at a few sequences, a third of the time at 256. Each request keeps the rate
+at which its verified drafts were accepted (``ACCEPT_RATE_ATTR``, a moving
+average up to and including the first rejected draft) and verifies
+``min(proposed, j)`` drafts, ``j`` the largest count (at least one, at most
+k) whose chance ``rate ** j`` clears that bar. A request without a proposal
+verifies nothing, as without speculation; with async scheduling the
+decision reads the proposal one step older than the drafts it verifies
+(vLLM has scheduled the step before the proposal it verifies exists), so a
+request whose proposals clear the bar keeps verifying for ``HOLD_REPORTS``
+reports without a proposal: matches come and go step by step in real text,
+and a request that lost its proposal for a step would otherwise skip the
+drafts of the next one. Walking every request costs host time each step, so
+a step in which every request proposed k and accepted every verified draft
 is decided from totals and walks only the requests whose next verification
-is shorter than k (``AdaptiveSpeculation.unsettled``).
+is shorter than k (``AdaptiveSpeculation.unsettled``); a request verifying
+k that accepts them all keeps its state.
 
 With async scheduling the policy also plans, as each step is scheduled,
 whether the runner proposes after it (:meth:`AdaptiveSpeculation.plan`,
-carried to the worker as :data:`PROPOSE_ATTR`): every step while the latest
-report found a draft for some request, one step in :data:`PROBE_INTERVAL`
-while none did (the proposer's launches cost a small model's host a tenth
-of a step: docs/benchmarks.md).
+carried to the worker as :data:`PROPOSE_ATTR`): every step while one of the
+latest :data:`PROBE_INTERVAL` reports found a draft for some request, one
+step in :data:`PROBE_INTERVAL` otherwise (the proposer's launches cost a
+small model's host a tenth of a step: docs/benchmarks.md).
+
+benchmarks/workloads/policy_replay.py replays this class under vLLM's async
+schedule on the real-text workloads (docs/workloads.md).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -39,15 +54,45 @@ PROPOSE_ATTR = "vllm_sampling_plugin_propose"
 
 # Per-request state, kept on vLLM's Request objects (class defaults until
 # the first output of a request arrives): how many draft tokens the next
-# schedule gives it, and the acceptance cap.
+# schedule gives it, the rate at which its verified drafts were accepted,
+# the latest report that found drafts for it and how many it found.
 VERIFY_ATTR = "vllm_sampling_plugin_verify_len"
-CAP_ATTR = "vllm_sampling_plugin_verify_cap"
+ACCEPT_RATE_ATTR = "vllm_sampling_plugin_accept_rate"
+FOUND_AT_ATTR = "vllm_sampling_plugin_found_at"
+FOUND_ATTR = "vllm_sampling_plugin_found"
+
+# A step's cost in token-units is about RIDGE_TOKENS plus its tokens: the
+# batch at which a decoding step's GEMMs turn from reading weights to
+# computing (an H100's bf16 ridge is about 300 tokens; the 8B trace cells of
+# vLLM 0.34 on an H100 fit 500-800, docs/workloads.md).
+RIDGE_TOKENS = 512
+# Weight of the newest verification in a request's acceptance rate.
+RATE_WEIGHT = 0.15
+# Reports without a proposal through which a request whose proposals clear
+# the bar keeps verifying (async scheduling's one-step-old proposals).
+HOLD_REPORTS = 2
 
 STATS_INTERVAL_S = 10.0
 
-# While the latest report found no draft for any request, the runner
-# proposes after one step in this many.
+# While none of this many latest reports found a draft for any request, the
+# runner proposes after one step in this many.
 PROBE_INTERVAL = 8
+
+
+def slot_bar(batch: int) -> float:
+    """The acceptance probability above which one more verified slot pays
+    off in a step of ``batch`` requests."""
+    return batch / (batch + RIDGE_TOKENS)
+
+
+def drafts_worth_verifying(rate: float, bar: float, k: int) -> int:
+    """The largest ``j`` in 1..k with ``rate ** j >= bar`` (1 if none): a
+    request with a proposal always verifies one draft, so its rate can rise."""
+    if rate >= 1.0:
+        return k
+    if rate <= 0.0:
+        return 1
+    return max(1, min(k, int(math.log(bar) / math.log(rate))))
 
 
 class AdaptiveSpeculation:
@@ -64,19 +109,26 @@ class AdaptiveSpeculation:
         self.verified = 0
         self.accepted = 0
         self.last_log = time.monotonic()
-        # Requests whose next verification is shorter than k (a cap below k,
-        # or fewer tokens proposed): the only ones a step in which every
+        # Requests whose next verification is shorter than k (a slower rate,
+        # fewer tokens proposed, none): the only ones a step in which every
         # request proposed k and accepted every draft has to update.
         self.unsettled: set[str] = set()
-        # Whether the latest report found a draft for some request, how many
-        # steps were scheduled since the runner last proposed, and whether it
-        # proposes after the latest step scheduled (whose drafts the next
-        # schedule verifies).
-        self.warm = True
+        # Outputs observed so far (FOUND_AT_ATTR counts in these) and the
+        # latest whose report found a draft for some request.
+        self.reports = 0
+        self.found_report = 0
+        # How many steps were scheduled since the runner last proposed, and
+        # whether it proposes after the latest step scheduled (whose drafts
+        # the next schedule verifies).
         self.steps_since_proposal = 0
         self.latest_step_proposes = True
         self.steps = 0
         self.proposing_steps = 0
+
+    @property
+    def warm(self) -> bool:
+        """Whether one of the latest PROBE_INTERVAL outputs observed found a draft."""
+        return self.reports - self.found_report < PROBE_INTERVAL
 
     def plan(self, scheduler_output: Any) -> bool:
         """Whether the runner proposes after the step just scheduled; marks
@@ -105,35 +157,39 @@ class AdaptiveSpeculation:
             num_proposed = [0] * len(output.req_ids)
             found = False
         else:
-            found = self.warm = any(num_proposed)
+            found = any(num_proposed)
+        self.reports += 1
+        if found:
+            self.found_report = self.reports
         unsettled = self.unsettled
         if len(unsettled) > 2 * len(requests) + 64:
             # Finished requests leave now and then, not on every step.
             self.unsettled = unsettled = {r for r in unsettled if r in requests}
         req_ids = output.req_ids
         sampled = output.sampled_token_ids
-        if not scheduled_drafts and not found:
-            # Nothing verified (no cap moves) and nothing proposed: every
-            # request verifies none next. On text that does not repeat this
-            # is every step, so it skips the per-request cap logic.
+        if not scheduled_drafts and not found and self.reports - self.found_report > HOLD_REPORTS:
+            # Nothing verified (no rate moves), nothing proposed and no
+            # request holding: every request verifies none next. On text
+            # that does not repeat this is every step, so it skips the
+            # per-request logic.
             self.settle_unproposed(requests, req_ids)
         else:
             verified = self._verified_if_all_accepted(scheduled_drafts, sampled, num_proposed)
             if verified is None:
                 self._decide(requests, scheduled_drafts, sampled, num_proposed,
-                             enumerate(req_ids))
+                             enumerate(req_ids), slot_bar(len(req_ids)))
             else:
                 # k proposed for every request and every draft accepted: a
-                # settled request stays settled (cap k, k drafts next), so
-                # only the unsettled ones are walked. On text that repeats
-                # this is every step.
+                # settled request stays settled (k drafts next), so only the
+                # unsettled ones are walked. On text that repeats this is
+                # every step.
                 self.proposed += sum(num_proposed)
                 self.verified += verified
                 self.accepted += verified
                 if unsettled:
                     pending = [(i, r) for i, r in enumerate(req_ids) if r in unsettled]
                     self._decide(requests, scheduled_drafts, sampled, num_proposed, pending,
-                                 count=False)
+                                 slot_bar(len(req_ids)), count=False)
         self.log_stats()
 
     def _verified_if_all_accepted(self, scheduled_drafts: dict[str, list[int]],
@@ -154,9 +210,12 @@ class AdaptiveSpeculation:
 
     def _decide(self, requests: dict[str, Any], scheduled_drafts: dict[str, list[int]],
                 sampled: list[list[int]] | None, num_proposed: list[int], entries,
-                count: bool = True) -> None:
-        """The per-request rule for ``entries`` (batch index, request id)."""
+                bar: float, count: bool = True) -> None:
+        """The per-request rule for ``entries`` (batch index, request id) in
+        a step whose slots pay off above acceptance probability ``bar``."""
         k = self.k
+        report = self.reports
+        hold_bar = math.sqrt(bar)
         placeholders = self.placeholders
         unsettled = self.unsettled
         proposed = verified = accepted = 0
@@ -164,19 +223,25 @@ class AdaptiveSpeculation:
             request = requests.get(req_id)
             if request is None:
                 continue
-            cap = getattr(request, CAP_ATTR)
+            rate = getattr(request, ACCEPT_RATE_ATTR)
             drafts = scheduled_drafts.get(req_id)
             if drafts and sampled and sampled[i]:
                 num_accepted = len(sampled[i]) - 1
                 verified += len(drafts)
                 accepted += num_accepted
-                # Doubling regains k within two steps (k = 3) once a request
-                # starts repeating; a rejection keeps the run seen plus one.
-                cap = min(k, 2 * cap) if num_accepted >= len(drafts) else num_accepted + 1
-                setattr(request, CAP_ATTR, cap)
+                # The drafts tried: the accepted run and the first rejected.
+                tried = min(num_accepted + 1, len(drafts))
+                rate += RATE_WEIGHT * (num_accepted / tried - rate)
+                setattr(request, ACCEPT_RATE_ATTR, rate)
             num_found = num_proposed[i]
             proposed += num_found
-            length = min(num_found, cap)
+            if num_found:
+                setattr(request, FOUND_AT_ATTR, report)
+                setattr(request, FOUND_ATTR, num_found)
+            elif report - getattr(request, FOUND_AT_ATTR) <= HOLD_REPORTS and rate >= hold_bar:
+                # Held: its next drafts are likely found again.
+                num_found = getattr(request, FOUND_ATTR)
+            length = min(num_found, drafts_worth_verifying(rate, bar, k)) if num_found else 0
             setattr(request, VERIFY_ATTR, length)
             if length < k:
                 unsettled.add(req_id)
@@ -192,7 +257,8 @@ class AdaptiveSpeculation:
             self.accepted += accepted
 
     def settle_unproposed(self, requests: dict[str, Any], req_ids: list[str]) -> None:
-        """``observe`` for a step with no drafts verified and none proposed."""
+        """``observe`` for a step with no drafts verified, none proposed and
+        no request holding."""
         empty = self.placeholders[0]
         for req_id in req_ids:
             request = requests.get(req_id)

@@ -20,7 +20,12 @@ from tests.tiny_model import write_tiny_llama
 from tests.vllm_lines import INSTALLED_LINE, needs_vllm_line
 from vllm_sampling_plugin.integration.settings.defaults import defaults
 from vllm_sampling_plugin.integration.version import LINE_SEAMS
-from vllm_sampling_plugin.policy import PROBE_INTERVAL
+from vllm_sampling_plugin.policy import (
+    PROBE_INTERVAL,
+    RATE_WEIGHT,
+    drafts_worth_verifying,
+    slot_bar,
+)
 
 pytestmark = needs_vllm_line("0.20", "0.32", "0.33", "0.34")
 
@@ -161,17 +166,21 @@ def test_fixed_policy_verifies_k_for_everyone(tiny_model, async_scheduling):
         assert step == {"a": K, "b": K}, record
 
 
-def test_rejections_cap_and_full_acceptance_regrows(tiny_model):
-    # "a" is always proposed 3 tokens. Its drafts of step 3 are all rejected,
-    # every other step accepts everything.
-    plan = {str(s): {"proposed": {"a": 3}, "accept": {"a": 0 if s == 3 else 3}} for s in range(10)}
-    record = scheduled_drafts(tiny_model, "adaptive", False, ["a"], plan, 10)
+def test_rejections_lower_the_rate_until_one_draft_is_verified(tiny_model):
+    # "a" is always proposed 3 tokens; every draft from step 3 on is rejected.
+    steps = 30
+    plan = {str(s): {"proposed": {"a": 3}, "accept": {"a": 0 if s >= 3 else 3}}
+            for s in range(steps)}
+    record = scheduled_drafts(tiny_model, "adaptive", False, ["a"], plan, steps)
     lengths = [step["a"] for step in record]
-    # Sync scheduling: step s's output decides step s + 1. After the
-    # rejection at step 3 the cap is 0 + 1 = 1, then it doubles: 2, then 3.
+    # Sync scheduling: step s's output decides step s + 1, so step t follows
+    # t - 3 rejections, each taking RATE_WEIGHT of the rate. Alone in its
+    # batch a slot is nearly free: k drafts until the rate is about 1/8.
     assert lengths[1:4] == [K, K, K], lengths
-    assert lengths[4:7] == [1, 2, K], lengths
-    assert lengths[7:] == [K] * len(lengths[7:]), lengths
+    expected = [drafts_worth_verifying((1 - RATE_WEIGHT) ** (t - 3), slot_bar(1), K)
+                for t in range(4, len(lengths))]
+    assert lengths[4:] == expected, lengths
+    assert expected[0] == K and expected[-1] == 1, expected
 
 
 def test_a_batch_without_proposals_proposes_one_step_in_probe_interval(tiny_model):
@@ -183,10 +192,12 @@ def test_a_batch_without_proposals_proposes_one_step_in_probe_interval(tiny_mode
     for step in range(1, len(record)):
         if any(record[step].values()):
             assert proposes[step - 1], (step, record, proposes)
-    # Until the first report (of step 0) arrives every step proposes; from
-    # then on, before anything is found, one step in PROBE_INTERVAL does.
+    # Every step proposes until PROBE_INTERVAL outputs have found nothing
+    # (the first arrives after step 1 is scheduled); from then on, before
+    # anything is found, one step in PROBE_INTERVAL does.
     probes = [s for s in range(start) if proposes[s]]
-    cold = [s for s in probes if s > 2]
+    assert probes[:PROBE_INTERVAL + 1] == list(range(PROBE_INTERVAL + 1)), proposes
+    cold = probes[PROBE_INTERVAL:]
     assert len(cold) >= 3, proposes
     assert all(b - a == PROBE_INTERVAL for a, b in zip(cold, cold[1:])), proposes
     # (Step 1 verifies k before any report has arrived, as under "fixed".)

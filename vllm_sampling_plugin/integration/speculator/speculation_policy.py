@@ -27,7 +27,13 @@ import logging
 from typing import Any
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.policy import CAP_ATTR, VERIFY_ATTR, AdaptiveSpeculation
+from vllm_sampling_plugin.policy import (
+    ACCEPT_RATE_ATTR,
+    FOUND_AT_ATTR,
+    FOUND_ATTR,
+    VERIFY_ATTR,
+    AdaptiveSpeculation,
+)
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -84,8 +90,9 @@ def adaptive_speculation_for(vllm_config: Any) -> AdaptiveSpeculation | None:
         return None
     logger.info(
         "vllm-sampling-plugin speculation policy: adaptive (a request verifies "
-        "the %s tokens proposed for it, at most %d, capped by its recent "
-        "acceptance; --speculation-policy fixed verifies %d always).", kind, k, k,
+        "the %s tokens proposed for it, at most %d, as many as its acceptance "
+        "pays for at the step's batch size; --speculation-policy fixed verifies "
+        "%d always).", kind, k, k,
     )
     return AdaptiveSpeculation(k, kind)
 
@@ -107,9 +114,12 @@ def patch_scheduler(scheduler_cls: type, async_scheduler_cls: type, request_cls:
     async_scheduler_cls._update_after_schedule = _planning(
         async_scheduler_cls._update_after_schedule
     )
-    # Until a request's first output: verify everything proposed.
+    # Until a request's first output: verify everything proposed, as if
+    # every draft so far had been accepted, no proposal found yet.
     setattr(request_cls, VERIFY_ATTR, 1 << 30)
-    setattr(request_cls, CAP_ATTR, 1 << 30)
+    setattr(request_cls, ACCEPT_RATE_ATTR, 1.0)
+    setattr(request_cls, FOUND_AT_ATTR, -(1 << 30))
+    setattr(request_cls, FOUND_ATTR, 0)
 
 
 def _choosing_policy(init):
