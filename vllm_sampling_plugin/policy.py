@@ -63,8 +63,8 @@ FOUND_ATTR = "vllm_sampling_plugin_found"
 
 # A step's cost in token-units is about RIDGE_TOKENS plus its tokens: the
 # batch at which a decoding step's GEMMs turn from reading weights to
-# computing (an H100's bf16 ridge is about 300 tokens; the 8B trace cells of
-# vLLM 0.34 on an H100 fit 500-800, docs/workloads.md).
+# computing (a few hundred tokens on current GPUs; docs/workloads.md gives
+# the engine cells it was fitted on).
 RIDGE_TOKENS = 512
 # Weight of the newest verification in a request's acceptance rate.
 RATE_WEIGHT = 0.15

@@ -2,14 +2,18 @@
 workloads and stats.json, prints the copyable-share table and the build time.
 ``python -m benchmarks.workloads ceiling DIR``: replays a build's traces
 against a prompt-lookup proposer (benchmarks/workloads/ceiling.py), writes
-DIR/ceiling-OCCURRENCE-kK.json and prints its table."""
+DIR/ceiling-OCCURRENCE-kK.json and prints its table.
+``python -m benchmarks.workloads policy DIR``: replays a build's traces under
+the adaptive policy and fixed k on vLLM's async schedule
+(benchmarks/workloads/policy_replay.py), writes DIR/policy-replay-kK.json and
+prints its table."""
 
 import argparse
 import json
 import time
 from pathlib import Path
 
-from benchmarks.workloads import ceiling
+from benchmarks.workloads import ceiling, policy_replay
 from benchmarks.workloads.build import DEFAULT_REQUESTS, WORKLOADS, build, table
 from benchmarks.workloads.request import Lengths, read_requests
 from benchmarks.workloads.tokenizer import DEFAULT_VOCAB_SIZE
@@ -36,9 +40,24 @@ def main(argv: list[str] | None = None) -> None:
                         help="the matched n-gram's occurrence a draft copies: latest (vLLM "
                              "0.34's V2 n-gram speculator, the default) or earliest (vLLM's "
                              "CPU proposer and the plugin's kernel)")
+    replay = commands.add_parser("policy", help="the adaptive policy against fixed k on a "
+                                                "build, replayed on vLLM's async schedule")
+    replay.add_argument("dir", type=Path)
+    replay.add_argument("--k", type=int, default=3, help="draft tokens a step (default 3)")
+    replay.add_argument("--batches", default=",".join(map(str, policy_replay.BATCHES)),
+                        help="sequences a batch, comma-separated (default 1,16,64,256)")
+    replay.add_argument("--requests", type=int, default=256,
+                        help="requests replayed a workload and batch size, at least one "
+                             "batch (default 256)")
+    replay.add_argument("--ridge", type=float, default=500.0,
+                        help="a step's time in token-units besides its tokens (default 500)")
     args = parser.parse_args(argv)
     if args.command == "ceiling":
         write_ceilings(args.dir, args.k, args.occurrence)
+        return
+    if args.command == "policy":
+        write_policy_replays(args.dir, args.k, [int(b) for b in args.batches.split(",")],
+                             args.requests, args.ridge)
         return
     started = time.perf_counter()
     stats = build(args.out, args.seed, args.requests,
@@ -62,6 +81,23 @@ def write_ceilings(folder: Path, k: int, occurrence: str) -> None:
         raise SystemExit(f"{folder} holds no workload file (build one first)")
     (folder / f"ceiling-{occurrence}-k{k}.json").write_text(json.dumps(ceilings, indent=2) + "\n")
     print(ceiling.table(ceilings))
+
+
+def write_policy_replays(folder: Path, k: int, batches: list[int], requests: int,
+                         ridge: float) -> None:
+    """The policy replay of every workload file of a build in ``folder``."""
+    replays = {}
+    for name in WORKLOADS:
+        path = folder / f"{name}.jsonl"
+        if path.exists():
+            pairs = [(r["prompt_token_ids"], r["trace_token_ids"]) for r in read_requests(path)]
+            replays[name] = [
+                policy_replay.workload_replay(pairs, k, batch, max(1, requests // batch), ridge)
+                for batch in batches]
+    if not replays:
+        raise SystemExit(f"{folder} holds no workload file (build one first)")
+    (folder / f"policy-replay-k{k}.json").write_text(json.dumps(replays, indent=2) + "\n")
+    print(policy_replay.table(replays))
 
 
 if __name__ == "__main__":

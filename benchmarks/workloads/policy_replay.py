@@ -1,0 +1,158 @@
+"""The adaptive speculation policy replayed under vLLM's async schedule on a
+workload's traces, before any engine runs: how many tokens a step emits and
+how many draft slots it verifies, for the plugin's policy
+(vllm_sampling_plugin/policy.py, the class the scheduler runs) and for
+upstream's fixed k.
+
+Each batch of ``batch`` requests starts together and runs until its last
+request ends, as bench e2e's trace cells do (``--requests-per-seq 1``). Step
+``s`` is scheduled before the output of step ``s - 1`` is observed, as
+vLLM's AsyncScheduler does: the policy plans whether the runner proposes
+after step ``s``, every request gets the placeholders of step ``s + 1``, the
+step verifies the drafts proposed after step ``s - 1`` (the prompt-lookup
+proposer of ceiling.py, latest occurrence, as vLLM 0.34's V2 n-gram
+speculator) and emits the accepted run plus one token; then the policy
+observes the output of step ``s - 1`` and shortens those placeholders.
+
+A step's time is modelled as ``ridge + tokens``: ``ridge`` token-units for
+reading the weights, one per token the step runs (requests plus verified
+slots). On the 8B trace cells of vLLM 0.34 (H100) the model with ridge 500
+put the old rule at 0.889x / 0.924x of fixed k at 16 / 64 sequences on code
+edits, where the engines measured 0.895x / 0.910x (docs/workloads.md).
+
+``python -m benchmarks.workloads policy DIR`` prints the table for a build
+and writes DIR/policy-replay-kK.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+from benchmarks.workloads.ceiling import PromptLookup
+from vllm_sampling_plugin import policy
+
+BATCHES = (1, 16, 64, 256)
+FIXED, ADAPTIVE = "fixed", "adaptive"
+
+
+class TracedRequest:
+    """One request: its history for the proposer, the trace it emits, the
+    drafts proposed after the latest step, and the policy's state (the
+    attributes the plugin keeps on vLLM's Request)."""
+
+    def __init__(self, prompt: Sequence[int], trace: Sequence[int]) -> None:
+        self.history = PromptLookup(prompt, "latest")
+        self.trace = trace
+        self.emitted = 0
+        self.drafts: list[int] = []
+        self.spec_token_ids: list[int] = []
+        setattr(self, policy.VERIFY_ATTR, 1 << 30)
+        setattr(self, policy.ACCEPT_RATE_ATTR, 1.0)
+        setattr(self, policy.FOUND_AT_ATTR, -(1 << 30))
+        setattr(self, policy.FOUND_ATTR, 0)
+
+    def step(self, verify: int) -> tuple[int, int]:
+        """Verify the first ``verify`` drafts against the trace and emit the
+        accepted run plus one token; returns (tokens emitted, accepted)."""
+        drafts = self.drafts[:verify]
+        accepted = 0
+        while (accepted < len(drafts) and self.emitted + accepted < len(self.trace)
+               and drafts[accepted] == self.trace[self.emitted + accepted]):
+            accepted += 1
+        emitted = min(accepted + 1, len(self.trace) - self.emitted)
+        for token in self.trace[self.emitted:self.emitted + emitted]:
+            self.history.append(token)
+        self.emitted += emitted
+        return emitted, accepted
+
+
+def replay_batch(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: int,
+                 verification: str) -> dict[str, int]:
+    """One batch of (prompt ids, trace ids) run to its end under ``verification``
+    (FIXED or ADAPTIVE): steps, request-steps, verified slots, tokens, accepted."""
+    adaptive = policy.AdaptiveSpeculation(k) if verification == ADAPTIVE else None
+    live = {str(i): TracedRequest(prompt, trace) for i, (prompt, trace) in enumerate(requests)}
+    counts = dict.fromkeys(("steps", "request_steps", "slots", "tokens", "accepted"), 0)
+    placeholders = [-1] * k  # never written: the policy hands out shorter lists
+    in_flight = None  # (scheduler output, model runner output) of the step before
+    while live:
+        scheduled = {r: q.spec_token_ids for r, q in live.items() if q.spec_token_ids}
+        scheduler_output = SimpleNamespace(scheduled_spec_decode_tokens=scheduled)
+        proposes = adaptive.plan(scheduler_output) if adaptive else True
+        for request in live.values():
+            request.spec_token_ids = placeholders if proposes else []
+        req_ids, sampled, found = [], [], []
+        for req_id, request in live.items():
+            verify = len(scheduled.get(req_id, ()))
+            emitted, accepted = request.step(verify)
+            request.drafts = request.history.propose(k) if proposes else []
+            req_ids.append(req_id)
+            sampled.append([0] * emitted)
+            found.append(len(request.drafts))
+            counts["request_steps"] += 1
+            counts["slots"] += verify
+            counts["tokens"] += emitted
+            counts["accepted"] += accepted
+        counts["steps"] += 1
+        output = SimpleNamespace(req_ids=req_ids, sampled_token_ids=sampled)
+        if proposes:
+            setattr(output, policy.PROPOSED_ATTR, found)
+        if adaptive and in_flight is not None:
+            adaptive.observe(live, *in_flight)
+        in_flight = (scheduler_output, output)
+        for req_id in [r for r, q in live.items() if q.emitted >= len(q.trace)]:
+            del live[req_id]
+    return counts
+
+
+def step_time(counts: dict[str, int], ridge: float) -> float:
+    """The modelled time of a replay's steps: ``ridge`` a step plus its tokens."""
+    return counts["steps"] * ridge + counts["request_steps"] + counts["slots"]
+
+
+def workload_replay(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: int,
+                    batch: int, batches: int, ridge: float) -> dict:
+    """Up to ``batches`` batches of ``batch`` requests, each under fixed k and
+    under the policy, and the modelled speed of each against no speculation
+    (one token a request-step, a batch lasting its longest trace)."""
+    totals = {FIXED: None, ADAPTIVE: None}
+    none_steps = tokens = 0
+    replayed = requests[:batch * batches]
+    for start in range(0, len(replayed), batch):
+        group = replayed[start:start + batch]
+        none_steps += max(len(trace) for _, trace in group)
+        tokens += sum(len(trace) for _, trace in group)
+        for verification in totals:
+            counts = replay_batch(group, k, verification)
+            totals[verification] = counts if totals[verification] is None else {
+                key: totals[verification][key] + value for key, value in counts.items()}
+    none_time = none_steps * ridge + tokens
+    result = {"batch": batch, "requests": len(replayed), "k": k, "ridge": ridge}
+    for verification, counts in totals.items():
+        result[verification] = {
+            **counts,
+            "tokens_per_request_step": round(counts["tokens"] / counts["request_steps"], 3),
+            "slots_per_request_step": round(counts["slots"] / counts["request_steps"], 3),
+            "against_none": round(none_time / step_time(counts, ridge), 3),
+        }
+    result["adaptive_against_fixed"] = round(
+        step_time(totals[FIXED], ridge) / step_time(totals[ADAPTIVE], ridge), 3)
+    return result
+
+
+def table(replays: dict[str, list[dict]]) -> str:
+    """A build's replays as a markdown table."""
+    rows = ["| workload | sequences | tokens a request-step: fixed k / adaptive | slots a "
+            "request-step: fixed k / adaptive | modelled speed against none: fixed k / "
+            "adaptive | adaptive / fixed k |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name, cells in replays.items():
+        for c in cells:
+            f, a = c[FIXED], c[ADAPTIVE]
+            rows.append(
+                f"| {name} | {c['batch']} | {f['tokens_per_request_step']:.2f} / "
+                f"{a['tokens_per_request_step']:.2f} | {f['slots_per_request_step']:.2f} / "
+                f"{a['slots_per_request_step']:.2f} | {f['against_none']:.3f} / "
+                f"{a['against_none']:.3f} | {c['adaptive_against_fixed']:.3f} |")
+    return "\n".join(rows)
