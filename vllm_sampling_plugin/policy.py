@@ -70,7 +70,7 @@ RIDGE_TOKENS = 512
 RATE_WEIGHT = 0.15
 # Reports without a proposal through which a request whose proposals clear
 # the bar keeps verifying (async scheduling's one-step-old proposals).
-HOLD_REPORTS = 2
+HOLD_REPORTS = 4
 
 STATS_INTERVAL_S = 10.0
 
