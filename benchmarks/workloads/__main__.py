@@ -33,31 +33,28 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
     run.add_argument("--training-bytes", type=int, default=None,
                      help="train the tokenizer on this much of the corpus (default: all of it)")
-    limits = commands.add_parser("ceiling", help="what n-gram speculation can take from a build")
-    limits.add_argument("dir", type=Path)
-    limits.add_argument("--k", type=int, default=3, help="draft tokens a step (default 3)")
+    limits = read_build(commands.add_parser(
+        "ceiling", help="what n-gram speculation can take from a build"))
     limits.add_argument("--occurrence", choices=ceiling.OCCURRENCES, default="latest",
                         help="the matched n-gram's occurrence a draft copies: latest (vLLM "
                              "0.34's V2 n-gram speculator, the default) or earliest (vLLM's "
                              "CPU proposer and the plugin's kernel)")
-    replay = commands.add_parser("policy", help="the adaptive policy against fixed k on a "
-                                                "build, replayed on vLLM's async schedule")
-    replay.add_argument("dir", type=Path)
-    replay.add_argument("--k", type=int, default=3, help="draft tokens a step (default 3)")
-    replay.add_argument("--batches", default=",".join(map(str, policy_replay.BATCHES)),
+    replay = read_build(commands.add_parser(
+        "policy", help="the adaptive policy against fixed k on a build, replayed on vLLM's "
+                       "async schedule"))
+    replay.add_argument("--batches", type=lambda text: [int(b) for b in text.split(",")],
+                        default=list(policy_replay.BATCHES),
                         help="sequences a batch, comma-separated (default 1,16,64,256)")
-    replay.add_argument("--requests", type=int, default=256,
-                        help="requests replayed a workload and batch size, at least one "
-                             "batch (default 256)")
-    replay.add_argument("--ridge", type=float, default=500.0,
-                        help="a step's time in token-units besides its tokens (default 500)")
+    replay.add_argument("--requests", type=int, default=256, help="requests replayed a "
+                        "workload and batch size, at least one batch (default 256)")
+    replay.add_argument("--ridge", type=float, default=500.0, help="a step's time in "
+                        "token-units besides its tokens (default 500)")
     args = parser.parse_args(argv)
     if args.command == "ceiling":
         write_ceilings(args.dir, args.k, args.occurrence)
         return
     if args.command == "policy":
-        write_policy_replays(args.dir, args.k, [int(b) for b in args.batches.split(",")],
-                             args.requests, args.ridge)
+        write_policy_replays(args.dir, args.k, args.batches, args.requests, args.ridge)
         return
     started = time.perf_counter()
     stats = build(args.out, args.seed, args.requests,
@@ -66,6 +63,13 @@ def main(argv: list[str] | None = None) -> None:
     print(table(stats))
     print(f"built in {time.perf_counter() - started:.1f} s (Python {stats['python']}, "
           f"{stats['vocab_size']} tokens): {args.out}")
+
+
+def read_build(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A command that reads a build: its folder and the drafts a step."""
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--k", type=int, default=3, help="draft tokens a step (default 3)")
+    return parser
 
 
 def write_ceilings(folder: Path, k: int, occurrence: str) -> None:
