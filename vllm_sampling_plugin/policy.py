@@ -16,10 +16,10 @@ k) whose chance ``rate ** j`` clears that bar. A request without a proposal
 verifies nothing, as without speculation; with async scheduling the
 decision reads the proposal one step older than the drafts it verifies
 (vLLM has scheduled the step before the proposal it verifies exists), so a
-request whose proposals clear the bar keeps verifying for ``HOLD_REPORTS``
-reports without a proposal: matches come and go step by step in real text,
-and a request that lost its proposal for a step would otherwise skip the
-drafts of the next one. Walking every request costs host time each step, so
+request whose rate clears the square root of the bar keeps its length for
+``HOLD_REPORTS`` outputs without a proposal: matches come and go step by
+step in real text, and a request that lost its proposal for a step would
+otherwise skip the drafts of the next one. Walking every request costs host time each step, so
 a step in which every request proposed k and accepted every verified draft
 is decided from totals and walks only the requests whose next verification
 is shorter than k (``AdaptiveSpeculation.unsettled``); a request verifying
@@ -68,8 +68,9 @@ FOUND_ATTR = "vllm_sampling_plugin_found"
 RIDGE_TOKENS = 512
 # Weight of the newest verification in a request's acceptance rate.
 RATE_WEIGHT = 0.15
-# Reports without a proposal through which a request whose proposals clear
-# the bar keeps verifying (async scheduling's one-step-old proposals).
+# Outputs without a proposal through which a request whose rate clears the
+# square root of the bar keeps its length (async scheduling's one-step-old
+# proposals).
 HOLD_REPORTS = 4
 
 STATS_INTERVAL_S = 10.0
