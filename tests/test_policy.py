@@ -19,6 +19,7 @@ from vllm_sampling_plugin.policy import (
     HOLD_REPORTS,
     PROPOSED_ATTR,
     RATE_WEIGHT,
+    REQUEST_DEFAULTS,
     RIDGE_TOKENS,
     VERIFY_ATTR,
     AdaptiveSpeculation,
@@ -30,14 +31,13 @@ K = 3
 
 
 class FakeRequest:
-    # Class defaults, as patch_scheduler sets them on vLLM's Request.
-    vllm_sampling_plugin_verify_len = 1 << 30
-    vllm_sampling_plugin_accept_rate = 1.0
-    vllm_sampling_plugin_found_at = -(1 << 30)
-    vllm_sampling_plugin_found = 0
-
     def __init__(self, spec_token_ids):
         self.spec_token_ids = spec_token_ids
+
+
+# Class defaults, as patch_scheduler sets them on vLLM's Request.
+for _name, _value in REQUEST_DEFAULTS.items():
+    setattr(FakeRequest, _name, _value)
 
 
 class Reference:

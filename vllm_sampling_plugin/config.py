@@ -16,9 +16,8 @@ Two settings steer the plugin:
     How many n-gram draft tokens a request verifies each step. ``adaptive``
     verifies only what the proposer found, as many as the request's acceptance
     rate pays for at the step's batch size, so requests without a proposal
-    run one token; ``fixed``
-    verifies ``num_speculative_tokens`` for every request every step, as vLLM
-    does. The default is ``adaptive`` on vLLM 0.20, 0.32 and 0.33, where
+    run one token; ``fixed`` verifies ``num_speculative_tokens`` for every
+    request every step, as vLLM does. The default is ``adaptive`` on vLLM 0.20, 0.32 and 0.33, where
     engine runs measured it (integration/settings/defaults.py).
 
 ``plugin_verification`` (``--plugin-verification`` / ``LLM(plugin_verification=...)``)
@@ -90,8 +89,8 @@ SPECULATION_POLICY_HELP = (
     "How many n-gram draft tokens each request verifies per step "
     "(vllm-sampling-plugin). 'adaptive' verifies only the tokens the proposer "
     "found, as many as the request's acceptance rate pays for at the step's "
-    "batch size, so requests without a proposal cost one token; 'fixed' verifies num_speculative_tokens for every "
-    "request every step, as vLLM does."
+    "batch size, so requests without a proposal cost one token; 'fixed' "
+    "verifies num_speculative_tokens for every request every step, as vLLM does."
 )
 
 VERIFICATION_HELP = (

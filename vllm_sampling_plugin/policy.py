@@ -19,9 +19,9 @@ decision reads the proposal one step older than the drafts it verifies
 request whose rate clears the square root of the bar keeps its length for
 ``HOLD_REPORTS`` outputs without a proposal: matches come and go step by
 step in real text, and a request that lost its proposal for a step would
-otherwise skip the drafts of the next one. Walking every request costs host time each step, so
-a step in which every request proposed k and accepted every verified draft
-is decided from totals and walks only the requests whose next verification
+otherwise skip the drafts of the next one. Walking every request costs host
+time each step, so a step in which every request proposed k and accepted
+every verified draft is decided from totals and walks only the requests whose next verification
 is shorter than k (``AdaptiveSpeculation.unsettled``); a request verifying
 k that accepts them all keeps its state.
 
@@ -60,6 +60,14 @@ VERIFY_ATTR = "vllm_sampling_plugin_verify_len"
 ACCEPT_RATE_ATTR = "vllm_sampling_plugin_accept_rate"
 FOUND_AT_ATTR = "vllm_sampling_plugin_found_at"
 FOUND_ATTR = "vllm_sampling_plugin_found"
+# Those class defaults: until a request's first output it verifies everything
+# proposed, as if every draft so far had been accepted, no proposal found yet.
+REQUEST_DEFAULTS = {
+    VERIFY_ATTR: 1 << 30,
+    ACCEPT_RATE_ATTR: 1.0,
+    FOUND_AT_ATTR: -(1 << 30),
+    FOUND_ATTR: 0,
+}
 
 # A step's cost in token-units is about RIDGE_TOKENS plus its tokens: the
 # batch at which a decoding step's GEMMs turn from reading weights to

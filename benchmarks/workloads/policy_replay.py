@@ -47,10 +47,8 @@ class TracedRequest:
         self.emitted = 0
         self.drafts: list[int] = []
         self.spec_token_ids: list[int] = []
-        setattr(self, policy.VERIFY_ATTR, 1 << 30)
-        setattr(self, policy.ACCEPT_RATE_ATTR, 1.0)
-        setattr(self, policy.FOUND_AT_ATTR, -(1 << 30))
-        setattr(self, policy.FOUND_ATTR, 0)
+        for name, value in policy.REQUEST_DEFAULTS.items():
+            setattr(self, name, value)
 
     def step(self, verify: int) -> tuple[int, int]:
         """Verify the first ``verify`` drafts against the trace and emit the

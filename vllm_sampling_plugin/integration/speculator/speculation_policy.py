@@ -27,13 +27,7 @@ import logging
 from typing import Any
 
 from vllm_sampling_plugin import config as cfg
-from vllm_sampling_plugin.policy import (
-    ACCEPT_RATE_ATTR,
-    FOUND_AT_ATTR,
-    FOUND_ATTR,
-    VERIFY_ATTR,
-    AdaptiveSpeculation,
-)
+from vllm_sampling_plugin.policy import REQUEST_DEFAULTS, AdaptiveSpeculation
 
 logger = logging.getLogger("vllm.vllm_sampling_plugin")
 
@@ -114,12 +108,8 @@ def patch_scheduler(scheduler_cls: type, async_scheduler_cls: type, request_cls:
     async_scheduler_cls._update_after_schedule = _planning(
         async_scheduler_cls._update_after_schedule
     )
-    # Until a request's first output: verify everything proposed, as if
-    # every draft so far had been accepted, no proposal found yet.
-    setattr(request_cls, VERIFY_ATTR, 1 << 30)
-    setattr(request_cls, ACCEPT_RATE_ATTR, 1.0)
-    setattr(request_cls, FOUND_AT_ATTR, -(1 << 30))
-    setattr(request_cls, FOUND_ATTR, 0)
+    for name, value in REQUEST_DEFAULTS.items():
+        setattr(request_cls, name, value)
 
 
 def _choosing_policy(init):
