@@ -72,6 +72,22 @@ class PromptLookup:
         return []
 
 
+def verify_and_emit(history: PromptLookup, trace: Sequence[int], emitted: int,
+                    drafts: Sequence[int]) -> tuple[int, int]:
+    """One greedy step of a request that has emitted ``emitted`` tokens of
+    ``trace``: the drafts are accepted while they equal the trace, the step
+    emits that run and one token more (fewer at the trace's end), which
+    ``history`` takes in. Returns (tokens emitted, drafts accepted)."""
+    accepted = 0
+    while (accepted < len(drafts) and emitted + accepted < len(trace)
+           and drafts[accepted] == trace[emitted + accepted]):
+        accepted += 1
+    step = min(accepted + 1, len(trace) - emitted)
+    for token in trace[emitted:emitted + step]:
+        history.append(token)
+    return step, accepted
+
+
 def replay(prompt: Sequence[int], trace: Sequence[int], k: int,
            occurrence: str = "latest") -> dict[str, int]:
     """One request: steps taken, steps with a proposal, drafts proposed,
@@ -83,13 +99,7 @@ def replay(prompt: Sequence[int], trace: Sequence[int], k: int,
     emitted = 0
     while emitted < len(trace):
         drafts = history.propose(k)
-        accepted = 0
-        while accepted < len(drafts) and emitted + accepted < len(trace) \
-                and drafts[accepted] == trace[emitted + accepted]:
-            accepted += 1
-        step = min(accepted + 1, len(trace) - emitted)
-        for token in trace[emitted:emitted + step]:
-            history.append(token)
+        step, accepted = verify_and_emit(history, trace, emitted, drafts)
         emitted += step
         counts["steps"] += 1
         counts["drafting_steps"] += bool(drafts)

@@ -26,10 +26,11 @@ and writes DIR/policy-replay-kK.json.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-from benchmarks.workloads.ceiling import PromptLookup
+from benchmarks.workloads.ceiling import PromptLookup, verify_and_emit
 from vllm_sampling_plugin import policy
 
 BATCHES = (1, 16, 64, 256)
@@ -53,14 +54,8 @@ class TracedRequest:
     def step(self, verify: int) -> tuple[int, int]:
         """Verify the first ``verify`` drafts against the trace and emit the
         accepted run plus one token; returns (tokens emitted, accepted)."""
-        drafts = self.drafts[:verify]
-        accepted = 0
-        while (accepted < len(drafts) and self.emitted + accepted < len(self.trace)
-               and drafts[accepted] == self.trace[self.emitted + accepted]):
-            accepted += 1
-        emitted = min(accepted + 1, len(self.trace) - self.emitted)
-        for token in self.trace[self.emitted:self.emitted + emitted]:
-            self.history.append(token)
+        emitted, accepted = verify_and_emit(self.history, self.trace, self.emitted,
+                                            self.drafts[:verify])
         self.emitted += emitted
         return emitted, accepted
 
@@ -114,22 +109,20 @@ def workload_replay(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: 
     """Up to ``batches`` batches of ``batch`` requests, each under fixed k and
     under the policy, and the modelled speed of each against no speculation
     (one token a request-step, a batch lasting its longest trace)."""
-    totals = {FIXED: None, ADAPTIVE: None}
+    totals = {FIXED: Counter(), ADAPTIVE: Counter()}
     none_steps = tokens = 0
     replayed = requests[:batch * batches]
     for start in range(0, len(replayed), batch):
         group = replayed[start:start + batch]
         none_steps += max(len(trace) for _, trace in group)
         tokens += sum(len(trace) for _, trace in group)
-        for verification in totals:
-            counts = replay_batch(group, k, verification)
-            totals[verification] = counts if totals[verification] is None else {
-                key: totals[verification][key] + value for key, value in counts.items()}
+        for verification, total in totals.items():
+            total.update(replay_batch(group, k, verification))
     none_time = none_steps * ridge + tokens
     result = {"batch": batch, "requests": len(replayed), "k": k, "ridge": ridge}
     for verification, counts in totals.items():
         result[verification] = {
-            **counts,
+            **dict(counts),
             "tokens_per_request_step": round(counts["tokens"] / counts["request_steps"], 3),
             "slots_per_request_step": round(counts["slots"] / counts["request_steps"], 3),
             "against_none": round(none_time / step_time(counts, ridge), 3),
