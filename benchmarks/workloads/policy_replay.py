@@ -34,7 +34,7 @@ from benchmarks.workloads.ceiling import PromptLookup, verify_and_emit
 from vllm_sampling_plugin import policy
 
 BATCHES = (1, 16, 64, 256)
-FIXED, ADAPTIVE = "fixed", "adaptive"
+FIXED, ADAPTIVE, FOUND, ORACLE = "fixed", "adaptive", "found", "oracle"
 
 
 class TracedRequest:
@@ -51,6 +51,12 @@ class TracedRequest:
         for name, value in policy.REQUEST_DEFAULTS.items():
             setattr(self, name, value)
 
+    def acceptable(self) -> int:
+        """How many of the drafts the trace would accept."""
+        ahead = self.trace[self.emitted:self.emitted + len(self.drafts)]
+        return next((i for i, (d, t) in enumerate(zip(self.drafts, ahead)) if d != t),
+                    len(ahead))
+
     def step(self, verify: int) -> tuple[int, int]:
         """Verify the first ``verify`` drafts against the trace and emit the
         accepted run plus one token; returns (tokens emitted, accepted)."""
@@ -63,7 +69,12 @@ class TracedRequest:
 def replay_batch(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: int,
                  verification: str) -> dict[str, int]:
     """One batch of (prompt ids, trace ids) run to its end under ``verification``
-    (FIXED or ADAPTIVE): steps, request-steps, verified slots, tokens, accepted."""
+    (FIXED, ADAPTIVE, FOUND or ORACLE): steps, request-steps, verified slots,
+    tokens, accepted. Two bounds emit fixed k's tokens: FOUND verifies every
+    draft the proposer finds and no empty slot, as a scheduler that knew each
+    proposal's length a step ahead would; ORACLE knows the trace and verifies
+    only the drafts that will be accepted, the ceiling of any verification
+    policy at the same k."""
     adaptive = policy.AdaptiveSpeculation(k) if verification == ADAPTIVE else None
     live = {str(i): TracedRequest(prompt, trace) for i, (prompt, trace) in enumerate(requests)}
     counts = dict.fromkeys(("steps", "request_steps", "slots", "tokens", "accepted"), 0)
@@ -77,7 +88,8 @@ def replay_batch(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: int
             request.spec_token_ids = placeholders if proposes else []
         req_ids, sampled, found = [], [], []
         for req_id, request in live.items():
-            verify = len(scheduled.get(req_id, ()))
+            verify = {FOUND: len(request.drafts), ORACLE: request.acceptable()}.get(
+                verification, len(scheduled.get(req_id, ())))
             emitted, accepted = request.step(verify)
             request.drafts = request.history.propose(k) if proposes else []
             req_ids.append(req_id)
@@ -109,7 +121,7 @@ def workload_replay(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: 
     """Up to ``batches`` batches of ``batch`` requests, each under fixed k and
     under the policy, and the modelled speed of each against no speculation
     (one token a request-step, a batch lasting its longest trace)."""
-    totals = {FIXED: Counter(), ADAPTIVE: Counter()}
+    totals = {mode: Counter() for mode in (FIXED, ADAPTIVE, FOUND, ORACLE)}
     none_steps = tokens = 0
     replayed = requests[:batch * batches]
     for start in range(0, len(replayed), batch):
@@ -127,8 +139,9 @@ def workload_replay(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: 
             "slots_per_request_step": round(counts["slots"] / counts["request_steps"], 3),
             "against_none": round(none_time / step_time(counts, ridge), 3),
         }
-    result["adaptive_against_fixed"] = round(
-        step_time(totals[FIXED], ridge) / step_time(totals[ADAPTIVE], ridge), 3)
+    for verification in (ADAPTIVE, FOUND, ORACLE):
+        result[f"{verification}_against_fixed"] = round(
+            step_time(totals[FIXED], ridge) / step_time(totals[verification], ridge), 3)
     return result
 
 
@@ -136,8 +149,8 @@ def table(replays: dict[str, list[dict]]) -> str:
     """A build's replays as a markdown table."""
     rows = ["| workload | sequences | tokens a request-step: fixed k / adaptive | slots a "
             "request-step: fixed k / adaptive | modelled speed against none: fixed k / "
-            "adaptive | adaptive / fixed k |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |"]
+            "adaptive | adaptive / fixed k | bounds / fixed k: found, oracle |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name, cells in replays.items():
         for c in cells:
             f, a = c[FIXED], c[ADAPTIVE]
@@ -145,5 +158,6 @@ def table(replays: dict[str, list[dict]]) -> str:
                 f"| {name} | {c['batch']} | {f['tokens_per_request_step']:.2f} / "
                 f"{a['tokens_per_request_step']:.2f} | {f['slots_per_request_step']:.2f} / "
                 f"{a['slots_per_request_step']:.2f} | {f['against_none']:.3f} / "
-                f"{a['against_none']:.3f} | {c['adaptive_against_fixed']:.3f} |")
+                f"{a['against_none']:.3f} | {c['adaptive_against_fixed']:.3f} | "
+                f"{c['found_against_fixed']:.3f}, {c['oracle_against_fixed']:.3f} |")
     return "\n".join(rows)

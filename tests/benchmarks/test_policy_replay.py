@@ -56,6 +56,21 @@ def test_text_that_copies_its_prompt_emits_nearly_what_fixed_k_does(batch):
     assert adaptive["steps"] <= fixed["steps"] + 2
 
 
+def test_the_bounds_take_fixed_ks_steps_and_verify_fewer_slots():
+    rng = random.Random(7)
+    requests = [([rng.randrange(4) for _ in range(40)], [rng.randrange(4) for _ in range(90)])
+                for _ in range(8)]
+    requests += [(distinct(30, 1000 * i), distinct(60, 1000 * i + 30)) for i in range(1, 4)]
+    fixed, found, oracle = (policy_replay.replay_batch(requests, K, mode) for mode in (
+        policy_replay.FIXED, policy_replay.FOUND, policy_replay.ORACLE))
+    for bound in (found, oracle):
+        assert (bound["steps"], bound["tokens"], bound["accepted"]) == (
+            fixed["steps"], fixed["tokens"], fixed["accepted"])
+    # Oracle verifies exactly the accepted drafts, found every draft proposed
+    # (fewer than fixed k: the requests that never repeat propose none).
+    assert 0 < oracle["slots"] == oracle["accepted"] < found["slots"] < fixed["slots"]
+
+
 def test_the_command_writes_every_workloads_replay(tmp_path, capsys):
     rows = [{"request_id": str(i), "workload": "code-edit",
              "prompt_token_ids": distinct(30, 100 * i),
