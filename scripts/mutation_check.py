@@ -206,6 +206,13 @@ MUTANTS = [
         (PLAN_IN_SCHEDULER, PLAN_ON_ITS_OWN),
     ),
     Mutant(
+        "batch_cools_after_probe_interval",
+        f"{PACKAGE}/policy.py",
+        "return self.reports - self.found_report < WARM_REPORTS",
+        "return self.reports - self.found_report < PROBE_INTERVAL",
+        ("tests/test_policy.py::test_a_batch_proposes_every_step_until_warm_reports_outputs_found_nothing",),
+    ),
+    Mutant(
         "proposal_not_held_through_async_lag",
         f"{PACKAGE}/policy.py",
         "elif report - getattr(request, FOUND_AT_ATTR) <= HOLD_REPORTS and rate >= hold_bar:",

@@ -284,6 +284,35 @@ def test_a_proposal_is_held_while_the_rate_pays_for_it(batch, rate, held):
     assert held == (rate >= math.sqrt(slot_bar(batch)))
 
 
+def test_a_batch_proposes_every_step_until_warm_reports_outputs_found_nothing():
+    """A fresh policy proposes after its first PROBE_INTERVAL steps; after a
+    find it proposes after every step until WARM_REPORTS outputs in a row
+    found nothing, then one step in PROBE_INTERVAL."""
+    policy = AdaptiveSpeculation(K)
+    requests = {"a": FakeRequest([])}
+
+    def step(found):
+        scheduler_output = SimpleNamespace(scheduled_spec_decode_tokens={})
+        proposes = policy.plan(scheduler_output)
+        output = SimpleNamespace(req_ids=["a"], sampled_token_ids=[[1]])
+        if proposes:
+            setattr(output, PROPOSED_ATTR, [K if found else 0])
+        policy.observe(requests, scheduler_output, output)
+        return proposes
+
+    fresh = [step(False) for _ in range(3 * policy_module.PROBE_INTERVAL)]
+    assert fresh[:policy_module.PROBE_INTERVAL] == [True] * policy_module.PROBE_INTERVAL
+    assert not all(fresh[policy_module.PROBE_INTERVAL:])
+    while not step(True):
+        pass  # the steps up to the next probe, which finds drafts
+    after = [step(False) for _ in range(policy_module.WARM_REPORTS + 2 * policy_module.PROBE_INTERVAL)]
+    assert all(after[:policy_module.WARM_REPORTS - 1]), after
+    # Through a gap of new text as long as a summary's between two copied
+    # sentences (tests/benchmarks/test_policy_replay.py replays one).
+    assert all(after[:32]), after
+    assert after[policy_module.WARM_REPORTS:].count(True) <= 2, after
+
+
 def test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often(monkeypatch):
     from vllm_sampling_plugin.policy import PROPOSE_ATTR
 
@@ -291,8 +320,8 @@ def test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often(monkeypatch)
     plans = []
     for step in range(3 * policy_module.PROBE_INTERVAL):
         if step == 2:
-            # The latest PROBE_INTERVAL outputs found nothing for anyone.
-            policy.reports = policy.found_report + policy_module.PROBE_INTERVAL
+            # The latest WARM_REPORTS outputs found nothing for anyone.
+            policy.reports = policy.found_report + policy_module.WARM_REPORTS
         plans.append(policy.plan(SimpleNamespace()))
     interval = policy_module.PROBE_INTERVAL
     assert plans[:2] == [True, True]

@@ -28,9 +28,11 @@ k that accepts them all keeps its state.
 With async scheduling the policy also plans, as each step is scheduled,
 whether the runner proposes after it (:meth:`AdaptiveSpeculation.plan`,
 carried to the worker as :data:`PROPOSE_ATTR`): every step while one of the
-latest :data:`PROBE_INTERVAL` reports found a draft for some request, one
+latest :data:`WARM_REPORTS` reports found a draft for some request, one
 step in :data:`PROBE_INTERVAL` otherwise (the proposer's launches cost a
-small model's host a tenth of a step: docs/benchmarks.md).
+small model's host a tenth of a step: docs/benchmarks.md). Real text copies
+in stretches with new text between them, so a small batch stays warm
+through such gaps: a probe every few steps would find each copy late.
 
 benchmarks/workloads/policy_replay.py replays this class under vLLM's async
 schedule on the real-text workloads (docs/workloads.md).
@@ -84,7 +86,8 @@ HOLD_REPORTS = 4
 STATS_INTERVAL_S = 10.0
 
 # While none of this many latest reports found a draft for any request, the
-# runner proposes after one step in this many.
+# runner proposes after one step in PROBE_INTERVAL.
+WARM_REPORTS = 64
 PROBE_INTERVAL = 8
 
 
@@ -123,9 +126,11 @@ class AdaptiveSpeculation:
         # request proposed k and accepted every draft has to update.
         self.unsettled: set[str] = set()
         # Outputs observed so far (FOUND_AT_ATTR counts in these) and the
-        # latest whose report found a draft for some request.
+        # latest whose report found a draft for some request; a fresh
+        # scheduler proposes after its first PROBE_INTERVAL steps, then
+        # probes until something is found.
         self.reports = 0
-        self.found_report = 0
+        self.found_report = PROBE_INTERVAL - WARM_REPORTS
         # How many steps were scheduled since the runner last proposed, and
         # whether it proposes after the latest step scheduled (whose drafts
         # the next schedule verifies).
@@ -136,8 +141,8 @@ class AdaptiveSpeculation:
 
     @property
     def warm(self) -> bool:
-        """Whether one of the latest PROBE_INTERVAL outputs observed found a draft."""
-        return self.reports - self.found_report < PROBE_INTERVAL
+        """Whether one of the latest WARM_REPORTS outputs observed found a draft."""
+        return self.reports - self.found_report < WARM_REPORTS
 
     def plan(self, scheduler_output: Any) -> bool:
         """Whether the runner proposes after the step just scheduled; marks
