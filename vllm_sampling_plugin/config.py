@@ -17,8 +17,8 @@ Two settings steer the plugin:
     verifies only what the proposer found, as many as the request's acceptance
     rate pays for at the step's batch size, so requests without a proposal
     run one token; ``fixed`` verifies ``num_speculative_tokens`` for every
-    request every step, as vLLM does. The default is ``adaptive`` on vLLM 0.20, 0.32 and 0.33, where
-    engine runs measured it (integration/settings/defaults.py).
+    request every step, as vLLM does. The default per vLLM shape is in
+    integration/settings/defaults.py.
 
 ``plugin_verification`` (``--plugin-verification`` / ``LLM(plugin_verification=...)``)
     Who verifies speculative drafts on vLLM 0.32/0.33: ``upstream`` keeps

@@ -72,16 +72,23 @@ class PromptLookup:
         return []
 
 
+def accepted_run(trace: Sequence[int], emitted: int, drafts: Sequence[int]) -> int:
+    """How many of ``drafts`` a request that has emitted ``emitted`` tokens of
+    ``trace`` accepts: the leading drafts equal to the trace's next tokens."""
+    accepted = 0
+    while (accepted < len(drafts) and emitted + accepted < len(trace)
+           and drafts[accepted] == trace[emitted + accepted]):
+        accepted += 1
+    return accepted
+
+
 def verify_and_emit(history: PromptLookup, trace: Sequence[int], emitted: int,
                     drafts: Sequence[int]) -> tuple[int, int]:
     """One greedy step of a request that has emitted ``emitted`` tokens of
     ``trace``: the drafts are accepted while they equal the trace, the step
     emits that run and one token more (fewer at the trace's end), which
     ``history`` takes in. Returns (tokens emitted, drafts accepted)."""
-    accepted = 0
-    while (accepted < len(drafts) and emitted + accepted < len(trace)
-           and drafts[accepted] == trace[emitted + accepted]):
-        accepted += 1
+    accepted = accepted_run(trace, emitted, drafts)
     step = min(accepted + 1, len(trace) - emitted)
     for token in trace[emitted:emitted + step]:
         history.append(token)

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-from benchmarks.workloads.ceiling import PromptLookup, verify_and_emit
+from benchmarks.workloads.ceiling import PromptLookup, accepted_run, verify_and_emit
 from vllm_sampling_plugin import policy
 
 BATCHES = (1, 16, 64, 256)
@@ -50,12 +50,6 @@ class TracedRequest:
         self.spec_token_ids: list[int] = []
         for name, value in policy.REQUEST_DEFAULTS.items():
             setattr(self, name, value)
-
-    def acceptable(self) -> int:
-        """How many of the drafts the trace would accept."""
-        ahead = self.trace[self.emitted:self.emitted + len(self.drafts)]
-        return next((i for i, (d, t) in enumerate(zip(self.drafts, ahead)) if d != t),
-                    len(ahead))
 
     def step(self, verify: int) -> tuple[int, int]:
         """Verify the first ``verify`` drafts against the trace and emit the
@@ -88,8 +82,12 @@ def replay_batch(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: int
             request.spec_token_ids = placeholders if proposes else []
         req_ids, sampled, found = [], [], []
         for req_id, request in live.items():
-            verify = {FOUND: len(request.drafts), ORACLE: request.acceptable()}.get(
-                verification, len(scheduled.get(req_id, ())))
+            if verification == FOUND:
+                verify = len(request.drafts)
+            elif verification == ORACLE:
+                verify = accepted_run(request.trace, request.emitted, request.drafts)
+            else:
+                verify = len(scheduled.get(req_id, ()))
             emitted, accepted = request.step(verify)
             request.drafts = request.history.propose(k) if proposes else []
             req_ids.append(req_id)
