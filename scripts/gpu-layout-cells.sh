@@ -44,7 +44,7 @@ for side in ab aa; do
   echo "=== $(date +%T) 8B top-k/top-p, $side"
   python3 -m benchmarks e2e --models 8b:151936 --mixes topk_topp --max-num-seqs 256 \
     --pairs 4 --num-requests 256 --output-len 128 --breakdown-mixes none \
-    --gpu-memory-utilization 0.45 --max-cudagraph-capture-size 256 --start-together \
+    --gpu-memory-utilization 0.45 --kv-cache-gib 8 --max-cudagraph-capture-size 256 --start-together \
     "${extra[@]}" $([ $side = aa ] && echo --control) --out "$PLAN_OUT/$side" \
     > "$PLAN_OUT/$side.log" 2>&1
   grep -E "topk_topp" "$PLAN_OUT/$side.log" | tail -n 3
