@@ -1,0 +1,48 @@
+"""Rewrite the two tables the documents hold as rendered text: README.md's
+"your vLLM" table and docs/compatibility.md's parts table, both built from
+the measured-release table (integration/version.py) and
+data/measurements.json (written by benchmarks/). Adding a release there, or
+recording a measurement, is followed by
+
+    python3 scripts/render_docs.py
+
+tests/test_docs.py and tests/test_parts.py fail while either table is stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def replace_between(path: Path, marker: str, body: str) -> bool:
+    """Put ``body`` between ``<!-- MARKER: begin -->`` and ``<!-- MARKER: end -->``;
+    True where the file changed."""
+    text = path.read_text()
+    begin = f"<!-- {marker}: begin -->\n"
+    start = text.index(begin) + len(begin)
+    end = text.index(f"<!-- {marker}: end -->")
+    new = text[:start] + body.strip() + "\n" + text[end:]
+    if new == text:
+        return False
+    path.write_text(new)
+    return True
+
+
+def main() -> int:
+    sys.path.insert(0, str(ROOT))
+    from vllm_sampling_plugin.integration.parts import compatibility_markdown, readme_markdown
+
+    for path, marker, body in (
+        (ROOT / "README.md", "vllm table", readme_markdown()),
+        (ROOT / "docs" / "compatibility.md", "parts table", compatibility_markdown()),
+    ):
+        changed = replace_between(path, marker, body)
+        print(f"{path.relative_to(ROOT)}: {'rewritten' if changed else 'unchanged'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
