@@ -409,3 +409,17 @@ def test_benchmarks_md_is_a_summary():
     for section in sections:
         if "|---" in section:
             assert re.search(r"\bH[12]00\b", section), section.splitlines()[0]
+
+
+def test_render_docs_replaces_only_between_its_markers(tmp_path):
+    """scripts/render_docs.py, which a release added to the measured table is
+    followed by: the text between the markers is replaced, the rest kept, and
+    a second run changes nothing."""
+    from tests.scripts_dir import load_script
+
+    render = load_script("render_docs")
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- t: begin -->\n| old |\n<!-- t: end -->\noutro\n")
+    assert render.replace_between(page, "t", "| new |\n| row |")
+    assert page.read_text() == "intro\n<!-- t: begin -->\n| new |\n| row |\n<!-- t: end -->\noutro\n"
+    assert not render.replace_between(page, "t", "| new |\n| row |")
