@@ -346,8 +346,9 @@ def test_flashinfer_values_are_said_in_one_sentence_everywhere():
         assert "on where supported" not in text, path
 
 
-def test_speculation_policy_defaults_are_the_codes_everywhere():
-    """Item 6: the lines where adaptive is the default, as the defaults table
+def test_speculation_defaults_are_the_codes_everywhere():
+    """Item 6: the lines where adaptive is the default policy, and where the
+    plugin verifies by default, as the defaults table
     (integration/settings/defaults.py) answers for each measured release's
     shapes, are the ones the README and docs/configuration.md name."""
     from vllm_sampling_plugin import config
@@ -365,6 +366,12 @@ def test_speculation_policy_defaults_are_the_codes_everywhere():
             "0.32 onward") in configuration
     assert "keeps upstream's fixed k" not in configuration
     assert "| adaptive where the plugin owns the speculator: 0.20, and 0.32 onward |" in README.read_text()
+    verifying = [line for line, seams in LINE_SEAMS.items()
+                 if defaults(seams).get(config.VERIFICATION_ATTR) == config.PLUGIN]
+    assert verifying == later
+    assert ("| default | `plugin` wherever the plugin owns the verification: vLLM 0.32 "
+            "onward") in configuration
+    assert "| plugin where the plugin owns the verification: 0.32 onward |" in README.read_text()
 
 
 # A measured ratio as the documents write it: 1.07x, 0.992-1.058x.

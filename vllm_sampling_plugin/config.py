@@ -21,16 +21,15 @@ Two settings steer the plugin:
     integration/settings/defaults.py.
 
 ``plugin_verification`` (``--plugin-verification`` / ``LLM(plugin_verification=...)``)
-    Who verifies speculative drafts on vLLM 0.32/0.33: ``upstream`` keeps
+    Who verifies speculative drafts from vLLM 0.32 on: ``upstream`` keeps
     upstream's RejectionSampler; ``plugin`` lets the plugin's fused
     rejection kernel verify the batches it carries exactly (the
     ``standard`` method; temperature, min_p, top-k and top-p folded into the
     kernel, no ``[B * (k + 1), V]`` float32 canvas; batches with logits
     processors that use top-k/top-p on upstream's processed canvas) and
     leaves every other batch to upstream's code
-    (integration/verification/verify_step.py). The
-    default is ``plugin`` on 0.32 and 0.33, where engine runs measured no
-    mix below 0.99x of upstream's (integration/settings/defaults.py).
+    (integration/verification/verify_step.py). The default per vLLM shape
+    is in integration/settings/defaults.py.
 
 All are resolved once, in the front-end process, by the ``create_model_config``
 wrapper, and stored on the ``ModelConfig`` instance under the attribute names
@@ -94,7 +93,7 @@ SPECULATION_POLICY_HELP = (
 )
 
 VERIFICATION_HELP = (
-    "Who verifies speculative drafts (vllm-sampling-plugin, vLLM 0.32/0.33). "
+    "Who verifies speculative drafts (vllm-sampling-plugin, vLLM 0.32 onward). "
     "'upstream' keeps vLLM's RejectionSampler; 'plugin' verifies the batches "
     "of the 'standard' method whose sampling parameters are only temperature, "
     "min_p, top-k and top-p with the plugin's fused rejection kernel (no "
