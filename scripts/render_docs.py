@@ -17,13 +17,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _bounds(text: str, marker: str) -> tuple[int, int]:
+    """Where the text between ``<!-- MARKER: begin -->`` (and its newline)
+    and ``<!-- MARKER: end -->`` starts and ends."""
+    begin = f"<!-- {marker}: begin -->\n"
+    return text.index(begin) + len(begin), text.index(f"<!-- {marker}: end -->")
+
+
+def between(text: str, marker: str) -> str:
+    """The rendered table ``text`` holds under ``marker``, stripped."""
+    start, end = _bounds(text, marker)
+    return text[start:end].strip()
+
+
 def replace_between(path: Path, marker: str, body: str) -> bool:
     """Put ``body`` between ``<!-- MARKER: begin -->`` and ``<!-- MARKER: end -->``;
     True where the file changed."""
     text = path.read_text()
-    begin = f"<!-- {marker}: begin -->\n"
-    start = text.index(begin) + len(begin)
-    end = text.index(f"<!-- {marker}: end -->")
+    start, end = _bounds(text, marker)
     new = text[:start] + body.strip() + "\n" + text[end:]
     if new == text:
         return False

@@ -287,11 +287,11 @@ def test_readme_is_short_and_its_paragraphs_too():
 def test_readme_table_is_the_rendered_one():
     """The README's "your vLLM -> what it does -> measured gain" table reads
     data/measurements.json through parts.readme_markdown(), as info does."""
+    from tests.scripts_dir import load_script
     from vllm_sampling_plugin.integration.parts import readme_markdown
 
-    text = README.read_text()
-    begin = text.index("<!-- vllm table: begin -->\n") + len("<!-- vllm table: begin -->\n")
-    assert text[begin:text.index("<!-- vllm table: end -->")].strip() == readme_markdown()
+    render = load_script("render_docs")
+    assert render.between(README.read_text(), "vllm table") == readme_markdown()
 
 
 def test_the_first_install_command_installs_the_checkout():

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts_dir import load_script
 from vllm_sampling_plugin import measurements
 from vllm_sampling_plugin.integration.parts import (
     END_TO_END,
@@ -151,7 +152,5 @@ def test_table_has_one_row_per_supported_line():
 
 
 def test_compatibility_doc_holds_the_rendered_table():
-    text = DOC.read_text()
-    begin = text.index("<!-- parts table: begin -->\n") + len("<!-- parts table: begin -->\n")
-    end = text.index("<!-- parts table: end -->")
-    assert text[begin:end].strip() == compatibility_markdown().strip()
+    render = load_script("render_docs")
+    assert render.between(DOC.read_text(), "parts table") == compatibility_markdown().strip()
