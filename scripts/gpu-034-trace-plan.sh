@@ -2,8 +2,10 @@
 # Issue 63's trace cells, one step after another, for a plan that outlasts one
 # device call (`bash scripts/gpu-background.sh start scripts/gpu-034-trace-plan.sh
 # STEP...`, after the vLLM 0.34 staging's last call). Each STEP is
-#   WORKLOAD:METHOD:SECONDS[:CONCURRENCIES[:KV_GIB]]
-# e.g. agentic:suffix:700:16,64:11 (defaults: 16,64 sequences, 11 GiB of KV
+#   WORKLOADS:METHOD:SECONDS[:CONCURRENCIES[:KV_GIB]]
+# e.g. agentic:suffix:700:16,64:11 or code-edit,chat:ngram:700:1,16,64
+# (WORKLOADS comma-separated: one set of engines serves them all, so their
+# start-up, most of a step's time, is paid once; defaults: 16,64 sequences, 11 GiB of KV
 # cache an engine, enough for 64 agentic or code-edit requests; two engines at
 # a time). Every step runs `scripts/gpu-034-measure.sh trace` on one workload
 # and method (no speculation, upstream's fixed k, upstream's adaptive
@@ -27,10 +29,13 @@ echo "=== GPU memory ${gpu_mib:-unknown} MiB: the A/A twin runs $where"
 : "${PLAN_OUT:?run me through scripts/gpu-background.sh start, which names PLAN_OUT}"
 for step in "$@"; do
   IFS=: read -r workload method seconds seqs kv <<< "$step"
-  name=$workload-$method
+  name=${workload//,/+}-$method
   work=${PLAN_WORK:-/tmp/gpu-034/plan}/$name
   mkdir -p "$work/workloads" "$PLAN_OUT/$name"
-  cp "$src/$workload.jsonl" "$src/stats.json" "$work/workloads/" || exit 1
+  for one in ${workload//,/ }; do
+    cp "$src/$one.jsonl" "$work/workloads/" || exit 1
+  done
+  cp "$src/stats.json" "$work/workloads/" || exit 1
   # The cells so far of the step in flight travel with every wait too: bench
   # e2e saves its JSON after each cell, the measure script copies it at the end.
   ln -sfn "$work/e2e-trace-$method-k${SPEC_K:-3}" "$PLAN_OUT/$name/in-flight"

@@ -108,6 +108,15 @@ def test_the_trace_plan_measures_each_step_in_a_folder_of_its_own(tmp_path, vllm
     assert "stand-in" in files["code-edit-ngram/in-flight.log"]
 
 
+def test_one_step_serves_several_workloads_from_one_set_of_engines(tmp_path, vllm_0_34):
+    [args] = trace_plan(tmp_path, "code-edit,agentic:ngram:120:1,16,64")
+    folder = tmp_path / "work" / "code-edit+agentic-ngram" / "workloads"
+    assert args.trace_workloads == (str(folder), ["code-edit", "agentic"])
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "agentic.jsonl", "code-edit.jsonl", "stats.json"]
+    assert args.max_num_seqs == [1, 16, 64]
+
+
 @pytest.mark.parametrize("gpu_mib, alongside", [(143771, True), (81559, False)])
 def test_the_twin_runs_alongside_where_three_engines_fit(tmp_path, vllm_0_34, gpu_mib, alongside):
     [args] = trace_plan(tmp_path, "agentic:suffix:120", gpu_mib=gpu_mib)
