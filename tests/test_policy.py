@@ -17,11 +17,14 @@ from vllm_sampling_plugin import policy as policy_module
 from vllm_sampling_plugin.policy import (
     ACCEPT_RATE_ATTR,
     HOLD_REPORTS,
+    PROBE_INTERVAL,
     PROPOSED_ATTR,
     RATE_WEIGHT,
     REQUEST_DEFAULTS,
     RIDGE_TOKENS,
+    VERIFY_ALL_BAR,
     VERIFY_ATTR,
+    WARM_REPORTS,
     AdaptiveSpeculation,
     drafts_worth_verifying,
     slot_bar,
@@ -46,12 +49,19 @@ class Reference:
     verifies min(found, the most drafts its rate pays for at this batch
     size), and one without a proposal keeps the latest found count for
     HOLD_REPORTS outputs while its rate is at least the square root of the
-    bar. A request that verified k drafts and accepted them all in a step
-    where every request proposed k and accepted everything keeps its state."""
+    bar. Below VERIFY_ALL_BAR, while one of the latest WARM_REPORTS outputs
+    found a draft for some request, every request verifies k instead, except
+    in a step that verified nothing and follows HOLD_REPORTS outputs that
+    found nothing (no request is walked: every one verifies none). A request
+    that verified k drafts and accepted them all in a step where every
+    request proposed k and accepted everything keeps its state."""
 
     def __init__(self, k):
         self.k = k
         self.outputs = 0
+        # The latest output that found a draft for some request (a fresh
+        # policy counts as warm for its first PROBE_INTERVAL outputs).
+        self.found_output = PROBE_INTERVAL - WARM_REPORTS
         self.found = {}  # request id -> (output index, count) of its latest proposal
         self.rate = {}
 
@@ -59,6 +69,11 @@ class Reference:
         self.outputs += 1
         k = self.k
         bar = len(req_ids) / (len(req_ids) + RIDGE_TOKENS)
+        if any(num_proposed):
+            self.found_output = self.outputs
+        quiet = not scheduled and self.outputs - self.found_output > HOLD_REPORTS
+        verify_all = (bar < VERIFY_ALL_BAR and self.outputs - self.found_output < WARM_REPORTS
+                      and not quiet)
         all_accepted = (num_proposed.count(k) == len(num_proposed) and all(
             len(s) - 1 == len(scheduled.get(r, ())) for r, s in zip(req_ids, sampled)))
         for i, req_id in enumerate(req_ids):
@@ -81,7 +96,7 @@ class Reference:
                 if self.outputs - at <= HOLD_REPORTS and rate >= math.sqrt(bar):
                     found = count
             most = max(j for j in range(1, k + 1) if j == 1 or rate ** j >= bar)
-            length = min(found, most)
+            length = k if verify_all else min(found, most)
             setattr(request, VERIFY_ATTR, length)
             setattr(request, ACCEPT_RATE_ATTR, rate)
             if request.spec_token_ids:
@@ -342,3 +357,81 @@ def test_plan_probes_a_cold_batch_and_the_stats_line_says_how_often(monkeypatch)
     assert lines and (f"12 draft tokens proposed, 9 verified, 6 accepted (66.7% of verified); the "
                       f"proposer ran after 5 of {steps} steps in the last 11 s.") in lines[0], lines
     assert policy.steps == policy.proposing_steps == 0
+
+
+def found_then_lost(batch, steps):
+    """"r0" finds k every output and accepts every draft it verifies; "r1"
+    finds k in the first output only; the others never find any. Before each
+    output the scheduler's placeholders are k long for "r0" and "r1" and one
+    long for the others (a shorter earlier decision). Per output: the
+    verification length and placeholders of "r1" and of "r2"."""
+    names = [f"r{i}" for i in range(batch)]
+    requests = {r: FakeRequest([]) for r in names}
+    policy = AdaptiveSpeculation(K)
+    seen = []
+    for step in range(steps):
+        for i, q in enumerate(requests.values()):
+            q.spec_token_ids = [-1] * (K if i < 2 else 1)
+        proposed = [K, K if step == 0 else 0] + [0] * (batch - 2)
+        scheduled = {"r0": [-1] * K} if step else {}
+        sampled = [[7] * (1 + len(scheduled.get(r, ()))) for r in names]
+        out = SimpleNamespace(req_ids=names, sampled_token_ids=sampled, **{PROPOSED_ATTR: proposed})
+        policy.observe(requests, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
+        seen.append({r: (getattr(requests[r], VERIFY_ATTR), list(requests[r].spec_token_ids))
+                     for r in ("r1", "r2")})
+    assert policy.warm
+    return seen
+
+
+@pytest.mark.parametrize("batch", [1 + 2, 9])
+def test_a_small_warm_batch_verifies_k_for_every_request(batch):
+    """Below VERIFY_ALL_BAR (a few sequences) with drafts found lately, a
+    request verifies k whether its latest report found a proposal or not,
+    and whatever its rate: its placeholders lengthened or shortened to k."""
+    assert slot_bar(batch) < VERIFY_ALL_BAR
+    steps = HOLD_REPORTS + 4
+    seen = found_then_lost(batch, steps)
+    assert seen == [{"r1": (K, [-1] * K), "r2": (K, [-1] * K)}] * steps
+    # A request whose rate pays for one draft only verifies k too.
+    requests = {f"r{i}": FakeRequest([-1] * K) for i in range(batch)}
+    setattr(requests["r1"], ACCEPT_RATE_ATTR, 0.05)
+    assert drafts_worth_verifying(0.05, slot_bar(batch), K) == 1
+    assert verify_after(AdaptiveSpeculation(K), requests, [K, 0, 0]) == [K, K, K]
+
+
+@pytest.mark.parametrize("batch", [10 + 1, 64])
+def test_a_large_warm_batch_verifies_what_was_proposed(batch):
+    """At and above VERIFY_ALL_BAR the per-request rule stands: a request
+    without a proposal keeps its length through the hold, then verifies
+    none; one never proposed verifies none."""
+    assert slot_bar(batch) >= VERIFY_ALL_BAR
+    seen = found_then_lost(batch, HOLD_REPORTS + 3)
+    assert [s["r1"][0] for s in seen] == [K] * (1 + HOLD_REPORTS) + [0, 0]
+    assert [s["r1"][1] for s in seen] == [[-1] * K] * (1 + HOLD_REPORTS) + [[], []]
+    assert seen[-1]["r2"] == (0, []) and all(s["r2"] == (0, []) for s in seen)
+
+
+def test_a_cold_small_batch_verifies_k_only_while_warm():
+    """At one request in three finding drafts (bar below VERIFY_ALL_BAR),
+    the others verify k while one of the latest WARM_REPORTS outputs found a
+    draft, and nothing once none has (as before the rule), until a find."""
+    names = ["r0", "r1", "r2"]
+    requests = {r: FakeRequest([-1] * K) for r in names}
+    policy = AdaptiveSpeculation(K)
+
+    def step(found):
+        # "r0" verifies one draft each step, so every output is walked.
+        for q in requests.values():
+            q.spec_token_ids = [-1] * K
+        out = SimpleNamespace(req_ids=names, sampled_token_ids=[[7, 7], [7], [7]],
+                              **{PROPOSED_ATTR: [K if found else 0, 0, 0]})
+        policy.observe(requests, SimpleNamespace(scheduled_spec_decode_tokens={"r0": [-1]}), out)
+        return getattr(requests["r1"], VERIFY_ATTR), list(requests["r2"].spec_token_ids)
+
+    assert step(True) == (K, [-1] * K)
+    quiet = [step(False) for _ in range(WARM_REPORTS + 2)]
+    # The find was output 1; outputs 2..WARM_REPORTS are warm.
+    assert quiet[:WARM_REPORTS - 1] == [(K, [-1] * K)] * (WARM_REPORTS - 1)
+    assert not policy.warm
+    assert quiet[WARM_REPORTS - 1:] == [(0, [])] * 3
+    assert step(True) == (K, [-1] * K)

@@ -19,7 +19,11 @@ decision reads the proposal one step older than the drafts it verifies
 request whose rate clears the square root of the bar keeps its length for
 ``HOLD_REPORTS`` outputs without a proposal: matches come and go step by
 step in real text, and a request that lost its proposal for a step would
-otherwise skip the drafts of the next one. Walking every request costs host
+otherwise skip the drafts of the next one. Where the bar is below
+``VERIFY_ALL_BAR`` (under about ten sequences) and the batch is warm (see
+below), every request walked verifies k, proposal or not: slots are nearly
+free there, and neither the stale proposal nor the rate can tell which
+drafts will be accepted. Walking every request costs host
 time each step, so a step in which every request proposed k and accepted
 every verified draft is decided from totals and walks only the requests whose next verification
 is shorter than k (``AdaptiveSpeculation.unsettled``); a request verifying
@@ -82,6 +86,14 @@ RATE_WEIGHT = 0.15
 # square root of the bar keeps its length (async scheduling's one-step-old
 # proposals).
 HOLD_REPORTS = 4
+# Below this bar (batches under about ten sequences) a warm batch verifies k
+# drafts for every request walked, proposal or not: slots are nearly free
+# there, so any draft with a 2% chance pays, and neither the one-step-old
+# proposal nor the per-request rate can tell which drafts have it. Replayed
+# on the real-text workloads it brings one sequence from 0.967-0.992 to
+# 0.993-1.000 of fixed k (k=3), and code edits at k=16 and one sequence
+# from 0.875 to 1.000; 16 sequences and more are unchanged within 0.01.
+VERIFY_ALL_BAR = 0.02
 
 STATS_INTERVAL_S = 10.0
 
@@ -232,6 +244,8 @@ class AdaptiveSpeculation:
         hold_bar = math.sqrt(bar)
         placeholders = self.placeholders
         unsettled = self.unsettled
+        # Slots nearly free and the batch warm: everyone walked verifies k.
+        verify_all = bar < VERIFY_ALL_BAR and self.warm
         proposed = verified = accepted = 0
         for i, req_id in entries:
             request = requests.get(req_id)
@@ -256,6 +270,8 @@ class AdaptiveSpeculation:
                 # Held: its next drafts are likely found again.
                 num_found = getattr(request, FOUND_ATTR)
             length = min(num_found, drafts_worth_verifying(rate, bar, k)) if num_found else 0
+            if verify_all:
+                length = k
             setattr(request, VERIFY_ATTR, length)
             if length < k:
                 unsettled.add(req_id)

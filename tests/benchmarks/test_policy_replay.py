@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks.workloads import ceiling, policy_replay
 from benchmarks.workloads.__main__ import main
+from vllm_sampling_plugin.policy import PROBE_INTERVAL, VERIFY_ALL_BAR, slot_bar
 
 K = 3
 
@@ -40,9 +41,12 @@ def test_text_that_never_repeats_verifies_nothing_after_the_first_output(batch):
     adaptive = policy_replay.replay_batch(requests, K, policy_replay.ADAPTIVE)
     fixed = policy_replay.replay_batch(requests, K, policy_replay.FIXED)
     # Every step but the prefill verifies k under fixed k; under the policy
-    # only step 1, scheduled before any output is observed, verifies any.
+    # only step 1, scheduled before any output is observed, verifies any,
+    # and below VERIFY_ALL_BAR the steps decided in a fresh policy's first
+    # PROBE_INTERVAL outputs (it counts as warm through them).
     assert fixed["slots"] == K * (fixed["request_steps"] - batch)
-    assert adaptive["slots"] <= K * batch
+    small = slot_bar(batch) < VERIFY_ALL_BAR
+    assert adaptive["slots"] <= K * batch * (PROBE_INTERVAL if small else 1)
     assert adaptive["tokens"] == fixed["tokens"] == adaptive["request_steps"] == 120 * batch
 
 
@@ -61,15 +65,18 @@ def test_one_request_that_copies_between_gaps_of_new_text_finds_each_copy_early(
     sentences between stretches of new text: the runner keeps proposing
     through the gaps (WARM_REPORTS), so each copy is found as it starts and
     the policy takes nearly fixed k's steps; probing one step in eight there
-    took 5.5% more steps."""
+    took 5.5% more steps. Slots being nearly free, a warm batch this small
+    verifies k for its request through the gaps too (VERIFY_ALL_BAR): the
+    per-request rule, which verified a seventh of fixed k's slots, took 2.9%
+    more steps."""
     prompt = distinct(600, 0)
     trace = []
     for i in range(12):
         trace += prompt[40 * i:40 * i + 16] + distinct(30, 10000 + 100 * i)
     fixed = policy_replay.replay_batch([(prompt, trace)], K, policy_replay.FIXED)
     adaptive = policy_replay.replay_batch([(prompt, trace)], K, policy_replay.ADAPTIVE)
-    assert adaptive["steps"] <= 1.035 * fixed["steps"]
-    assert adaptive["slots"] < fixed["slots"] / 4
+    assert adaptive["steps"] <= fixed["steps"] + 2
+    assert adaptive["slots"] <= fixed["slots"]
 
 
 def test_the_bounds_take_fixed_ks_steps_and_verify_fewer_slots():

@@ -126,12 +126,21 @@ def tiny_model(tmp_path_factory) -> str:
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
 
 
-def drive(tiny_model, policy, async_scheduling, names, plan, steps):
+# Sets the bar below which a warm batch verifies k for every request: 0
+# tests the per-request rule (that of ten sequences and more) on the few
+# requests these tests drive.
+PER_REQUEST_RULE = ("import vllm_sampling_plugin.policy as policy_module\n"
+                    "policy_module.VERIFY_ALL_BAR = 0.0\n")
+
+
+def drive(tiny_model, policy, async_scheduling, names, plan, steps, per_request=False):
     """Per step: the draft tokens scheduled for each request, and whether the
-    runner proposes after the step."""
+    runner proposes after the step. ``per_request``: without the verify-all
+    rule of small batches (VERIFY_ALL_BAR)."""
     out = run_python(
         prelude=CPU_DEVICE_SHIM,
-        code=f"MODEL = {tiny_model!r}\nK = {K}\n" + DRIVER
+        code=f"MODEL = {tiny_model!r}\nK = {K}\n" + (PER_REQUEST_RULE if per_request else "")
+        + DRIVER
         + f"drive({policy!r}, {async_scheduling!r}, {names!r}, {json.loads(json.dumps(plan))!r}, {steps})",
         env=NO_GPU,
     )
@@ -139,16 +148,19 @@ def drive(tiny_model, policy, async_scheduling, names, plan, steps):
     return result["drafts"], result["proposes"]
 
 
-def scheduled_drafts(tiny_model, policy, async_scheduling, names, plan, steps):
-    return drive(tiny_model, policy, async_scheduling, names, plan, steps)[0]
+def scheduled_drafts(tiny_model, policy, async_scheduling, names, plan, steps,
+                     per_request=False):
+    return drive(tiny_model, policy, async_scheduling, names, plan, steps, per_request)[0]
 
 
 @pytest.mark.parametrize("async_scheduling", [True, False])
 def test_requests_verify_what_was_proposed(tiny_model, async_scheduling):
-    # Every step reports: "a" found 3 tokens, "b" none, "c" one.
+    # Every step reports: "a" found 3 tokens, "b" none, "c" one. The
+    # per-request rule, as at ten sequences and more.
     proposed = {"a": 3, "b": 0, "c": 1}
     plan = {str(s): {"proposed": proposed} for s in range(8)}
-    record = scheduled_drafts(tiny_model, "adaptive", async_scheduling, ["a", "b", "c"], plan, 8)
+    record = scheduled_drafts(tiny_model, "adaptive", async_scheduling, ["a", "b", "c"], plan, 8,
+                              per_request=True)
     # Step 0 is the prefill; the first decode steps run before any proposal
     # has arrived (one step with sync scheduling, two with async). From then
     # on each request gets exactly what was proposed for it.
@@ -156,6 +168,19 @@ def test_requests_verify_what_was_proposed(tiny_model, async_scheduling):
     assert settled, record
     for step in settled:
         assert step == {"a": 3, "b": 0, "c": 1}, record
+
+
+def test_a_few_warm_sequences_verify_k_whatever_was_proposed(tiny_model):
+    # As above, at three sequences (bar 0.006, below VERIFY_ALL_BAR) with
+    # drafts found every step: every request verifies k, as under "fixed",
+    # "b" (never a proposal) and "c" (one) included.
+    proposed = {"a": 3, "b": 0, "c": 1}
+    plan = {str(s): {"proposed": proposed} for s in range(8)}
+    record = scheduled_drafts(tiny_model, "adaptive", True, ["a", "b", "c"], plan, 8)
+    settled = record[3:]
+    assert settled, record
+    for step in settled:
+        assert step == {"a": K, "b": K, "c": K}, record
 
 
 @pytest.mark.parametrize("async_scheduling", [True, False])
@@ -171,7 +196,9 @@ def test_rejections_lower_the_rate_until_one_draft_is_verified(tiny_model):
     steps = 30
     plan = {str(s): {"proposed": {"a": 3}, "accept": {"a": 0 if s >= 3 else 3}}
             for s in range(steps)}
-    record = scheduled_drafts(tiny_model, "adaptive", False, ["a"], plan, steps)
+    # (Alone in a warm batch it would verify k whatever its rate:
+    # VERIFY_ALL_BAR; this tests the per-request rule.)
+    record = scheduled_drafts(tiny_model, "adaptive", False, ["a"], plan, steps, per_request=True)
     lengths = [step["a"] for step in record]
     # Sync scheduling: step s's output decides step s + 1, so step t follows
     # t - 3 rejections, each taking RATE_WEIGHT of the rate. Alone in its
@@ -200,12 +227,18 @@ def test_a_batch_without_proposals_proposes_one_step_in_probe_interval(tiny_mode
     cold = probes[PROBE_INTERVAL:]
     assert len(cold) >= 3, proposes
     assert all(b - a == PROBE_INTERVAL for a, b in zip(cold, cold[1:])), proposes
-    # (Step 1 verifies k before any report has arrived, as under "fixed".)
-    assert not any(any(step.values()) for step in record[2: start + 1]), record
+    # (Step 1 verifies k before any report has arrived, as under "fixed". A
+    # fresh policy counts as warm through its first PROBE_INTERVAL outputs,
+    # so at two sequences the steps it decides then verify k for both:
+    # VERIFY_ALL_BAR. Once cold, nothing is verified until the find.)
+    assert all(set(step.values()) <= {0, K} and len(set(step.values())) == 1
+               for step in record[1: PROBE_INTERVAL + 1]), record
+    assert not any(any(step.values()) for step in record[PROBE_INTERVAL + 1: start + 1]), record
     # The first probe at or after `start` finds "a"'s drafts. Its report
     # arrives after the next step is scheduled (async), so every step from
     # the one after that proposes, and "a" verifies k within four steps of
-    # the probe; "b" never verifies any.
+    # the probe; "b" never finds any, but verifies k beside "a" from then
+    # on: two sequences of a warm batch (VERIFY_ALL_BAR).
     found = next(s for s in range(start, 60) if proposes[s])
     assert found < start + PROBE_INTERVAL
     # "a" (max_tokens 64) finishes while speculating; then only "b" is left.
@@ -215,7 +248,7 @@ def test_a_batch_without_proposals_proposes_one_step_in_probe_interval(tiny_mode
     first = next(s for s in range(found, 60) if record[s].get("a"))
     assert first <= found + 4, (found, record)
     assert all(step["a"] == K for step in record[first: last]), record
-    assert not any(step.get("b") for step in record[2:]), record
+    assert all(step["b"] == K for step in record[first: last]), record
 
 
 def test_on_text_that_always_repeats_adaptive_schedules_what_fixed_does(tiny_model):
