@@ -89,10 +89,8 @@ HOLD_REPORTS = 4
 # Below this bar (batches under about ten sequences) a warm batch verifies k
 # drafts for every request walked, proposal or not: slots are nearly free
 # there, so any draft with a 2% chance pays, and neither the one-step-old
-# proposal nor the per-request rate can tell which drafts have it. Replayed
-# on the real-text workloads it brings one sequence from 0.967-0.992 to
-# 0.993-1.000 of fixed k (k=3), and code edits at k=16 and one sequence
-# from 0.875 to 1.000; 16 sequences and more are unchanged within 0.01.
+# proposal nor the per-request rate can tell which drafts have it
+# (docs/configuration.md gives the replay behind it).
 VERIFY_ALL_BAR = 0.02
 
 STATS_INTERVAL_S = 10.0
