@@ -18,8 +18,9 @@
 # the dense-model path, or already on the machine in a version that serves);
 # the rest is downloaded, vLLM's kernels that dense models on sm_90 never load
 # are dropped (as in the 0.20 recipe), and one xz stream of it all is cut into
-# chunks of CHUNK_MB (default 60, so that a chunk plus the working tree stays
-# under the 64 MiB a call carries). The device step installs with --no-deps,
+# chunks of CHUNK_MB (default: what the 64 MiB a call carries leaves beside
+# the tracked working tree, less 4 MiB for what the copy adds, at most 60; a
+# 60 MB chunk stopped fitting once the tree passed about 6.4 MiB). The device step installs with --no-deps,
 # so pip there never asks for what was left out.
 #
 # STAGE_SEND_CUDA_LIBS=1 sends cuBLAS, cuDNN and cuSPARSELt anyway (section B
@@ -36,7 +37,9 @@ version=${1:?usage: scripts/stage-vllm-newer.sh VERSION [--dry-run], e.g. 0.33.0
 line=$(echo "$version" | cut -d. -f1,2)   # 0.33
 tag="v${line//./}"                        # v033: .device/v033, /tmp/vllm-v033-*
 dest="$root/.device/$tag"
-chunk_mb=${CHUNK_MB:-60}
+tree_bytes=$(git -C "$root" ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s + 0}')
+room_mb=$(( (64 * 1048576 - tree_bytes - 4 * 1048576) / 1000000 ))
+chunk_mb=${CHUNK_MB:-$(( room_mb < 60 ? room_mb : 60 ))}
 dry=0; [ "${2:-}" = --dry-run ] && dry=1
 # .device/ must never be committed nor travel uncarried; the 0.20 recipe keeps
 # it out the same way (worktrees share this file).
