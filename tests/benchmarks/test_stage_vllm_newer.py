@@ -14,7 +14,7 @@ from tests.scripts_dir import SCRIPTS
 
 # What the script runs before its nvcc check; PATH holds only these, so the
 # test sees no nvcc wherever the machine keeps one.
-TOOLS = ("bash", "git", "dirname", "cut", "mkdir", "grep", "cat")
+TOOLS = ("bash", "git", "dirname", "cut", "mkdir", "grep", "cat", "xargs", "stat", "awk")
 
 
 def stage_in_an_empty_repo(tmp_path: Path, first_on_path: Path | None = None,
