@@ -37,7 +37,7 @@ version=${1:?usage: scripts/stage-vllm-newer.sh VERSION [--dry-run], e.g. 0.33.0
 line=$(echo "$version" | cut -d. -f1,2)   # 0.33
 tag="v${line//./}"                        # v033: .device/v033, /tmp/vllm-v033-*
 dest="$root/.device/$tag"
-tree_bytes=$(git -C "$root" ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s + 0}')
+tree_bytes=$(git -C "$root" ls-files -z | xargs -0 -r stat -c %s | awk '{s += $1} END {print s + 0}')
 room_mb=$(( (64 * 1048576 - tree_bytes - 4 * 1048576) / 1000000 ))
 chunk_mb=${CHUNK_MB:-$(( room_mb < 60 ? room_mb : 60 ))}
 dry=0; [ "${2:-}" = --dry-run ] && dry=1
