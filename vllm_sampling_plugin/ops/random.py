@@ -25,7 +25,7 @@ FP64 (``use_fp64=True``) has two streams, chosen by ``fp64_stream``, so that
     draw to exactly 1.0, which makes the noise ``+inf``; that happens with
     probability about 2**-54 per token and is the only place the two differ).
 
-``"murmur3"`` (``FP64_MURMUR3``, vLLM 0.31 to 0.33)
+``"murmur3"`` (``FP64_MURMUR3``, vLLM 0.31 on)
     The noise of those releases' ``sample/gumbel.py``: two MurmurHash3-32
     hashes of ``(seed, position, token)``, one with domain 0 and one with
     domain ``0x9E3779B9``, give 53 random bits; ``u`` is the midpoint of
@@ -37,7 +37,7 @@ FP64 (``use_fp64=True``) has two streams, chosen by ``fp64_stream``, so that
 
 FP32 has two streams, chosen by ``fp32_stream``:
 
-``"murmur3"`` (``FP32_MURMUR3``, vLLM 0.31 to 0.33)
+``"murmur3"`` (``FP32_MURMUR3``, vLLM 0.31 on)
     Bit for bit those releases' FP32 noise (``murmur3_uniform32`` and the
     tail of ``gumbel_noised_argmax``): the domain-0 hash of the FP64
     stream's words gives ``r``; ``u = hi16(r) / 2**16 + (lo16(r) + 0.5) /

@@ -126,11 +126,11 @@ def sample(
         their true rate.
     fp64_stream : str
         The FP64 noise: ``"philox"`` reproduces vLLM 0.20's V2 sampler token
-        for token, ``"murmur3"`` vLLM 0.32's and 0.33's (``ops/random.py``).
+        for token, ``"murmur3"`` vLLM's from 0.31 on (``ops/random.py``).
         Ignored for float32 noise.
     fp32_stream : str
         The FP32 noise: ``"philox"``, the plugin's own (fastest), or
-        ``"murmur3"``, vLLM 0.32's and 0.33's FP32 noise token for token.
+        ``"murmur3"``, vLLM's FP32 noise from 0.31 on, token for token.
         Ignored for float64 noise.
 
     Returns

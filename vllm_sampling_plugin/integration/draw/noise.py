@@ -19,7 +19,7 @@ same noise. Upstream's noise, read from the wheels
 | 0.22-0.24 | as 0.21 | ``tl.rand(tl.randint(seed, pos), token)``, ``-log(-log(u))`` | FP64 ``philox``; FP32: none |
 | 0.25-0.27 | as 0.21 | ``tl_rand32`` (``tl.rand`` kept above 0), ``-log(-log(u))`` | FP64 ``philox``; FP32: none |
 | 0.28-0.30 | as 0.21 | ``tl_rand32`` in ``gumbel_noised_argmax``, ``-log(-log1p(-u))`` | FP64 ``philox``; FP32: none |
-| 0.31-0.33 | ``murmur3_uniform64`` | ``murmur3_uniform32``, ``-log(-log1p(-u))`` (series) | ``murmur3`` in both |
+| 0.31-0.34 | ``murmur3_uniform64`` | ``murmur3_uniform32``, ``-log(-log1p(-u))`` (series) | ``murmur3`` in both |
 
 The plugin's FP32 ``philox`` stream (ops/random.py: 7-round Philox, four
 tokens a call) is not Triton's ``tl.rand`` (10-round Philox, one token a
@@ -77,7 +77,7 @@ def upstream_fp32_noise() -> str | None:
 def upstream_verifies_drafts(vllm_config: Any = None) -> bool:
     """Whether upstream's noise draws the steps with drafts of the engine with
     ``vllm_config``: the runner's RejectionSampler is upstream's (the rejection
-    seam left it), or it is the plugin's verify-step takeover (0.32, 0.33)
+    seam left it), or it is the plugin's verify-step takeover (0.32 on)
     on an engine whose drafts it leaves upstream's (``plugin_verification``
     ``upstream``, or an engine-level fallback; the plugin's verification
     draws from the plugin's Philox streams)."""

@@ -270,11 +270,11 @@ def gumbel_sample(
     fp64_stream : str
         Which FP64 noise (``ops/random.py``): ``"philox"`` reproduces vLLM
         0.20's ``gumbel_sample(use_fp64=True)`` token for token, ``"murmur3"``
-        vLLM 0.32's and 0.33's. Ignored for FP32 noise.
+        vLLM's from 0.31 on. Ignored for FP32 noise.
     fp32_stream : str
         Which FP32 noise: ``"philox"``, the plugin's own (the default; its
-        cheapest), or ``"murmur3"``, vLLM 0.32's and 0.33's
-        ``gumbel_sample(use_fp64=False)`` token for token. Ignored for FP64
+        cheapest), or ``"murmur3"``, vLLM's from 0.31 on
+        (``gumbel_sample(use_fp64=False)``) token for token. Ignored for FP64
         noise.
     processed_logits_out : torch.Tensor, optional
         ``[max_num_reqs, vocab_size]``; row ``idx_mapping[i]`` receives the

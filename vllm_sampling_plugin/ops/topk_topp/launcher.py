@@ -226,10 +226,10 @@ def top_k_top_p_sample(
         computed in FP32 either way.
     fp64_stream : str
         Which FP64 noise, as for ``gumbel_sample``: ``"philox"`` (vLLM 0.20)
-        or ``"murmur3"`` (vLLM 0.32, 0.33). Ignored for FP32 noise.
+        or ``"murmur3"`` (vLLM 0.31 on). Ignored for FP32 noise.
     fp32_stream : str
         Which FP32 noise, as for ``gumbel_sample``: ``"philox"`` (the
-        plugin's) or ``"murmur3"`` (vLLM 0.32, 0.33). Ignored for FP64 noise.
+        plugin's) or ``"murmur3"`` (vLLM 0.31 on). Ignored for FP64 noise.
     tuning : TopKTopPTuning
         Launch shape. Tokens agree across tunings except where a probability
         sum lands within float rounding of a top-p boundary.
