@@ -20,8 +20,8 @@
 # are dropped (as in the 0.20 recipe), and one xz stream of it all is cut into
 # chunks of CHUNK_MB (default: what the 64 MiB a call carries leaves beside
 # the tracked working tree, less 4 MiB for what the copy adds, at most 60; a
-# 60 MB chunk stopped fitting once the tree passed about 6.4 MiB). The device step installs with --no-deps,
-# so pip there never asks for what was left out.
+# 60 MB chunk stopped fitting once the tree passed about 6.4 MiB). The device
+# step installs with --no-deps, so pip there never asks for what was left out.
 #
 # STAGE_SEND_CUDA_LIBS=1 sends cuBLAS, cuDNN and cuSPARSELt anyway (section B
 # of the list), for a machine whose own copies are not the ones named there.

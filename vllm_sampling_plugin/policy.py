@@ -267,9 +267,10 @@ class AdaptiveSpeculation:
             elif report - getattr(request, FOUND_AT_ATTR) <= HOLD_REPORTS and rate >= hold_bar:
                 # Held: its next drafts are likely found again.
                 num_found = getattr(request, FOUND_ATTR)
-            length = min(num_found, drafts_worth_verifying(rate, bar, k)) if num_found else 0
             if verify_all:
                 length = k
+            else:
+                length = min(num_found, drafts_worth_verifying(rate, bar, k)) if num_found else 0
             setattr(request, VERIFY_ATTR, length)
             if length < k:
                 unsettled.add(req_id)
