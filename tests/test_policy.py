@@ -45,7 +45,9 @@ for _name, _value in REQUEST_DEFAULTS.items():
 
 class Reference:
     """The policy's rule, one request at a time, written out plainly: the
-    rate moves toward the accepted share of the drafts tried, a request
+    rate is a moving sum of the drafts accepted over a moving sum of the
+    drafts tried (up to the first rejected one; one tried and accepted
+    before the first verification), a request
     verifies min(found, the most drafts its rate pays for at this batch
     size), and one without a proposal keeps the latest found count for
     HOLD_REPORTS outputs while its rate is at least the square root of the
@@ -63,7 +65,7 @@ class Reference:
         # policy counts as warm for its first PROBE_INTERVAL outputs).
         self.found_output = PROBE_INTERVAL - WARM_REPORTS
         self.found = {}  # request id -> (output index, count) of its latest proposal
-        self.rate = {}
+        self.sums = {}  # request id -> moving sums of drafts accepted and tried
 
     def observe(self, requests, scheduled, req_ids, sampled, num_proposed):
         self.outputs += 1
@@ -82,12 +84,15 @@ class Reference:
                 continue
             if all_accepted and getattr(request, VERIFY_ATTR) >= k:
                 continue
-            rate = self.rate.get(req_id, 1.0)
+            accepted_sum, tried_sum = self.sums.get(req_id, (1.0, 1.0))
             drafts = scheduled.get(req_id)
             if drafts and sampled[i]:
                 accepted = len(sampled[i]) - 1
-                rate += RATE_WEIGHT * (accepted / min(accepted + 1, len(drafts)) - rate)
-                self.rate[req_id] = rate
+                tried = min(accepted + 1, len(drafts))
+                accepted_sum = (1 - RATE_WEIGHT) * accepted_sum + RATE_WEIGHT * accepted
+                tried_sum = (1 - RATE_WEIGHT) * tried_sum + RATE_WEIGHT * tried
+                self.sums[req_id] = (accepted_sum, tried_sum)
+            rate = accepted_sum / tried_sum
             found = num_proposed[i]
             if found:
                 self.found[req_id] = (self.outputs, found)
@@ -270,6 +275,29 @@ def test_drafts_worth_verifying_is_the_largest_count_whose_chance_clears_the_bar
     # Half its drafts accepted: k at 16 requests, one at 256.
     assert drafts_worth_verifying(0.5, slot_bar(16), K) == K
     assert drafts_worth_verifying(0.5, slot_bar(256), K) == 1
+
+
+@pytest.mark.parametrize("k, batch", [(16, 16), (7, 64)])
+def test_a_long_accepted_run_counts_for_each_of_its_drafts(k, batch):
+    """A request that alternates a rejected first draft with k accepted
+    drafts is accepted on k of every k + 1 drafts it tries: its rate nears
+    k / (k + 1) and it verifies k, where averaging each step's share (one
+    half) would cut its copies to a few drafts."""
+    names = [f"r{i}" for i in range(batch)]
+    requests = {r: FakeRequest([-1] * k) for r in names}
+    policy = AdaptiveSpeculation(k)
+    for step in range(60):
+        rejected = step % 2 == 0
+        sampled = [[7] if rejected else [7] * (k + 1)] + [[7]] * (batch - 1)
+        out = SimpleNamespace(req_ids=names, sampled_token_ids=sampled,
+                              **{PROPOSED_ATTR: [k] + [0] * (batch - 1)})
+        policy.observe(requests, SimpleNamespace(scheduled_spec_decode_tokens={"r0": [-1] * k}),
+                       out)
+    rate = getattr(requests["r0"], ACCEPT_RATE_ATTR)
+    assert abs(rate - k / (k + 1)) < 0.05
+    assert getattr(requests["r0"], VERIFY_ATTR) == k
+    # Half a draft accepted a step, as averaged shares put it, pays for fewer.
+    assert drafts_worth_verifying(0.5, slot_bar(batch), k) <= k // 2
 
 
 def verify_after(policy, requests, found_then_nothing):

@@ -9,10 +9,14 @@ costs about ``RIDGE_TOKENS + B`` token-units on a GPU (its weights read once
 per step, then compute per token), so one more slot pays off where it is
 accepted with a probability above ``B / (B + RIDGE_TOKENS)``: nearly always
 at a few sequences, a third of the time at 256. Each request keeps the rate
-at which its verified drafts were accepted (``ACCEPT_RATE_ATTR``, a moving
-average up to and including the first rejected draft) and verifies
-``min(proposed, j)`` drafts, ``j`` the largest count (at least one, at most
-k) whose chance ``rate ** j`` clears that bar. A request without a proposal
+at which its drafts were accepted (``ACCEPT_RATE_ATTR``: moving sums of the
+drafts accepted and the drafts tried, up to and including the first rejected
+one, divided) and verifies ``min(proposed, j)`` drafts, ``j`` the largest
+count (at least one, at most k) whose chance ``rate ** j`` clears that bar.
+Dividing sums rather than averaging each step's share lets a step that
+accepted a long run count for each of its drafts: averaged shares rated a
+request that alternates a rejected first draft with a fully accepted run at
+one half, and its long copies were cut short at larger k. A request without a proposal
 verifies nothing, as without speculation; with async scheduling the
 decision reads the proposal one step older than the drafts it verifies
 (vLLM has scheduled the step before the proposal it verifies exists), so a
@@ -60,17 +64,21 @@ PROPOSE_ATTR = "vllm_sampling_plugin_propose"
 
 # Per-request state, kept on vLLM's Request objects (class defaults until
 # the first output of a request arrives): how many draft tokens the next
-# schedule gives it, the rate at which its verified drafts were accepted,
-# the latest report that found drafts for it and how many it found.
+# schedule gives it, the rate at which its verified drafts were accepted
+# and the moving sum of drafts tried behind it (the rate times it is the
+# moving sum of drafts accepted), the latest report that found drafts for
+# it and how many it found.
 VERIFY_ATTR = "vllm_sampling_plugin_verify_len"
 ACCEPT_RATE_ATTR = "vllm_sampling_plugin_accept_rate"
+TRIED_ATTR = "vllm_sampling_plugin_drafts_tried"
 FOUND_AT_ATTR = "vllm_sampling_plugin_found_at"
 FOUND_ATTR = "vllm_sampling_plugin_found"
 # Those class defaults: until a request's first output it verifies everything
-# proposed, as if every draft so far had been accepted, no proposal found yet.
+# proposed, as if one draft had been tried and accepted, no proposal found yet.
 REQUEST_DEFAULTS = {
     VERIFY_ATTR: 1 << 30,
     ACCEPT_RATE_ATTR: 1.0,
+    TRIED_ATTR: 1.0,
     FOUND_AT_ATTR: -(1 << 30),
     FOUND_ATTR: 0,
 }
@@ -80,7 +88,8 @@ REQUEST_DEFAULTS = {
 # computing (a few hundred tokens on current GPUs; docs/workloads.md gives
 # the engine cells it was fitted on).
 RIDGE_TOKENS = 512
-# Weight of the newest verification in a request's acceptance rate.
+# Weight of the newest verification in a request's moving sums of drafts
+# accepted and tried.
 RATE_WEIGHT = 0.15
 # Outputs without a proposal through which a request whose rate clears the
 # square root of the bar keeps its length (async scheduling's one-step-old
@@ -257,8 +266,16 @@ class AdaptiveSpeculation:
                 accepted += num_accepted
                 # The drafts tried: the accepted run and the first rejected.
                 tried = min(num_accepted + 1, len(drafts))
-                rate += RATE_WEIGHT * (num_accepted / tried - rate)
+                # Moving sums of drafts accepted (the rate times the sum
+                # tried) and tried; both stay positive (one draft a step at
+                # least), the rate is their ratio.
+                tried_sum = getattr(request, TRIED_ATTR)
+                accepted_sum = rate * tried_sum
+                accepted_sum += RATE_WEIGHT * (num_accepted - accepted_sum)
+                tried_sum += RATE_WEIGHT * (tried - tried_sum)
+                rate = accepted_sum / tried_sum
                 setattr(request, ACCEPT_RATE_ATTR, rate)
+                setattr(request, TRIED_ATTR, tried_sum)
             num_found = num_proposed[i]
             proposed += num_found
             if num_found:
