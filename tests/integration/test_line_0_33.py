@@ -98,6 +98,7 @@ def test_registration_patches_exactly_the_sampler_name_and_the_policy_seams():
             "ModelConfig.speculation_policy",
             *graphs,
             "Request.vllm_sampling_plugin_accept_rate",
+            "Request.vllm_sampling_plugin_drafts_tried",
             "Request.vllm_sampling_plugin_found",
             "Request.vllm_sampling_plugin_found_at",
             "Request.vllm_sampling_plugin_verify_len",
