@@ -16,8 +16,8 @@ count (at least one, at most k) whose chance ``rate ** j`` clears that bar.
 Dividing sums rather than averaging each step's share lets a step that
 accepted a long run count for each of its drafts: averaged shares rated a
 request that alternates a rejected first draft with a fully accepted run at
-one half, and its long copies were cut short at larger k. A request without a proposal
-verifies nothing, as without speculation; with async scheduling the
+one half, and its long copies were cut short at larger k. A request without
+a proposal verifies nothing, as without speculation; with async scheduling the
 decision reads the proposal one step older than the drafts it verifies
 (vLLM has scheduled the step before the proposal it verifies exists), so a
 request whose rate clears the square root of the bar keeps its length for
@@ -267,8 +267,8 @@ class AdaptiveSpeculation:
                 # The drafts tried: the accepted run and the first rejected.
                 tried = min(num_accepted + 1, len(drafts))
                 # Moving sums of drafts accepted (the rate times the sum
-                # tried) and tried; both stay positive (one draft a step at
-                # least), the rate is their ratio.
+                # tried) and tried, the rate their ratio; the sum tried
+                # stays positive (a step tries one draft at least).
                 tried_sum = getattr(request, TRIED_ATTR)
                 accepted_sum = rate * tried_sum
                 accepted_sum += RATE_WEIGHT * (num_accepted - accepted_sum)
