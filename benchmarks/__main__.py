@@ -18,12 +18,15 @@ COMMANDS = {
     "ngram": ("benchmarks.ngram", "the n-gram proposer against vLLM 0.20's two"),
     "upstream": ("benchmarks.upstream", "the plugin's ops against vLLM 0.32's or 0.33's own"),
     "e2e": ("benchmarks.e2e", "real vLLM engines, stock against the plugin"),
+    "trace_summary": ("benchmarks.e2e.trace_summary",
+                      "real-text speculation, a table per workload, from e2e trace reports"),
     "soak": ("benchmarks.soak.command", "a bounded mixed load against a vllm serve"),
 }
 
 DESCRIPTION = """\
-The plugin's lab. Every command but soak needs a CUDA GPU and says so in one
-line without one; soak needs a running vllm serve, or a CUDA GPU to start one.
+The plugin's lab. Every command but soak and trace_summary needs a CUDA GPU
+and says so in one line without one; soak needs a running vllm serve, or a
+CUDA GPU to start one; trace_summary reads reports bench e2e wrote.
 A command's options: python3 -m benchmarks COMMAND --help.
 """
 
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(
         prog="python3 -m benchmarks", usage="%(prog)s COMMAND [ARGS...]", description=DESCRIPTION,
-        epilog="commands:\n" + "\n".join(f"  {name:<10} {help}" for name, (_, help) in COMMANDS.items()),
+        epilog="commands:\n" + "\n".join(f"  {name:<14} {help}" for name, (_, help) in COMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=COMMANDS, metavar="COMMAND", help="one of the commands below")

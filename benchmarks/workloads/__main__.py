@@ -6,14 +6,16 @@ DIR/ceiling-OCCURRENCE-kK.json and prints its table.
 ``python -m benchmarks.workloads policy DIR``: replays a build's traces under
 the adaptive policy and fixed k on vLLM's async schedule
 (benchmarks/workloads/policy_replay.py), writes DIR/policy-replay-kK.json and
-prints its table."""
+prints its table.
+``python -m benchmarks.workloads fit DIR REPORT.json...``: fits a step's cost
+to bench e2e trace cells of that build (benchmarks/workloads/step_cost.py)."""
 
 import argparse
 import json
 import time
 from pathlib import Path
 
-from benchmarks.workloads import ceiling, policy_replay
+from benchmarks.workloads import ceiling, policy_replay, step_cost
 from benchmarks.workloads.build import DEFAULT_REQUESTS, WORKLOADS, build, table
 from benchmarks.workloads.request import Lengths, read_requests
 from benchmarks.workloads.tokenizer import DEFAULT_VOCAB_SIZE
@@ -49,7 +51,17 @@ def main(argv: list[str] | None = None) -> None:
                         "workload and batch size, at least one batch (default 256)")
     replay.add_argument("--ridge", type=float, default=500.0, help="a step's time in "
                         "token-units besides its tokens (default 500)")
+    fitting = commands.add_parser(
+        "fit", help="a step's cost fitted to bench e2e trace cells of a build")
+    fitting.add_argument("dir", type=Path, help="the build the cells replayed")
+    fitting.add_argument("reports", type=Path, nargs="+", help="bench e2e reports (JSON)")
+    fitting.add_argument("--anchor", action="append", default=[], type=_anchor,
+                         metavar="B:RATIO", help="fixed k with nothing accepted runs at RATIO "
+                         "of no speculation at B sequences (repeatable)")
     args = parser.parse_args(argv)
+    if args.command == "fit":
+        write_fit(args.dir, args.reports, args.anchor)
+        return
     if args.command == "ceiling":
         write_ceilings(args.dir, args.k, args.occurrence)
         return
@@ -102,6 +114,25 @@ def write_policy_replays(folder: Path, k: int, batches: list[int], requests: int
         raise SystemExit(f"{folder} holds no workload file (build one first)")
     (folder / f"policy-replay-k{k}.json").write_text(json.dumps(replays, indent=2) + "\n")
     print(policy_replay.table(replays))
+
+
+def _anchor(text: str) -> tuple[int, float]:
+    batch, ratio = text.split(":")
+    return int(batch), float(ratio)
+
+
+def write_fit(folder: Path, reports: list[Path], anchors: list[tuple[int, float]]) -> None:
+    """Print the best linear step cost and the best with a knee for the cells."""
+    cells = step_cost.engine_cells(folder, (json.loads(p.read_text()) for p in reports))
+    if not cells:
+        raise SystemExit("no n-gram trace cell run with --requests-per-seq 1 in those reports")
+    k = {int(c.name.rsplit("k=", 1)[1]) for c in cells}.pop()
+    terms = len(cells) + len(anchors)
+    linear_error, linear = step_cost.fit(cells, anchors, k)
+    knee_error, knee = step_cost.fit(cells, anchors, k, step_cost.KNEES, step_cost.ABOVES)
+    print(f"linear: {linear} (RMS log error {step_cost.rms_percent(linear_error, terms):.1f}%)")
+    print(f"knee: {knee} (RMS log error {step_cost.rms_percent(knee_error, terms):.1f}%)")
+    print(step_cost.table(cells, {"linear": linear, "knee": knee}))
 
 
 if __name__ == "__main__":

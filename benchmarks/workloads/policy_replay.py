@@ -18,7 +18,8 @@ A step's time is modelled as ``ridge + tokens``: ``ridge`` token-units for
 reading the weights, one per token the step runs (requests plus verified
 slots). On the 8B trace cells of vLLM 0.34 (H100) the model with ridge 500
 put the old rule at 0.889x / 0.924x of fixed k at 16 / 64 sequences on code
-edits, where the engines measured 0.895x / 0.910x (docs/workloads.md).
+edits, where the engines measured 0.895x / 0.910x (docs/workloads.md);
+step_cost.py fits the model to engine cells.
 
 ``python -m benchmarks.workloads policy DIR`` prints the table for a build
 and writes DIR/policy-replay-kK.json.
@@ -61,15 +62,22 @@ class TracedRequest:
 
 
 def replay_batch(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: int,
-                 verification: str) -> dict[str, int]:
+                 verification: str, step_tokens: list[int] | None = None,
+                 adaptive: policy.AdaptiveSpeculation | None = None) -> dict[str, int]:
     """One batch of (prompt ids, trace ids) run to its end under ``verification``
     (FIXED, ADAPTIVE, FOUND or ORACLE): steps, request-steps, verified slots,
     tokens, accepted. Two bounds emit fixed k's tokens: FOUND verifies every
     draft the proposer finds and no empty slot, as a scheduler that knew each
     proposal's length a step ahead would; ORACLE knows the trace and verifies
     only the drafts that will be accepted, the ceiling of any verification
-    policy at the same k."""
-    adaptive = policy.AdaptiveSpeculation(k) if verification == ADAPTIVE else None
+    policy at the same k. Each step's tokens (requests plus verified slots)
+    are appended to ``step_tokens`` where one is given (step_cost.py prices
+    them). ADAPTIVE runs a fresh scheduler's policy, or ``adaptive``: one
+    that served earlier batches, as an engine's does."""
+    if verification != ADAPTIVE:
+        adaptive = None
+    elif adaptive is None:
+        adaptive = policy.AdaptiveSpeculation(k)
     live = {str(i): TracedRequest(prompt, trace) for i, (prompt, trace) in enumerate(requests)}
     counts = dict.fromkeys(("steps", "request_steps", "slots", "tokens", "accepted"), 0)
     placeholders = [-1] * k  # never written: the policy hands out shorter lists
@@ -81,6 +89,7 @@ def replay_batch(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: int
         for request in live.values():
             request.spec_token_ids = placeholders if proposes else []
         req_ids, sampled, found = [], [], []
+        slots = 0
         for req_id, request in live.items():
             if verification == FOUND:
                 verify = len(request.drafts)
@@ -94,10 +103,13 @@ def replay_batch(requests: Sequence[tuple[Sequence[int], Sequence[int]]], k: int
             sampled.append([0] * emitted)
             found.append(len(request.drafts))
             counts["request_steps"] += 1
-            counts["slots"] += verify
+            slots += verify
             counts["tokens"] += emitted
             counts["accepted"] += accepted
         counts["steps"] += 1
+        counts["slots"] += slots
+        if step_tokens is not None:
+            step_tokens.append(len(req_ids) + slots)
         output = SimpleNamespace(req_ids=req_ids, sampled_token_ids=sampled)
         if proposes:
             setattr(output, policy.PROPOSED_ATTR, found)
