@@ -220,6 +220,13 @@ MUTANTS = [
         (HOLD_RULE, POLICY_RULE),
     ),
     Mutant(
+        "small_batch_verifies_k_blind_drafts",
+        f"{PACKAGE}/policy.py",
+        "length = k if num_found else max(blind, drafts_worth_verifying(rate, bar, k))",
+        "length = k",
+        ("tests/test_policy.py::test_a_small_warm_batch_verifies_few_blind_drafts_at_large_k",),
+    ),
+    Mutant(
         "slot_bar_ignores_the_batch_size",
         f"{PACKAGE}/policy.py",
         "return batch / (batch + RIDGE_TOKENS)",

@@ -15,6 +15,7 @@ import pytest
 
 from vllm_sampling_plugin import policy as policy_module
 from vllm_sampling_plugin.policy import (
+    BLIND_DRAFTS,
     ACCEPT_RATE_ATTR,
     HOLD_REPORTS,
     PROBE_INTERVAL,
@@ -52,7 +53,9 @@ class Reference:
     size), and one without a proposal keeps the latest found count for
     HOLD_REPORTS outputs while its rate is at least the square root of the
     bar. Below VERIFY_ALL_BAR, while one of the latest WARM_REPORTS outputs
-    found a draft for some request, every request verifies k instead, except
+    found a draft for some request, every request with a proposal (held or
+    found) verifies k instead and one without the most of BLIND_DRAFTS (at
+    most k) and what its rate pays for, except
     in a step that verified nothing and follows HOLD_REPORTS outputs that
     found nothing (no request is walked: every one verifies none). A request
     that verified k drafts and accepted them all in a step where every
@@ -101,7 +104,10 @@ class Reference:
                 if self.outputs - at <= HOLD_REPORTS and rate >= math.sqrt(bar):
                     found = count
             most = max(j for j in range(1, k + 1) if j == 1 or rate ** j >= bar)
-            length = k if verify_all else min(found, most)
+            if verify_all:
+                length = k if found else max(min(k, BLIND_DRAFTS), most)
+            else:
+                length = min(found, most)
             setattr(request, VERIFY_ATTR, length)
             setattr(request, ACCEPT_RATE_ATTR, rate)
             if request.spec_token_ids:
@@ -114,35 +120,36 @@ def state(requests):
             for r, q in requests.items()}
 
 
-def random_step(rng, names, zero):
+def random_step(rng, names, zero, k=K):
     scheduled, sampled, proposed = {}, [], []
     for _ in names:
         if zero:
             sampled.append([7])
             proposed.append(0)
             continue
-        n = rng.randint(0, K)
+        n = rng.randint(0, k)
         sampled.append([7] * (1 + rng.randint(0, n)))
-        proposed.append(rng.randint(0, K))
+        proposed.append(rng.choice([0, rng.randint(0, k)]))
         if n:
             scheduled[_] = [-1] * n
     return scheduled, sampled, proposed
 
 
-def settled_state(requests):
+def settled_state(requests, k=K):
     """``state`` with the lengths at or past k read as k: a request never
     verifies more than k, so those values decide the same."""
-    return {r: (min(v, K), a, p) for r, (v, a, p) in state(requests).items()}
+    return {r: (min(v, k), a, p) for r, (v, a, p) in state(requests).items()}
 
 
 class Twin:
     """The policy and the rule side by side over the same requests."""
 
-    def __init__(self, names):
-        self.ours = {r: FakeRequest([-1] * K) for r in names}
-        self.ref = {r: FakeRequest([-1] * K) for r in names}
-        self.policy = AdaptiveSpeculation(K)
-        self.reference = Reference(K)
+    def __init__(self, names, k=K):
+        self.k = k
+        self.ours = {r: FakeRequest([-1] * k) for r in names}
+        self.ref = {r: FakeRequest([-1] * k) for r in names}
+        self.policy = AdaptiveSpeculation(k)
+        self.reference = Reference(k)
         self.counted = [0, 0, 0]
 
     def step(self, scheduled, req_ids, sampled, proposed):
@@ -151,14 +158,14 @@ class Twin:
         self.policy.observe(
             self.ours, SimpleNamespace(scheduled_spec_decode_tokens=scheduled), out)
         self.reference.observe(self.ref, scheduled, req_ids, sampled, proposed)
-        assert settled_state(self.ours) == settled_state(self.ref)
+        assert settled_state(self.ours, self.k) == settled_state(self.ref, self.k)
         self.counted[0] += sum(proposed)
         self.counted[1] += sum(len(scheduled.get(r, ())) for r in req_ids if r in self.ref)
         self.counted[2] += sum(len(s) - 1 for r, s in zip(req_ids, sampled)
                                if scheduled.get(r))
         # The scheduler gives every request fresh placeholders each step.
         for q in list(self.ours.values()) + list(self.ref.values()):
-            q.spec_token_ids = [-1] * K
+            q.spec_token_ids = [-1] * self.k
 
     def counters(self):
         return [self.policy.proposed, self.policy.verified, self.policy.accepted]
@@ -175,6 +182,24 @@ def test_decisions_equal_the_rule_on_every_step():
         m = rng.randint(1, len(names))
         twin.step(scheduled, names[:m] + ["gone"], sampled[:m] + [[7]], proposed[:m] + [0])
     assert twin.counters() == twin.counted
+
+
+@pytest.mark.parametrize("k", [3, 7, 16])
+def test_decisions_equal_the_rule_in_a_small_batch(k):
+    """Under VERIFY_ALL_BAR, where a request without a proposal verifies
+    BLIND_DRAFTS or what its rate pays for, whichever is more."""
+    rng = random.Random(k)
+    names = [f"r{i}" for i in range(6)]
+    assert slot_bar(len(names)) < VERIFY_ALL_BAR
+    twin = Twin(names, k)
+    lengths = set()
+    for step in range(300):
+        scheduled, sampled, proposed = random_step(rng, names, zero=step % 9 == 8, k=k)
+        twin.step(scheduled, names, sampled, proposed)
+        lengths.update(getattr(q, VERIFY_ATTR) for q in twin.ours.values())
+    assert twin.counters() == twin.counted
+    # Both branches ran: k for a proposal, fewer for none where k is larger.
+    assert k in lengths and (k == BLIND_DRAFTS or any(0 < n < k for n in lengths))
 
 
 class RateCounting(FakeRequest):
@@ -425,6 +450,25 @@ def test_a_small_warm_batch_verifies_k_for_every_request(batch):
     setattr(requests["r1"], ACCEPT_RATE_ATTR, 0.05)
     assert drafts_worth_verifying(0.05, slot_bar(batch), K) == 1
     assert verify_after(AdaptiveSpeculation(K), requests, [K, 0, 0]) == [K, K, K]
+
+
+@pytest.mark.parametrize("rate, expected", [(0.05, BLIND_DRAFTS), (1.0, 16), (0.6, None)])
+def test_a_small_warm_batch_verifies_few_blind_drafts_at_large_k(rate, expected):
+    """At k=16 a request without a proposal verifies BLIND_DRAFTS, or as
+    many as its rate pays for where that is more; one with a proposal k."""
+    k, batch = 16, 4
+    bar = slot_bar(batch)
+    requests = {f"r{i}": FakeRequest([-1] * k) for i in range(batch)}
+    setattr(requests["r1"], ACCEPT_RATE_ATTR, rate)
+    out = SimpleNamespace(req_ids=list(requests), sampled_token_ids=[[7]] * batch,
+                          **{PROPOSED_ATTR: [k, 0, 0, 0]})
+    AdaptiveSpeculation(k).observe(requests, SimpleNamespace(scheduled_spec_decode_tokens={}), out)
+    if expected is None:
+        expected = drafts_worth_verifying(rate, bar, k)
+        assert BLIND_DRAFTS < expected < k
+    assert getattr(requests["r0"], VERIFY_ATTR) == k
+    assert getattr(requests["r1"], VERIFY_ATTR) == expected
+    assert requests["r1"].spec_token_ids == [-1] * expected
 
 
 @pytest.mark.parametrize("batch", [10 + 1, 64])

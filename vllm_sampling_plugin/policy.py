@@ -25,9 +25,11 @@ request whose rate clears the square root of the bar keeps its length for
 step in real text, and a request that lost its proposal for a step would
 otherwise skip the drafts of the next one. Where the bar is below
 ``VERIFY_ALL_BAR`` (under about ten sequences) and the batch is warm (see
-below), every request walked verifies k, proposal or not: slots are nearly
-free there, and neither the stale proposal nor the rate can tell which
-drafts will be accepted. Walking every request costs host
+below), every request walked with a proposal verifies k, and one without
+``BLIND_DRAFTS`` or as many as its rate pays for, whichever is more: slots
+are nearly free there, and neither the stale proposal nor the rate can tell
+which drafts will be accepted, but a request without a proposal can only
+gain the first drafts of a copy that starts under it, however large k is. Walking every request costs host
 time each step, so a step in which every request proposed k and accepted
 every verified draft is decided from totals and walks only the requests whose next verification
 is shorter than k (``AdaptiveSpeculation.unsettled``); a request verifying
@@ -101,6 +103,11 @@ HOLD_REPORTS = 4
 # proposal nor the per-request rate can tell which drafts have it
 # (docs/configuration.md gives the replay behind it).
 VERIFY_ALL_BAR = 0.02
+# Below VERIFY_ALL_BAR, the drafts a request without a proposal verifies
+# at least (more where its rate pays for more): the bet that a copy starts
+# under its one-step-old proposal. At k=16 verifying all k of them cost
+# chat traces 4% at 16 sequences (docs/configuration.md).
+BLIND_DRAFTS = 3
 
 STATS_INTERVAL_S = 10.0
 
@@ -251,8 +258,10 @@ class AdaptiveSpeculation:
         hold_bar = math.sqrt(bar)
         placeholders = self.placeholders
         unsettled = self.unsettled
-        # Slots nearly free and the batch warm: everyone walked verifies k.
+        # Slots nearly free and the batch warm: everyone walked verifies k,
+        # or BLIND_DRAFTS at least without a proposal.
         verify_all = bar < VERIFY_ALL_BAR and self.warm
+        blind = min(k, BLIND_DRAFTS)
         proposed = verified = accepted = 0
         for i, req_id in entries:
             request = requests.get(req_id)
@@ -285,7 +294,7 @@ class AdaptiveSpeculation:
                 # Held: its next drafts are likely found again.
                 num_found = getattr(request, FOUND_ATTR)
             if verify_all:
-                length = k
+                length = k if num_found else max(blind, drafts_worth_verifying(rate, bar, k))
             else:
                 length = min(num_found, drafts_worth_verifying(rate, bar, k)) if num_found else 0
             setattr(request, VERIFY_ATTR, length)
