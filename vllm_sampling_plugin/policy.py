@@ -29,11 +29,12 @@ below), every request walked with a proposal verifies k, and one without
 ``BLIND_DRAFTS`` or as many as its rate pays for, whichever is more: slots
 are nearly free there, and neither the stale proposal nor the rate can tell
 which drafts will be accepted, but a request without a proposal can only
-gain the first drafts of a copy that starts under it, however large k is. Walking every request costs host
-time each step, so a step in which every request proposed k and accepted
-every verified draft is decided from totals and walks only the requests whose next verification
-is shorter than k (``AdaptiveSpeculation.unsettled``); a request verifying
-k that accepts them all keeps its state.
+gain the first drafts of a copy that starts under it, however large k is.
+Walking every request costs host time each step, so a step in which every
+request proposed k and accepted every verified draft is decided from totals
+and walks only the requests whose next verification is shorter than k
+(``AdaptiveSpeculation.unsettled``); a request verifying k that accepts
+them all keeps its state.
 
 With async scheduling the policy also plans, as each step is scheduled,
 whether the runner proposes after it (:meth:`AdaptiveSpeculation.plan`,
@@ -105,8 +106,8 @@ HOLD_REPORTS = 4
 VERIFY_ALL_BAR = 0.02
 # Below VERIFY_ALL_BAR, the drafts a request without a proposal verifies
 # at least (more where its rate pays for more): the bet that a copy starts
-# under its one-step-old proposal. At k=16 verifying all k of them cost
-# chat traces 4% at 16 sequences (docs/configuration.md).
+# under its one-step-old proposal, which only its first drafts can win
+# (docs/configuration.md gives the replay behind it).
 BLIND_DRAFTS = 3
 
 STATS_INTERVAL_S = 10.0
