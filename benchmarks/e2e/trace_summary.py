@@ -24,6 +24,8 @@ import os
 from pathlib import Path
 
 from benchmarks.e2e import report
+from benchmarks.e2e.traces import ADAPTIVE_VERIFICATION_METHODS, CONCURRENCIES, METHODS
+from benchmarks.workloads.build import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "bench-data"
@@ -36,11 +38,6 @@ RULE_IN_PLACE = (
     "e2e-trace-summarize-chat-code-edit-agentic-ngram-draft-rate-8b-k3-b1-64-0.34-h100.json",
 )
 
-WORKLOADS = ("code-edit", "summarize", "chat", "agentic")
-METHODS = ("ngram", "suffix")
-CONCURRENCIES = (1, 16, 64, 256)
-# The methods for which vLLM 0.34 accepts its adaptive verification.
-ADAPTIVE_METHODS = ("suffix",)
 # Column -> how a cell's ``against`` names that configuration.
 COLUMNS = {
     "no speculation": "nospec",
@@ -93,7 +90,8 @@ def workload_table(cells: list[dict], workload: str) -> str:
                 ratios = [_ratio(c) for c in mine if _column(c) == column]
                 if ratios:
                     entries.append("; ".join(ratios))
-                elif column == "stock's adaptive verification" and method not in ADAPTIVE_METHODS:
+                elif (column == "stock's adaptive verification"
+                      and method not in ADAPTIVE_VERIFICATION_METHODS):
                     entries.append("none for this method")
                 else:
                     entries.append("not run")
