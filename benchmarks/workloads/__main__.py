@@ -126,7 +126,10 @@ def write_fit(folder: Path, reports: list[Path], anchors: list[tuple[int, float]
     cells = step_cost.engine_cells(folder, (json.loads(p.read_text()) for p in reports))
     if not cells:
         raise SystemExit("no n-gram trace cell run with --requests-per-seq 1 in those reports")
-    k = {int(c.name.rsplit("k=", 1)[1]) for c in cells}.pop()
+    ks = {c.k for c in cells}
+    if len(ks) > 1:
+        raise SystemExit(f"cells of several k ({sorted(ks)}): fit one k at a time")
+    k = ks.pop()
     terms = len(cells) + len(anchors)
     linear_error, linear = step_cost.fit(cells, anchors, k)
     knee_error, knee = step_cost.fit(cells, anchors, k, step_cost.KNEES, step_cost.ABOVES)

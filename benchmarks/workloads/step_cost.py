@@ -86,6 +86,7 @@ class Cell:
     """One engine cell: what it measured and each configuration's steps."""
 
     name: str
+    k: int
     against: str
     measured: float
     steps: dict[str, Steps]
@@ -136,8 +137,8 @@ def engine_cells(build: Path, reports: Iterable[dict]) -> list[Cell]:
                 rows = read_requests(build / f"{c['workload']}.jsonl")[:c["max_num_seqs"]]
                 replayed[key] = batch_steps(
                     [(r["prompt_token_ids"], r["trace_token_ids"]) for r in rows], c["k"])
-            cells.append(Cell(f"{c['workload']} {c['max_num_seqs']} k={c['k']}", c["against"],
-                              c["paired"]["median"], replayed[key]))
+            cells.append(Cell(f"{c['workload']} {c['max_num_seqs']} k={c['k']}", c["k"],
+                              c["against"], c["paired"]["median"], replayed[key]))
     return cells
 
 

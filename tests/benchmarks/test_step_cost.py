@@ -64,8 +64,8 @@ def synthetic_cells(truth):
     for seed, batch in enumerate((1, 8, 32)):
         steps = step_cost.batch_steps([copying(i, 10 * seed + i) for i in range(batch)], K)
         for against in step_cost.BASELINES:
-            cell = step_cost.Cell(f"copy {batch}", against, 1.0, steps)
-            cells.append(step_cost.Cell(cell.name, against, cell.modelled(truth), steps))
+            cell = step_cost.Cell(f"copy {batch}", K, against, 1.0, steps)
+            cells.append(step_cost.Cell(cell.name, K, against, cell.modelled(truth), steps))
     return cells
 
 
@@ -133,3 +133,12 @@ def test_fit_command_without_cells_says_why(tmp_path):
 
 def test_rms_percent():
     assert step_cost.rms_percent(4 * math.log(1.02) ** 2, 4) == pytest.approx(100 * math.log(1.02))
+
+
+def test_fit_command_refuses_cells_of_several_k(tmp_path):
+    write_build(tmp_path / "build", "code-edit", [copying(i, i) for i in range(4)])
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report([trace_cell(4, "nospec", 2.2),
+                                       dict(trace_cell(4, "upstream", 0.99), k=7)])))
+    with pytest.raises(SystemExit, match="several k"):
+        main(["fit", str(tmp_path / "build"), str(path)])
